@@ -1,0 +1,180 @@
+"""Model pairs: a YAML file per draft/target pair (``pairs/``), and the code that loads one.
+
+A pair is named by its registry name (``tiny``, ``llama3``, ``qwen3``, ``gemma3``) or by a path
+to a user's own YAML file with the same fields.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from bench.errors import BenchError
+from bench.tiny import TinyConfig, build_tiny_pair
+
+PAIR_KINDS = ("tiny", "hub")
+
+
+@dataclass(frozen=True)
+class PairSpec:
+    """The fields of a pair file."""
+
+    name: str
+    kind: str
+    target: str | None = None
+    draft: str | None = None
+    dtype: dict[str, str] = field(default_factory=lambda: {"cuda": "bfloat16", "cpu": "float32"})
+    attn_implementation: str = "sdpa"
+    tiny: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.kind not in PAIR_KINDS:
+            raise BenchError(f"pair {self.name}: kind must be one of {', '.join(PAIR_KINDS)}, got {self.kind!r}")
+        if self.kind == "hub" and not (self.target and self.draft):
+            raise BenchError(f"pair {self.name}: a hub pair needs both `target` and `draft` model ids")
+
+    @classmethod
+    def from_file(cls, path: Path | Any) -> PairSpec:
+        data = yaml.safe_load(path.read_text())
+        try:
+            return cls(**data)
+        except TypeError as exc:
+            raise BenchError(f"pair file {path}: {exc}") from None
+
+
+def _registry() -> dict[str, Any]:
+    files = resources.files("bench.registry.pairs")
+    return {f.name[: -len(".yaml")]: f for f in files.iterdir() if f.name.endswith(".yaml")}
+
+
+def pair_names() -> list[str]:
+    return sorted(_registry())
+
+
+def resolve_pair(name_or_path: str) -> PairSpec:
+    """A registry name or a path to a pair YAML file."""
+    registry = _registry()
+    if name_or_path in registry:
+        return PairSpec.from_file(registry[name_or_path])
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml"):
+        if not path.is_file():
+            raise BenchError(f"pair file {path} does not exist")
+        return PairSpec.from_file(path)
+    raise BenchError(
+        f"unknown pair {name_or_path!r}; choose one of {', '.join(pair_names())} or give a pair YAML path"
+    )
+
+
+@dataclass
+class Pair:
+    """Loaded models sharing one tokenizer."""
+
+    spec: PairSpec
+    target: PreTrainedModel
+    draft: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+
+    @property
+    def device(self) -> torch.device:
+        return self.target.device
+
+    @property
+    def hidden_sizes(self) -> tuple[int, int]:
+        """(draft, target) last-layer hidden sizes, the inputs of a DIVERSED head."""
+        return hidden_size(self.draft), hidden_size(self.target)
+
+    @property
+    def eos_token_ids(self) -> list[int]:
+        """EOS ids of the tokenizer and of the target's generation config (chat models have several)."""
+        ids = {self.tokenizer.eos_token_id}
+        configured = self.target.generation_config.eos_token_id
+        ids.update(configured if isinstance(configured, list) else [configured])
+        return sorted(i for i in ids if i is not None)
+
+
+def hidden_size(model: PreTrainedModel) -> int:
+    config = getattr(model.config, "text_config", None) or model.config
+    return int(config.hidden_size)
+
+
+def pick_device(device: str) -> torch.device:
+    """``auto`` is CUDA when present, else CPU. Asking for CUDA without one is an error."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise BenchError(f"device {device!r} asked for, but no CUDA GPU is visible; use --device cpu")
+    return dev
+
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def pick_dtype(spec: PairSpec, device: torch.device, dtype: str | None) -> torch.dtype:
+    name = dtype or spec.dtype.get(device.type, "float32")
+    if name not in DTYPES:
+        raise BenchError(f"dtype must be one of {', '.join(DTYPES)}, got {name!r}")
+    return DTYPES[name]
+
+
+def check_same_tokenizer(a: PreTrainedTokenizerBase, b: PreTrainedTokenizerBase, pair: str) -> None:
+    """Speculative decoding compares token ids: both models must use the same vocabulary."""
+    if a.get_vocab() != b.get_vocab():
+        raise BenchError(f"pair {pair}: target and draft tokenizers have different vocabularies; pick models of one family")
+    for attr in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        if getattr(a, attr) != getattr(b, attr):
+            raise BenchError(
+                f"pair {pair}: target and draft disagree on {attr} "
+                f"({getattr(a, attr)} vs {getattr(b, attr)}); pick models of one family"
+            )
+
+
+def _load_hub_pair(spec: PairSpec, device: torch.device, dtype: torch.dtype) -> Pair:
+    """Load both models from the hub (or the local HF cache). Needs network or a warm cache."""
+    os.environ.setdefault("HF_HUB_ETAG_TIMEOUT", "5")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    def load(model_id: str) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+        try:
+            tok = AutoTokenizer.from_pretrained(model_id)
+            model = AutoModelForCausalLM.from_pretrained(
+                model_id, dtype=dtype, attn_implementation=spec.attn_implementation
+            )
+        except OSError as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise BenchError(
+                f"cannot load {model_id} from the Hugging Face hub or local cache ({first}); "
+                "check network access and `huggingface-cli login`, or run offline with --pair tiny"
+            ) from None
+        return model.to(device).eval(), tok
+
+    target, tok_t = load(spec.target)  # type: ignore[arg-type]
+    draft, tok_d = load(spec.draft)  # type: ignore[arg-type]
+    check_same_tokenizer(tok_t, tok_d, spec.name)
+    vt, vd = target.get_output_embeddings().weight.shape[0], draft.get_output_embeddings().weight.shape[0]
+    if vt != vd:
+        raise BenchError(f"pair {spec.name}: target and draft output {vt} and {vd} logits; they must match")
+    return Pair(spec, target, draft, tok_t)
+
+
+def load_pair(name_or_spec: str | PairSpec, device: str = "auto", dtype: str | None = None) -> Pair:
+    """Resolve and load a pair onto a device, in the pair's dtype unless one is given."""
+    spec = resolve_pair(name_or_spec) if isinstance(name_or_spec, str) else name_or_spec
+    dev = pick_device(device)
+    torch_dtype = pick_dtype(spec, dev, dtype)
+    if spec.kind == "tiny":
+        try:
+            cfg = TinyConfig(**spec.tiny)
+        except TypeError as exc:
+            raise BenchError(f"pair {spec.name}: bad tiny settings ({exc})") from None
+        target, draft, tok = build_tiny_pair(cfg)
+        return Pair(spec, target.to(dev, torch_dtype), draft.to(dev, torch_dtype), tok)
+    return _load_hub_pair(spec, dev, torch_dtype)

@@ -1,0 +1,1 @@
+"""Installed copies of the top-level ``tasks/`` and ``pairs/`` registry folders."""

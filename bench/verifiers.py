@@ -1,0 +1,336 @@
+"""Verifiers: pure functions of tensors that decide which drafted tokens to keep.
+
+Every method of the harness is one small class here. A verifier sees one round (drafted tokens,
+draft distributions ``q``, target distributions ``p``) and returns the accepted mass ``m`` and the
+residual ``r`` per drafted position. The shared ``verify`` function then accepts drafted ``x`` with
+probability ``m(x) / q(x)`` left to right, samples the first rejected position from ``norm(r)`` and
+adds a bonus token from ``p`` when everything was accepted. The emitted token at a position follows
+``m + (1 - sum m) * norm(r)``.
+
+Most methods are mixtures: they name a verification distribution ``pi`` and get
+``m = min(q, pi)``, ``r = max(0, pi - q)``, so the emitted tokens follow ``pi`` exactly and the
+acceptance is ``1 - TV(q, pi)`` (SPEC section 2). Under greedy decoding a drafted token is kept
+while it equals ``argmax pi``.
+
+Everything is batched over a leading dimension B (1 while decoding, 10^5 in the statistical tests).
+No models, tasks or I/O in this module.
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, fields
+from functools import cached_property
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor
+
+from bench.distributions import normalise, sample, tv
+from bench.errors import BenchError
+
+
+@dataclass(frozen=True)
+class Round:
+    """What a verifier may read about one round of N drafted tokens, batched over B.
+
+    ``p`` and ``q`` are processed the same way (temperature, top-k/top-p); under greedy decoding
+    they are the temperature-1 softmax. ``p_logits``/``q_logits`` give the raw scores for rules that
+    read temperature-1 probabilities (SpecCascade's deferral). ``weights`` are per-token target
+    weights from a DIVERSED head, when one runs.
+    """
+
+    draft: Tensor  # [B, N] drafted token ids
+    q: Tensor  # [B, N, V]
+    p: Tensor  # [B, N, V] at the drafted positions (the bonus row is not here)
+    q_logits: Tensor  # [B, N, V]
+    p_logits: Tensor  # [B, N, V]
+    temperature: float
+    weights: Tensor | None = None  # [B, N]
+
+    @cached_property
+    def q1(self) -> Tensor:
+        """Temperature-1 draft probabilities."""
+        return self.q_logits.float().softmax(-1)
+
+    @cached_property
+    def p1(self) -> Tensor:
+        """Temperature-1 target probabilities."""
+        return self.p_logits.float().softmax(-1)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Outcome of one round, batched over B."""
+
+    accepted: Tensor  # [B] number of drafted tokens kept
+    next_token: Tensor  # [B] the token emitted after them (residual sample or bonus)
+    expected_acceptance: Tensor  # [B, N] probability each position is accepted given its context
+    bias: Tensor  # [B, N] TV(emitted distribution, p) per position
+
+
+class Verifier(ABC):
+    """Base class of all verifiers; subclasses are frozen dataclasses of their parameters."""
+
+    name: ClassVar[str]
+    uses_draft: ClassVar[bool] = True
+    needs_hidden: ClassVar[bool] = False
+
+    @abstractmethod
+    def rule(self, r: Round) -> tuple[Tensor, Tensor]:
+        """(accepted mass m, residual r), each [B, N, V]."""
+
+    @abstractmethod
+    def greedy_target(self, r: Round) -> Tensor:
+        """The distribution whose argmax a drafted token must equal under greedy decoding."""
+
+    def params(self) -> dict[str, Any]:
+        """The method's parameters, as logged in every results row."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}  # type: ignore[arg-type]
+
+
+class MixtureVerifier(Verifier):
+    """A verifier defined by its verification distribution pi (SPEC section 2's template)."""
+
+    @abstractmethod
+    def pi(self, r: Round) -> Tensor:
+        """Verification distribution per drafted position, [B, N, V]."""
+
+    def rule(self, r: Round) -> tuple[Tensor, Tensor]:
+        pi = self.pi(r)
+        return torch.minimum(r.q, pi), (pi - r.q).clamp_min(0)
+
+    def greedy_target(self, r: Round) -> Tensor:
+        return self.pi(r)
+
+
+def verify(
+    verifier: Verifier,
+    r: Round,
+    bonus: Tensor,
+    generator: torch.Generator | None = None,
+) -> Verdict:
+    """Run one round of verification. ``bonus`` [B, V] is the target's next distribution p."""
+    batch, n = r.draft.shape
+    if r.temperature == 0:
+        target = verifier.greedy_target(r)
+        choice = target.argmax(-1)
+        ok = r.draft == choice
+        candidates = torch.cat([choice, bonus.argmax(-1, keepdim=True)], dim=1)
+        expected = ok.float()
+        bias = (choice != r.p.argmax(-1)).float()
+    else:
+        mass, residual = verifier.rule(r)
+        draft_q = r.q.gather(-1, r.draft.unsqueeze(-1)).squeeze(-1)
+        draft_m = mass.gather(-1, r.draft.unsqueeze(-1)).squeeze(-1)
+        accept_prob = (draft_m / draft_q).clamp(max=1)
+        u = torch.rand(batch, n, generator=generator, device=r.draft.device)
+        ok = u < accept_prob
+        expected = mass.sum(-1)
+        emitted = mass + (1 - expected).unsqueeze(-1) * normalise(residual, r.p)
+        bias = tv(emitted, r.p)
+        candidates = None
+    accepted = ok.long().cumprod(-1).sum(-1) if n else torch.zeros(batch, dtype=torch.long, device=r.draft.device)
+    if candidates is None:
+        rows = torch.cat([normalise(residual, r.p), bonus.unsqueeze(1)], dim=1)
+        picked = rows[torch.arange(batch, device=rows.device), accepted]
+        next_token = sample(picked, generator)
+    else:
+        next_token = candidates.gather(1, accepted.unsqueeze(1)).squeeze(1)
+    return Verdict(accepted, next_token, expected, bias)
+
+
+# ---------------------------------------------------------------------------------------------
+# The six methods
+
+
+def _check_unit(method: str, param: str, value: float, *, closed_low: bool = False) -> None:
+    lo_ok = value >= 0 if closed_low else value > 0
+    if not (lo_ok and value <= 1):
+        interval = "[0, 1]" if closed_low else "(0, 1]"
+        raise BenchError(f"{method}: {param} must be in {interval}, got {value}")
+
+
+def mixture(p: Tensor, q: Tensor, w: Tensor | float, mix: str, temperature: float) -> Tensor:
+    """Ensemble of target and draft with target weight ``w`` (a float or [B, N]).
+
+    ``prob`` is the paper's rule ``w*p + (1-w)*q``. ``logit`` reproduces the authors' experiment
+    code, which mixed log-scores and applied the temperature to the draft part twice:
+    ``softmax(w*log p + (1-w)*log q / T)``.
+    """
+    if isinstance(w, Tensor):
+        w = w.unsqueeze(-1)
+    elif w == 1:
+        return p
+    if mix == "prob":
+        return w * p + (1 - w) * q
+    t = temperature if temperature > 0 else 1.0
+    tiny = torch.finfo(p.dtype).tiny
+    return (w * p.clamp_min(tiny).log() + (1 - w) * q.clamp_min(tiny).log() / t).softmax(-1)
+
+
+MIX_MODES = ("prob", "logit")
+
+
+def _check_mix(method: str, mix: str) -> None:
+    if mix not in MIX_MODES:
+        raise BenchError(f"{method}: mix must be one of {', '.join(MIX_MODES)}, got {mix!r}")
+
+
+@dataclass(frozen=True)
+class Autoregressive(MixtureVerifier):
+    """The target alone: every round drafts nothing and emits one token from p."""
+
+    name: ClassVar[str] = "ar"
+    uses_draft: ClassVar[bool] = False
+
+    def pi(self, r: Round) -> Tensor:
+        return r.p
+
+
+@dataclass(frozen=True)
+class SpeculativeDecoding(MixtureVerifier):
+    """Lossless speculative decoding (Leviathan et al. 2023): pi = p."""
+
+    name: ClassVar[str] = "sd"
+
+    def pi(self, r: Round) -> Tensor:
+        return r.p
+
+
+@dataclass(frozen=True)
+class LossySD(Verifier):
+    """Leviathan's lenience: accept with min(1, p / (l q)), residual norm(max(0, p - q))."""
+
+    name: ClassVar[str] = "lossy"
+    lenience: float = 0.5
+
+    def __post_init__(self) -> None:
+        _check_unit("lossy", "lenience", self.lenience)
+
+    def rule(self, r: Round) -> tuple[Tensor, Tensor]:
+        return torch.minimum(r.q, r.p / self.lenience), (r.p - r.q).clamp_min(0)
+
+    def greedy_target(self, r: Round) -> Tensor:
+        return r.p
+
+
+CASCADE_RULES = ("chow", "diff", "opt", "token")
+
+
+@dataclass(frozen=True)
+class SpecCascade(MixtureVerifier):
+    """SpecCascade (Narasimhan et al., ICLR 2025): keep the draft's distribution or defer to p.
+
+    Deferral reads temperature-1 probabilities; the mixture uses the processed ones.
+    """
+
+    name: ClassVar[str] = "cascade"
+    cascade_rule: str = "opt"
+    cascade_alpha: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.cascade_rule not in CASCADE_RULES:
+            raise BenchError(
+                f"cascade: cascade_rule must be one of {', '.join(CASCADE_RULES)}, got {self.cascade_rule!r}"
+            )
+        _check_unit("cascade", "cascade_alpha", self.cascade_alpha, closed_low=True)
+
+    def keep_draft(self, p1: Tensor, q1: Tensor) -> Tensor:
+        """[B, N] bool: True where the deferral rule keeps the draft (chow, diff, opt)."""
+        max_q, max_p = q1.max(-1).values, p1.max(-1).values
+        if self.cascade_rule == "chow":
+            return max_q >= 1 - self.cascade_alpha
+        if self.cascade_rule == "diff":
+            return max_q >= max_p - self.cascade_alpha
+        return max_q >= max_p - self.cascade_alpha * tv(p1, q1)
+
+    def token_accept_set(self, p1: Tensor) -> Tensor:
+        """[B, N, V] bool: the token rule's set A = {v : p(v) >= (1 - alpha) max p}."""
+        return p1 >= (1 - self.cascade_alpha) * p1.max(-1, keepdim=True).values
+
+    def pi(self, r: Round) -> Tensor:
+        if self.cascade_rule == "token":
+            a = self.token_accept_set(r.p1)
+            kept = r.q * a
+            return kept + (1 - kept.sum(-1, keepdim=True)) * r.p
+        return torch.where(self.keep_draft(r.p1, r.q1).unsqueeze(-1), r.q, r.p)
+
+
+@dataclass(frozen=True)
+class StaticEnsemble(MixtureVerifier):
+    """Static ensemble: pi = w p + (1 - w) q. Acceptance 1 - w TV(p, q), bias (1 - w) TV(p, q)."""
+
+    name: ClassVar[str] = "ensemble"
+    target_weight: float = 0.7
+    mix: str = "prob"
+
+    def __post_init__(self) -> None:
+        _check_unit("ensemble", "target_weight", self.target_weight)
+        _check_mix("ensemble", self.mix)
+
+    def pi(self, r: Round) -> Tensor:
+        return mixture(r.p, r.q, self.target_weight, self.mix, r.temperature)
+
+
+@dataclass(frozen=True)
+class Diversed(MixtureVerifier):
+    """DIVERSED: pi = w_t p + (1 - w_t) q with a per-token weight w_t from a trained head."""
+
+    name: ClassVar[str] = "diversed"
+    needs_hidden: ClassVar[bool] = True
+    mix: str = "prob"
+
+    def __post_init__(self) -> None:
+        _check_mix("diversed", self.mix)
+
+    def pi(self, r: Round) -> Tensor:
+        if r.weights is None:
+            raise BenchError("diversed: no per-token weights; pass a weight head (--head PATH)")
+        return mixture(r.p, r.q, r.weights, self.mix, r.temperature)
+
+
+# ---------------------------------------------------------------------------------------------
+# Registry
+
+VERIFIERS: dict[str, type[Verifier]] = {}
+
+
+def register(cls: type[Verifier]) -> type[Verifier]:
+    """Make a verifier class available by its ``name`` (usable as a class decorator)."""
+    VERIFIERS[cls.name] = cls
+    return cls
+
+
+for _cls in (Autoregressive, SpeculativeDecoding, LossySD, SpecCascade, StaticEnsemble, Diversed):
+    register(_cls)
+
+
+def verifier_class(name: str) -> type[Verifier]:
+    """Look a method up by registry name or by a ``module:attr`` path to a Verifier subclass."""
+    if ":" in name:
+        module_name, _, attr = name.partition(":")
+        try:
+            cls = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as exc:
+            raise BenchError(f"cannot import verifier {name!r} ({exc}); check module:attr") from None
+        if not (isinstance(cls, type) and issubclass(cls, Verifier)):
+            raise BenchError(f"{name!r} is not a subclass of bench.verifiers.Verifier")
+        return cls
+    if name not in VERIFIERS:
+        raise BenchError(
+            f"unknown method {name!r}; choose one of {', '.join(VERIFIERS)} or give module:Class"
+        )
+    return VERIFIERS[name]
+
+
+def make_verifier(name: str, **params: Any) -> Verifier:
+    """Build a verifier; unknown parameters are refused, not ignored."""
+    cls = verifier_class(name)
+    known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    unknown = set(params) - known
+    if unknown:
+        allowed = ", ".join(sorted(known)) or "none"
+        raise BenchError(f"{cls.name}: unknown parameter(s) {sorted(unknown)}; allowed: {allowed}")
+    return cls(**params)

@@ -1,0 +1,1 @@
+"""Model-pair registry: one YAML file per draft/target pair (installed as ``bench.registry.pairs``)."""

@@ -1,0 +1,1 @@
+"""Task registry: one declarative YAML file per task (installed as ``bench.registry.tasks``)."""

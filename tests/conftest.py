@@ -1,0 +1,27 @@
+"""Shared fixtures. The hub is never reachable in tests: fail fast instead of hanging."""
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def tiny_pair():
+    from bench.pairs import load_pair
+
+    return load_pair("tiny", device="cpu")
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """The real dataset slices beside the checkout; tests using them skip when absent."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip("../shared/data is not present")
+    return SHARED_DATA

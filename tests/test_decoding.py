@@ -1,0 +1,154 @@
+"""The decoding loop on the tiny pair: token-for-token equivalences and counters."""
+
+import pytest
+import torch
+
+from bench.decoding import SpeculativeDecoder
+from bench.distributions import Sampling
+from bench.errors import BenchError
+from bench.head import WeightHead
+from bench.pairs import load_pair, resolve_pair
+from bench.verifiers import make_verifier
+
+GREEDY = Sampling(temperature=0.0)
+
+
+def prompts(tokenizer, count=20):
+    g = torch.Generator().manual_seed(123)
+    low = len(tokenizer.all_special_ids)
+    out = []
+    for i in range(count):
+        length = int(torch.randint(3, 40, (1,), generator=g))
+        out.append([tokenizer.bos_token_id] + torch.randint(low, len(tokenizer), (length,), generator=g).tolist())
+    return out
+
+
+def decoder(pair, method, draft_len=5, sampling=GREEDY, eos=True, **params):
+    return SpeculativeDecoder(
+        pair.target,
+        pair.draft,
+        make_verifier(method, **params),
+        draft_len=draft_len,
+        sampling=sampling,
+        eos_token_ids=pair.eos_token_ids if eos else (),
+        head=WeightHead(*pair.hidden_sizes) if method == "diversed" else None,
+    )
+
+
+def test_greedy_sd_equals_ar_token_for_token(tiny_pair):
+    ar = decoder(tiny_pair, "ar", eos=False)
+    refs = [ar.generate(p, 64).token_ids for p in prompts(tiny_pair.tokenizer)]
+    assert all(len(r) == 64 for r in refs)
+    for n in (1, 3, 5, 8):
+        sd = decoder(tiny_pair, "sd", draft_len=n, eos=False)
+        rates = []
+        for prompt, ref in zip(prompts(tiny_pair.tokenizer), refs):
+            gen = sd.generate(prompt, 64)
+            assert gen.token_ids == ref, f"draft length {n} diverged from ar"
+            rates.append(gen.stats.acceptance_rate)
+        assert 0 < sum(rates) / len(rates) < 1  # the draft is neither perfect nor useless
+
+
+def test_lossy_is_sd_under_greedy(tiny_pair):
+    for prompt in prompts(tiny_pair.tokenizer, 5):
+        a = decoder(tiny_pair, "sd").generate(prompt, 48)
+        b = decoder(tiny_pair, "lossy", lenience=0.3).generate(prompt, 48)
+        assert a.token_ids == b.token_ids
+
+
+def test_ensemble_weight_one_reproduces_sd_under_sampling(tiny_pair):
+    hot = Sampling(temperature=1.0)
+    for seed, prompt in enumerate(prompts(tiny_pair.tokenizer, 6)):
+        sd = decoder(tiny_pair, "sd", sampling=hot).generate(prompt, 64, seed=seed)
+        ens = decoder(tiny_pair, "ensemble", sampling=hot, target_weight=1.0).generate(prompt, 64, seed=seed)
+        assert ens.token_ids == sd.token_ids
+        for name in ("rounds", "drafted_tokens", "accepted_tokens", "new_tokens", "accepted_per_position",
+                     "reached_per_position", "expected_acceptance_sum", "bias_sum"):
+            assert getattr(ens.stats, name) == getattr(sd.stats, name), name
+
+
+@pytest.fixture
+def assistant_settings(tiny_pair):
+    """transformers reads the draft length and schedule from the ASSISTANT's generation config."""
+    config = tiny_pair.draft.generation_config
+    saved = config.to_dict()
+    yield config
+    for key in ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold"):
+        setattr(config, key, saved.get(key))
+
+
+def test_greedy_ensemble_matches_transformers_assisted_generation(tiny_pair, assistant_settings):
+    n = 4
+    assistant_settings.num_assistant_tokens = n
+    assistant_settings.num_assistant_tokens_schedule = "constant"
+    assistant_settings.assistant_confidence_threshold = 0.0
+    ours = decoder(tiny_pair, "ensemble", draft_len=n, target_weight=0.7)
+    lower = decoder(tiny_pair, "sd", draft_len=n)
+    differs = 0
+    for prompt in prompts(tiny_pair.tokenizer, 12):
+        ids = torch.tensor([prompt])
+        theirs = tiny_pair.target.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            assistant_model=tiny_pair.draft,
+            do_sample=False,
+            max_new_tokens=48,
+            assistant_ensemble_weight=0.7,
+            eos_token_id=tiny_pair.eos_token_ids,
+            pad_token_id=tiny_pair.tokenizer.pad_token_id,
+        )[0, len(prompt) :].tolist()
+        got = ours.generate(prompt, 48).token_ids
+        assert got == theirs
+        differs += got != lower.generate(prompt, 48).token_ids
+    assert differs > 0, "w = 0.7 never changed the output: the comparison shows nothing"
+
+
+def test_budget_is_never_overshot_and_counters_add_up(tiny_pair):
+    hot = Sampling(temperature=1.0)
+    for budget in (1, 2, 7, 33):
+        gen = decoder(tiny_pair, "ensemble", draft_len=5, sampling=hot, eos=False).generate(
+            prompts(tiny_pair.tokenizer, 1)[0], budget, seed=budget
+        )
+        s = gen.stats
+        assert len(gen.token_ids) == s.new_tokens == budget
+        assert s.new_tokens == s.accepted_tokens + s.rounds  # each round: accepted + one more
+        assert s.drafted_tokens == sum(s.drafted_per_position)
+        assert s.accepted_tokens == sum(s.accepted_per_position)
+        assert s.target_forwards == s.rounds + 1  # + prefill
+        assert s.draft_forwards == s.drafted_tokens + 1
+
+
+def test_eos_ends_generation(tiny_pair):
+    eos = tiny_pair.tokenizer.eos_token_id
+    ar = decoder(tiny_pair, "ar", sampling=Sampling(1.0))
+    for seed in range(60):
+        gen = ar.generate([tiny_pair.tokenizer.bos_token_id], 128, seed=seed)
+        if eos in gen.token_ids:
+            assert gen.token_ids[-1] == eos and gen.token_ids.count(eos) == 1
+            assert gen.stats.new_tokens < 128
+            return
+    pytest.fail("no sample ended with EOS in 60 tries; the test shows nothing")
+
+
+def test_diversed_runs_with_a_fresh_head_as_the_half_ensemble(tiny_pair):
+    hot = Sampling(temperature=1.0)
+    prompt = prompts(tiny_pair.tokenizer, 1)[0]
+    div = decoder(tiny_pair, "diversed", sampling=hot).generate(prompt, 64, seed=3)
+    ens = decoder(tiny_pair, "ensemble", sampling=hot, target_weight=0.5).generate(prompt, 64, seed=3)
+    assert div.token_ids == ens.token_ids
+    assert div.stats.weights and set(div.stats.weights) == {0.5}
+
+
+def test_diversed_without_a_head_is_refused(tiny_pair):
+    with pytest.raises(BenchError, match="--head"):
+        SpeculativeDecoder(tiny_pair.target, tiny_pair.draft, make_verifier("diversed"))
+
+
+@pytest.mark.parametrize("damping,low,high", [(0.05, 0.85, 1.0), (0.2, 0.4, 0.7), (0.4, 0.2, 0.4)])
+def test_tiny_pair_acceptance_is_tunable(damping, low, high):
+    spec = resolve_pair("tiny")
+    pair = load_pair(type(spec)(**{**spec.__dict__, "tiny": {**spec.tiny, "damping": damping}}), device="cpu")
+    sd = decoder(pair, "sd", sampling=Sampling(1.0), eos=False)
+    stats = [sd.generate(p, 48, seed=i).stats for i, p in enumerate(prompts(pair.tokenizer, 6))]
+    rate = sum(s.accepted_tokens for s in stats) / sum(s.drafted_tokens for s in stats)
+    assert low <= rate <= high, rate

@@ -1,0 +1,243 @@
+"""Verifiers checked without a model: statistics of the sampler, greedy rules, bad arguments."""
+
+import math
+
+import pytest
+import torch
+from scipy import stats
+
+from bench.distributions import normalise, tv
+from bench.errors import BenchError
+from bench.verifiers import (
+    LossySD,
+    Round,
+    SpecCascade,
+    make_verifier,
+    mixture,
+    verifier_class,
+    verify,
+)
+
+DRAWS = 200_000
+P = torch.tensor([0.40, 0.25, 0.15, 0.10, 0.06, 0.04])
+Q = torch.tensor([0.10, 0.35, 0.05, 0.30, 0.15, 0.05])
+BONUS = torch.tensor([0.05, 0.05, 0.30, 0.30, 0.20, 0.10])
+
+
+def batched_round(p, q, *, weights=None, temperature=1.0, seed=0):
+    """DRAWS independent one-token rounds, the drafted token sampled from q."""
+    g = torch.Generator().manual_seed(seed)
+    draft = torch.multinomial(q, DRAWS, replacement=True, generator=g).view(DRAWS, 1)
+    expand = lambda d: d.view(1, 1, -1).expand(DRAWS, 1, -1)  # noqa: E731
+    w = None if weights is None else torch.full((DRAWS, 1), weights)
+    return (
+        Round(draft, expand(q), expand(p), expand(q.log()), expand(p.log()), temperature, w),
+        g,
+    )
+
+
+def first_token(verdict, r):
+    return torch.where(verdict.accepted >= 1, r.draft[:, 0], verdict.next_token)
+
+
+def emitted_law(verifier, r):
+    """The distribution the emitted token should follow: pi for mixtures, derived for lossy."""
+    mass, residual = verifier.rule(r)
+    mass, residual = mass[0, 0], residual[0, 0]
+    return mass + (1 - mass.sum()) * normalise(residual, r.p[0, 0])
+
+
+SAMPLING_CASES = [
+    ("sd", {}, None),
+    ("lossy", {"lenience": 0.5}, None),
+    ("lossy", {"lenience": 0.9}, None),
+    ("cascade", {"cascade_rule": "chow", "cascade_alpha": 0.7}, None),
+    ("cascade", {"cascade_rule": "diff", "cascade_alpha": 0.1}, None),
+    ("cascade", {"cascade_rule": "opt", "cascade_alpha": 0.5}, None),
+    ("cascade", {"cascade_rule": "token", "cascade_alpha": 0.5}, None),
+    ("ensemble", {"target_weight": 0.7}, None),
+    ("ensemble", {"target_weight": 0.3, "mix": "logit"}, None),
+    ("diversed", {}, 0.4),
+    ("example_verifier:ConfidenceEnsemble", {}, None),
+]
+
+
+@pytest.mark.parametrize("method,params,weight", SAMPLING_CASES)
+def test_emitted_token_follows_the_verification_law(method, params, weight):
+    verifier = make_verifier(method, **params)
+    r, g = batched_round(P, Q, weights=weight)
+    verdict = verify(verifier, r, BONUS.expand(DRAWS, -1), g)
+    law = emitted_law(verifier, r)
+    if hasattr(verifier, "pi"):  # a mixture: the law is pi itself
+        torch.testing.assert_close(law, verifier.pi(r)[0, 0], atol=1e-6, rtol=0)
+    counts = torch.bincount(first_token(verdict, r), minlength=len(P)).double()
+    expected = law.double() * DRAWS
+    keep = expected > 0
+    assert counts[~keep].sum() == 0, "emitted a token the law gives probability 0"
+    chi2 = stats.chisquare(counts[keep].numpy(), expected[keep].numpy() * counts.sum().item() / expected.sum().item())
+    assert chi2.pvalue > 1e-3, f"{method}: emitted tokens do not follow pi (p = {chi2.pvalue:.2e})"
+
+    measured = verdict.accepted.double().mean().item()
+    predicted = verdict.expected_acceptance[0, 0].item()
+    sigma = math.sqrt(max(predicted * (1 - predicted), 1e-12) / DRAWS)
+    assert abs(measured - predicted) < 5 * sigma + 1e-9, (method, measured, predicted)
+
+
+def test_lossy_acceptance_matches_leviathans_formula():
+    for lenience in (0.3, 0.5, 1.0):
+        r, g = batched_round(P, Q)
+        verdict = verify(LossySD(lenience), r, BONUS.expand(DRAWS, -1), g)
+        formula = (Q * torch.clamp(P / (lenience * Q), max=1)).sum().item()
+        assert verdict.expected_acceptance[0, 0].item() == pytest.approx(formula, abs=1e-6)
+        sigma = math.sqrt(formula * (1 - formula) / DRAWS)
+        assert abs(verdict.accepted.double().mean().item() - formula) <= 5 * sigma
+
+
+@pytest.mark.parametrize("w", [0.3, 0.5, 0.7, 0.9, 1.0])
+def test_static_ensemble_sits_on_the_pareto_line(w):
+    r, g = batched_round(P, Q)
+    verdict = verify(make_verifier("ensemble", target_weight=w), r, BONUS.expand(DRAWS, -1), g)
+    d = tv(P, Q).item()
+    assert verdict.expected_acceptance[0, 0].item() == pytest.approx(1 - w * d, abs=1e-6)
+    assert verdict.bias[0, 0].item() == pytest.approx((1 - w) * d, abs=1e-6)
+    measured_acc = verdict.accepted.double().mean().item()
+    assert abs(measured_acc - (1 - w * d)) < 5 * math.sqrt(0.25 / DRAWS)
+    emitted = torch.bincount(first_token(verdict, r), minlength=len(P)).double() / DRAWS
+    assert tv(emitted, P.double()).item() == pytest.approx((1 - w) * d, abs=0.01)
+    # rejection rate + bias = TV(p, q): the paper's Pareto line
+    assert (1 - measured_acc) + tv(emitted, P.double()).item() == pytest.approx(d, abs=0.01)
+
+
+def test_bonus_token_follows_p_when_everything_is_accepted():
+    r, g = batched_round(Q, Q)  # pi = p = q: every draft accepted
+    verdict = verify(make_verifier("sd"), r, BONUS.expand(DRAWS, -1), g)
+    assert bool((verdict.accepted == 1).all())
+    counts = torch.bincount(verdict.next_token, minlength=len(P)).numpy()
+    expected = BONUS.double().numpy() / BONUS.double().sum().item() * DRAWS
+    assert stats.chisquare(counts, expected).pvalue > 1e-3
+
+
+def test_multi_token_round_stops_at_the_first_rejection():
+    g = torch.Generator().manual_seed(1)
+    n, v = 4, len(P)
+    p = torch.stack([P, Q, P, Q]).unsqueeze(0).expand(DRAWS, n, v)
+    q = torch.stack([Q, Q, Q, P]).unsqueeze(0).expand(DRAWS, n, v)
+    draft = torch.multinomial(q.reshape(-1, v), 1, generator=g).view(DRAWS, n)
+    r = Round(draft, q, p, q.log(), p.log(), 1.0)
+    verdict = verify(make_verifier("sd"), r, BONUS.expand(DRAWS, -1), g)
+    alpha = 1 - tv(p[0], q[0])  # per-position acceptance, independent of context here
+    for k in range(n + 1):
+        want = math.prod(alpha[:k].tolist()) * (1 - alpha[k].item() if k < n else 1)
+        got = (verdict.accepted == k).double().mean().item()
+        assert got == pytest.approx(want, abs=5 * math.sqrt(0.25 / DRAWS)), k
+
+
+def greedy_round(p, q, draft):
+    one = lambda d: d.view(1, 1, -1)  # noqa: E731
+    return Round(torch.tensor([[draft]]), one(q), one(p), one(q.log()), one(p.log()), 0.0)
+
+
+def test_greedy_rules():
+    # argmax p = 0, argmax q = 1; the 0.3-ensemble's argmax is 1 (0.3*0.25 + 0.7*0.35 > 0.3*0.4+0.7*0.1)
+    bonus = BONUS.view(1, -1)
+    assert verify(make_verifier("sd"), greedy_round(P, Q, 1), bonus).accepted.item() == 0
+    assert verify(make_verifier("sd"), greedy_round(P, Q, 1), bonus).next_token.item() == 0
+    assert verify(make_verifier("lossy", lenience=0.1), greedy_round(P, Q, 1), bonus).accepted.item() == 0
+    ens = verify(make_verifier("ensemble", target_weight=0.3), greedy_round(P, Q, 1), bonus)
+    assert (ens.accepted.item(), ens.next_token.item()) == (1, int(bonus.argmax()))
+    ens = verify(make_verifier("ensemble", target_weight=0.9), greedy_round(P, Q, 1), bonus)
+    assert (ens.accepted.item(), ens.next_token.item()) == (0, 0)
+
+
+# --- SpecCascade deferral rules on hand-made distributions -----------------------------------
+
+CONFIDENT = torch.tensor([0.90, 0.05, 0.05])
+UNSURE = torch.tensor([0.40, 0.35, 0.25])
+
+
+@pytest.mark.parametrize(
+    "rule,alpha,p,q,keeps",
+    [
+        ("chow", 0.2, UNSURE, CONFIDENT, True),  # max q 0.9 >= 0.8
+        ("chow", 0.2, CONFIDENT, UNSURE, False),  # max q 0.4 < 0.8
+        ("diff", 0.1, UNSURE, CONFIDENT, True),  # 0.9 >= 0.4 - 0.1
+        ("diff", 0.1, CONFIDENT, UNSURE, False),  # 0.4 < 0.9 - 0.1
+        ("diff", 0.6, CONFIDENT, UNSURE, True),  # 0.4 >= 0.9 - 0.6
+        ("opt", 0.5, CONFIDENT, UNSURE, False),  # TV = 0.5: 0.4 < 0.9 - 0.25
+        ("opt", 1.0, CONFIDENT, UNSURE, True),  # 0.4 >= 0.9 - 0.5
+        ("opt", 0.0, UNSURE, UNSURE, True),  # identical models always keep
+    ],
+)
+def test_cascade_deferral_rules(rule, alpha, p, q, keeps):
+    cascade = SpecCascade(cascade_rule=rule, cascade_alpha=alpha)
+    assert bool(cascade.keep_draft(p.view(1, 1, -1), q.view(1, 1, -1))) is keeps
+    r = greedy_round(p, q, 0)
+    torch.testing.assert_close(cascade.pi(r)[0, 0], q if keeps else p)
+
+
+def test_cascade_token_rule():
+    p = torch.tensor([0.50, 0.30, 0.15, 0.05])
+    q = torch.tensor([0.10, 0.20, 0.30, 0.40])
+    cascade = SpecCascade(cascade_rule="token", cascade_alpha=0.5)  # A = {v : p(v) >= 0.25} = {0, 1}
+    assert cascade.token_accept_set(p).tolist() == [True, True, False, False]
+    pi = cascade.pi(greedy_round(p, q, 0))[0, 0]
+    torch.testing.assert_close(pi, torch.tensor([0.1, 0.2, 0, 0]) + 0.7 * p)
+    assert pi.sum().item() == pytest.approx(1.0)
+
+
+def test_cascade_deferral_reads_temperature_one_probabilities():
+    # Processed at T = 0.5 the draft looks confident; at T = 1 it is not, so chow must defer.
+    q1, p1 = torch.tensor([0.6, 0.4]), torch.tensor([0.5, 0.5])
+    q_t = (q1.log() / 0.5).softmax(-1)
+    one = lambda d: d.view(1, 1, -1)  # noqa: E731
+    r = Round(torch.tensor([[0]]), one(q_t), one(p1), one(q1.log()), one(p1.log()), 0.5)
+    cascade = SpecCascade(cascade_rule="chow", cascade_alpha=0.35)  # keep iff max q >= 0.65
+    assert q_t.max() > 0.65
+    torch.testing.assert_close(cascade.pi(r)[0, 0], p1)
+
+
+# --- Mixtures --------------------------------------------------------------------------------
+
+
+def test_logit_mix_is_the_authors_formula():
+    t = 0.7
+    lp, lq = torch.randn(10), torch.randn(10)
+    p, q = (lp / t).softmax(-1), (lq / t).softmax(-1)
+    w = 0.6
+    authors = (w * lp / t + (1 - w) * lq / t**2).softmax(-1)  # m = w*z_p + (1-w)*(z_q/T), z = l/T
+    torch.testing.assert_close(mixture(p, q, w, "logit", t), authors)
+
+
+def test_ensemble_weight_one_is_sd():
+    r = greedy_round(P, Q, 1)
+    assert torch.equal(make_verifier("ensemble", target_weight=1.0).pi(r), r.p)
+
+
+# --- Bad arguments: one clear error naming the allowed values ---------------------------------
+
+
+@pytest.mark.parametrize(
+    "method,params,needle",
+    [
+        ("ensemble", {"target_weight": 0.0}, "(0, 1]"),
+        ("ensemble", {"target_weight": 1.5}, "(0, 1]"),
+        ("ensemble", {"mix": "geometric"}, "prob, logit"),
+        ("lossy", {"lenience": 0.0}, "(0, 1]"),
+        ("lossy", {"lenience": 2.0}, "(0, 1]"),
+        ("cascade", {"cascade_rule": "vote"}, "chow, diff, opt, token"),
+        ("cascade", {"cascade_alpha": -0.1}, "[0, 1]"),
+        ("medusa", {}, "ar, sd, lossy, cascade, ensemble, diversed"),
+        ("sd", {"target_weight": 0.5}, "unknown parameter"),
+        ("no_such_module:Thing", {}, "module:attr"),
+    ],
+)
+def test_bad_arguments_raise_one_clear_error(method, params, needle):
+    with pytest.raises(BenchError) as err:
+        make_verifier(method, **params)
+    assert needle in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_plugin_verifier_by_path():
+    cls = verifier_class("example_verifier:ConfidenceEnsemble")
+    assert cls.name == "confidence"
