@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
+from typing import Optional
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -62,6 +64,26 @@ def generate(
         f"\n[{method}] {s.new_tokens} tokens in {s.rounds} rounds, acceptance_rate "
         f"{s.acceptance_rate:.3f}, acceptance_length {s.acceptance_length:.2f}, {s.wall_time_s:.3f} s"
     )
+
+
+@app.command()
+def score(
+    task: str = typer.Option(..., help="Task name or task YAML path."),
+    predictions: Path = typer.Option(..., exists=False, help='JSONL: {"example_id": ..., "completion": ...} per line.'),
+    data: str = typer.Option("hub", help="hub, fixture, or a local jsonl/parquet file or folder."),
+    split: Optional[str] = typer.Option(None, help="Dataset split (default: the task file's)."),
+    output: Optional[Path] = typer.Option(None, help="Per-example scores (default: PREDICTIONS.scores.jsonl)."),
+) -> None:
+    """Score completions made elsewhere with the task's metrics.
+
+    Example: diversed-bench score --task gsm8k --data fixture --predictions preds.jsonl
+    """
+    from bench.scoring import score_predictions
+
+    out = output or predictions.with_suffix(".scores.jsonl")
+    summary = score_predictions(task, data, predictions, out, split=split)
+    typer.echo(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in summary.items()))
+    typer.echo(f"per-example scores: {out}")
 
 
 def main() -> None:

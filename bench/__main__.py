@@ -1,0 +1,5 @@
+"""``python -m bench`` is the ``diversed-bench`` command."""
+
+from bench.cli import main
+
+main()

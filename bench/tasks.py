@@ -1,0 +1,156 @@
+"""Tasks: a declarative YAML file per task (``tasks/``) and the small interpreter of those files.
+
+Adding a task is one YAML file, plus a metric function in ``bench/metrics.py`` when none of the
+existing ones fits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from bench.data import has_fixture, load_rows
+from bench.errors import BenchError
+from bench.metrics import get_metric
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """The fields of a task file."""
+
+    name: str
+    dataset: dict[str, Any]
+    query: str
+    metric: str
+    quality: str
+    id_field: str | None = None
+    num_fewshot: int = 0
+    fewshot_seed: int = 1234
+    instruction: str = ""
+    exemplar: str = ""
+    separator: str = "\n\n"
+    stop: list[str] = field(default_factory=list)
+    max_new_tokens: int = 128
+    reference_field: str | None = None
+
+    @classmethod
+    def from_file(cls, path: Path | Any) -> TaskSpec:
+        data = yaml.safe_load(path.read_text())
+        try:
+            spec = cls(**data)
+        except TypeError as exc:
+            raise BenchError(f"task file {path}: {exc}") from None
+        get_metric(spec.metric)
+        return spec
+
+
+@dataclass(frozen=True)
+class Example:
+    """One evaluation example: its stable id, its dataset row and the rendered prompt."""
+
+    example_id: str
+    doc: dict[str, Any]
+    prompt: str
+
+
+def _registry() -> dict[str, Any]:
+    files = resources.files("bench.registry.tasks")
+    return {f.name[: -len(".yaml")]: f for f in files.iterdir() if f.name.endswith(".yaml")}
+
+
+def task_names() -> list[str]:
+    return sorted(_registry())
+
+
+def resolve_task(name_or_path: str) -> TaskSpec:
+    registry = _registry()
+    if name_or_path in registry:
+        return TaskSpec.from_file(registry[name_or_path])
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") and path.is_file():
+        return TaskSpec.from_file(path)
+    raise BenchError(f"unknown task {name_or_path!r}; choose one of {', '.join(task_names())} or give a task YAML path")
+
+
+def _fields(doc: dict[str, Any]) -> dict[str, Any]:
+    """Template fields: lists (test asserts) are written one per line."""
+    return {k: "\n".join(map(str, v)) if isinstance(v, (list, tuple)) else v for k, v in doc.items()}
+
+
+def select(n_rows: int, limit: int | None, seed: int) -> list[int]:
+    """The first ``limit`` rows of a seeded permutation: the same subset on any number of processes."""
+    order = np.random.default_rng(seed).permutation(n_rows)
+    return [int(i) for i in (order if limit is None else order[:limit])]
+
+
+class Task:
+    """A task file bound to a data source."""
+
+    def __init__(self, spec: TaskSpec, data: str, num_fewshot: int | None = None, split: str | None = None) -> None:
+        if num_fewshot is not None and num_fewshot < 0:
+            raise BenchError(f"--num-fewshot must be >= 0, got {num_fewshot}")
+        dataset = dict(spec.dataset, split=split) if split else spec.dataset
+        self.spec = replace(spec, dataset=dataset, num_fewshot=spec.num_fewshot if num_fewshot is None else num_fewshot)
+        self.data = data
+        self.metric = get_metric(spec.metric)
+        self._rows: list[dict[str, Any]] | None = None
+        self._fewshot: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def rows(self) -> list[dict[str, Any]]:
+        if self._rows is None:
+            self._rows = load_rows(self.name, self.spec.dataset, self.data, self.spec.dataset["split"])
+        return self._rows
+
+    def example_id(self, index: int, doc: dict[str, Any]) -> str:
+        """The dataset's own id where it has one, else the row index in its split."""
+        return str(doc[self.spec.id_field]) if self.spec.id_field else str(index)
+
+    def fewshot_block(self) -> str:
+        """Instruction and exemplars, drawn from the few-shot split by a fixed seed."""
+        if self._fewshot is None:
+            parts = [self.spec.instruction] if self.spec.instruction else []
+            k = self.spec.num_fewshot
+            if k:
+                pool = load_rows(self.name, self.spec.dataset, self.data, self.spec.dataset["fewshot_split"])
+                if len(pool) < k:
+                    raise BenchError(f"task {self.name}: {k} exemplars asked for, the few-shot split has {len(pool)}")
+                parts += [self.spec.exemplar.format(**_fields(pool[i])) for i in select(len(pool), k, self.spec.fewshot_seed)]
+            self._fewshot = self.spec.separator.join(parts)
+        return self._fewshot
+
+    def render(self, doc: dict[str, Any]) -> str:
+        query = self.spec.query.format(**_fields(doc))
+        prefix = self.fewshot_block()
+        return prefix + self.spec.separator + query if prefix else query
+
+    def examples(self, limit: int | None = None, seed: int = 0) -> list[Example]:
+        rows = self.rows()
+        return [Example(self.example_id(i, rows[i]), rows[i], self.render(rows[i])) for i in select(len(rows), limit, seed)]
+
+    def examples_by_id(self) -> dict[str, dict[str, Any]]:
+        return {self.example_id(i, doc): doc for i, doc in enumerate(self.rows())}
+
+    def cut(self, completion: str) -> str:
+        """The completion up to the earliest stop string."""
+        ends = [i for i in (completion.find(s) for s in self.spec.stop) if i >= 0]
+        return completion[: min(ends)] if ends else completion
+
+    def score(self, doc: dict[str, Any], completion: str) -> dict[str, Any]:
+        """The cut completion, every metric and the primary ``quality``."""
+        cut = self.cut(completion)
+        scores = self.metric(cut, doc, self.spec.reference_field)
+        return {"completion_cut": cut, **scores, "quality": scores[self.spec.quality]}
+
+
+def default_data(task: str, pair_kind: str) -> str:
+    """Fixtures for the offline tiny pair when the task ships them; the real source otherwise."""
+    return "fixture" if pair_kind == "tiny" and has_fixture(task) else "hub"
