@@ -66,6 +66,167 @@ def generate(
     )
 
 
+PAPER_TASKS = "gsm8k,cnndm,xsum,mbpp"
+ALL_METHODS = "ar,sd,lossy,cascade,ensemble,diversed"
+
+
+def _list(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def _floats(text: str, flag: str) -> list[float]:
+    try:
+        return [float(t) for t in _list(text)]
+    except ValueError:
+        raise BenchError(f"{flag} takes comma-separated numbers, got {text!r}") from None
+
+
+def _shard(text: str) -> tuple[int, int]:
+    try:
+        index, count = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise BenchError(f"--shard takes i/k (e.g. 0/4), got {text!r}") from None
+    if not 0 <= index < count:
+        raise BenchError(f"--shard {text}: need 0 <= i < k")
+    return index, count
+
+
+@app.command()
+def run(
+    task: str = typer.Option(PAPER_TASKS, help="Task names or YAML paths, comma-separated."),
+    pair: str = typer.Option("tiny", help="Pair names or YAML paths, comma-separated."),
+    method: str = typer.Option(ALL_METHODS, help="Methods (or module:Class verifiers), comma-separated."),
+    target_weight: str = typer.Option("0.7", help="ensemble: target weight(s) in (0, 1]; a list sweeps."),
+    lenience: str = typer.Option("0.5", help="lossy: lenience value(s) in (0, 1]."),
+    cascade_rule: str = typer.Option("opt", help="cascade: chow, diff, opt and/or token."),
+    cascade_alpha: str = typer.Option("0.5", help="cascade: alpha value(s) in [0, 1]."),
+    head: str = typer.Option("", help="diversed: trained head folder(s), or 'init' for an untrained w = 0.5 head."),
+    mix: str = typer.Option("prob", help="ensemble/diversed mixing: prob (paper) or logit (authors' code)."),
+    data: Optional[str] = typer.Option(None, help="hub, fixture or a local path (default: fixture for tiny, hub otherwise)."),
+    limit: Optional[int] = typer.Option(None, help="First N examples of the seeded permutation (default: all)."),
+    seed: int = typer.Option(0, help="Seeds the example subset and every sample."),
+    draft_len: int = typer.Option(5, help="Drafted tokens per round (N)."),
+    temperature: float = typer.Option(1.0, help="Sampling temperature; 0 = greedy."),
+    max_new_tokens: Optional[int] = typer.Option(None, help="Token budget (default: the task file's, 128)."),
+    num_fewshot: Optional[int] = typer.Option(None, help="Override the task's number of exemplars."),
+    chat_template: bool = typer.Option(False, help="Wrap prompts in the tokenizer's chat template."),
+    output_dir: Path = typer.Option(Path("results"), help="Results directory (a parquet dataset)."),
+    plots_dir: Path = typer.Option(Path("plots"), help="Where the plots go after the run."),
+    device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N."),
+    dtype: Optional[str] = typer.Option(None, help="float32, bfloat16 or float16 (default: the pair file's)."),
+    grid: Optional[str] = typer.Option(None, help="A grid YAML (or 'paper', 'tiny') listing tasks x pairs x methods."),
+    shard: str = typer.Option("0/1", help="Run only share i of k of every configuration's examples."),
+    report: bool = typer.Option(True, help="Print the table and write the plots at the end."),
+    progress: bool = typer.Option(True, help="Show a progress bar."),
+) -> None:
+    """Decode every example with every method; rows are flushed as they finish, and re-running
+    the same command resumes where it stopped.
+
+    Example: diversed-bench run --task cnndm --pair qwen3 --method ar,sd,ensemble --target-weight 0.5,0.7,0.9
+    """
+    from bench.grid import configs_from_grid, configs_from_flags
+    from bench.runner import Runner
+
+    if grid:
+        configs, limit = configs_from_grid(grid, device=device, dtype=dtype, limit=limit)
+    else:
+        methods = _list(method)
+        heads = _list(head)
+        if "diversed" in methods and not heads:
+            typer.echo(
+                "diversed: skipped, no --head given. Train one with `diversed-bench train --task TASK --pair PAIR`, "
+                "then pass --head PATH (or --head init for an untrained w = 0.5 head).",
+                err=True,
+            )
+            methods.remove("diversed")
+        configs = configs_from_flags(
+            tasks=_list(task), pairs=_list(pair), methods=methods,
+            target_weights=_floats(target_weight, "--target-weight"), lenience=_floats(lenience, "--lenience"),
+            cascade_rules=_list(cascade_rule), cascade_alphas=_floats(cascade_alpha, "--cascade-alpha"),
+            heads=heads, mix=mix, data=data, seed=seed, draft_len=draft_len, temperature=temperature,
+            max_new_tokens=max_new_tokens, num_fewshot=num_fewshot, chat_template=chat_template,
+            device=device, dtype=dtype,
+        )
+    Runner(output_dir, limit=limit, shard=_shard(shard), progress=progress, log=lambda m: typer.echo(m, err=True)).run(configs)
+    if report and shard == "0/1":
+        _report(output_dir, plots_dir, "markdown")
+
+
+def _report(results: Path, plots_dir: Path, fmt: str) -> None:
+    from bench.plots import write_plots
+    from bench.report import write_table
+
+    text, path = write_table(results, fmt)
+    typer.echo(text)
+    typer.echo(f"table written to {path}")
+    paths = write_plots(results, plots_dir)
+    typer.echo(f"{len(paths)} plot files written to {plots_dir}/: " + ", ".join(p.name for p in paths if p.suffix == ".png"))
+
+
+@app.command("list")
+def list_(
+) -> None:
+    """Show the tasks, pairs and methods (with their parameters and defaults).
+
+    Example: diversed-bench list
+    """
+    from dataclasses import MISSING, fields
+
+    from bench.pairs import pair_names, resolve_pair
+    from bench.tasks import resolve_task, task_names
+    from bench.verifiers import VERIFIERS
+
+    typer.echo("tasks:")
+    for name in task_names():
+        spec = resolve_task(name)
+        source = spec.dataset.get("path") or spec.dataset.get("loader")
+        typer.echo(f"  {name:<10} {source} [{spec.dataset['split']}], {spec.num_fewshot}-shot, quality {spec.quality}")
+    typer.echo("pairs:")
+    for name in pair_names():
+        spec = resolve_pair(name)
+        what = f"{spec.target} / {spec.draft}" if spec.kind == "hub" else "built in code, offline"
+        typer.echo(f"  {name:<10} {what}")
+    typer.echo("methods:")
+    for name, cls in VERIFIERS.items():
+        params = ", ".join(f"{f.name}={f.default}" for f in fields(cls) if f.default is not MISSING)
+        extra = " (needs --head)" if cls.needs_hidden else ""
+        typer.echo(f"  {name:<10} {params or '-'}{extra}   {(cls.__doc__ or '').strip().splitlines()[0]}")
+
+
+@app.command()
+def table(
+    results: Path = typer.Argument(Path("results"), help="Results directory."),
+    format: str = typer.Option("markdown", "--format", help="markdown, latex or csv."),
+    output: Optional[Path] = typer.Option(None, help="File to write (default: RESULTS/table.md|tex|csv)."),
+) -> None:
+    """Print Table 1 (methods x tasks: acceptance rate, quality) plus normalised time, speedup and
+    acceptance length, with 95% bootstrap intervals.
+
+    Example: diversed-bench table results --format latex
+    """
+    from bench.report import write_table
+
+    text, path = write_table(results, format, output)
+    typer.echo(text)
+    typer.echo(f"written to {path}")
+
+
+@app.command()
+def plot(
+    results: Path = typer.Argument(Path("results"), help="Results directory."),
+    output: Path = typer.Option(Path("plots"), help="Folder for PNG and PDF files."),
+) -> None:
+    """Write the Pareto frontier, acceptance vs weight, acceptance per position (and DIVERSED
+    weights) as PNG and PDF.
+
+    Example: diversed-bench plot results --output plots
+    """
+    from bench.plots import write_plots
+
+    paths = write_plots(results, output)
+    typer.echo("\n".join(str(p) for p in paths))
+
+
 @app.command()
 def score(
     task: str = typer.Option(..., help="Task name or task YAML path."),

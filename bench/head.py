@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Any
+
 import torch
 from torch import Tensor, nn
+
+from bench.errors import BenchError
 
 
 class WeightHead(nn.Module):
@@ -25,3 +31,40 @@ class WeightHead(nn.Module):
     def forward(self, h_draft: Tensor, h_target: Tensor) -> Tensor:
         """Target weight w_t in (0, 1) per position, [..., N]."""
         return torch.sigmoid(self.logit(h_draft, h_target)).float()
+
+
+HEAD_FILE, CARD_FILE = "head.safetensors", "card.json"
+
+
+def save_head(head: WeightHead, folder: Path, card: dict[str, Any]) -> None:
+    """Weights as safetensors plus a JSON card saying what the head was trained for."""
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.detach().cpu().contiguous() for k, v in head.state_dict().items()}, str(folder / HEAD_FILE))
+    card = {**card, "draft_hidden": head.draft_hidden, "target_hidden": head.target_hidden}
+    (folder / CARD_FILE).write_text(json.dumps(card, indent=2, sort_keys=True))
+
+
+def load_head(path: str, pair_name: str, hidden_sizes: tuple[int, int]) -> tuple[WeightHead, dict[str, Any]]:
+    """A trained head for this pair, or ``init`` for a fresh one (w = 0.5 everywhere)."""
+    if path == "init":
+        return WeightHead(*hidden_sizes), {"pair": pair_name, "trained": False}
+    from safetensors.torch import load_file
+
+    folder = Path(path)
+    if not (folder / HEAD_FILE).is_file() or not (folder / CARD_FILE).is_file():
+        raise BenchError(
+            f"no head at {folder} (expected {HEAD_FILE} and {CARD_FILE}); train one with "
+            f"`diversed-bench train --task TASK --pair {pair_name} --output {folder}`"
+        )
+    card = json.loads((folder / CARD_FILE).read_text())
+    if card.get("pair") != pair_name or (card.get("draft_hidden"), card.get("target_hidden")) != hidden_sizes:
+        raise BenchError(
+            f"head {folder} was trained for pair {card.get('pair')} "
+            f"(hidden {card.get('draft_hidden')}+{card.get('target_hidden')}), not {pair_name} "
+            f"({hidden_sizes[0]}+{hidden_sizes[1]}); train one for this pair"
+        )
+    head = WeightHead(*hidden_sizes)
+    head.load_state_dict(load_file(str(folder / HEAD_FILE)))
+    return head, card

@@ -1,0 +1,189 @@
+"""Results -> per-configuration summaries -> Table 1 in the paper's layout.
+
+Normalised time is paired: the mean time of a configuration over the examples it shares with the
+``ar`` run of the same task, pair, temperature, seed and budget, divided by ``ar``'s mean time on
+those same examples (SPEC section 7). Intervals are 95% percentile bootstraps over examples.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from bench.errors import BenchError
+
+METHOD_ORDER = ["ar", "sd", "lossy", "cascade", "ensemble", "diversed"]
+PERCENT_METRICS = {"exact_flexible", "exact_strict", "pass@1"}
+TASK_ORDER = ["gsm8k", "cnndm", "xsum", "mbpp", "humaneval"]
+TASK_TITLES = {"gsm8k": "GSM8K", "cnndm": "CNNDM", "xsum": "XSum", "mbpp": "MBPP", "humaneval": "HumanEval"}
+FORMATS = ("markdown", "latex", "csv")
+BOOTSTRAP = 1000
+# The ar run that a configuration is paired with shares these settings.
+PAIRING = ["task", "pair", "temperature", "seed", "max_new_tokens", "data"]
+
+
+def bootstrap(stat: Any, *arrays: np.ndarray, seed: int = 0) -> tuple[float, float]:
+    """95% percentile interval of ``stat(*resampled arrays)`` resampling examples jointly."""
+    n = len(arrays[0])
+    if n < 2:
+        return (float("nan"), float("nan"))
+    idx = np.random.default_rng(seed).integers(0, n, size=(BOOTSTRAP, n))
+    values = stat(*(a[idx] for a in arrays))
+    lo, hi = np.nanpercentile(values, [2.5, 97.5])
+    return float(lo), float(hi)
+
+
+def _ratio(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return a.sum(-1) / np.where(b.sum(-1) == 0, np.nan, b.sum(-1))
+
+
+def _mean_ratio(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return a.mean(-1) / b.mean(-1)
+
+
+def summarise(rows: pd.DataFrame) -> pd.DataFrame:
+    """One row per configuration with its headline numbers and their intervals."""
+    if rows.empty:
+        raise BenchError("no rows to summarise")
+    ar = rows[rows["method"] == "ar"]
+    out = []
+    for config_id, g in rows.groupby("config_id", sort=False):
+        first = g.iloc[0]
+        drafted, accepted = g["drafted_tokens"].to_numpy(float), g["accepted_tokens"].to_numpy(float)
+        quality = g["quality"].to_numpy(float)
+        reached = np.stack(g["reached_per_position"].to_numpy()).sum() if first["method"] != "ar" else 0
+        rec: dict[str, Any] = {
+            "config_id": config_id,
+            **{k: first[k] for k in ["task", "pair", "method", "label", "draft_len", "temperature", "target_weight",
+                                     "lenience", "cascade_rule", "cascade_alpha", "head", "seed", "max_new_tokens", "data"]},
+            "examples": len(g),
+            "acceptance_rate": accepted.sum() / drafted.sum() if drafted.sum() else np.nan,
+            "acceptance_rate_ci": bootstrap(_ratio, accepted, drafted) if drafted.sum() else (np.nan, np.nan),
+            "per_token_acceptance": accepted.sum() / reached if reached else np.nan,
+            "expected_acceptance": float(np.nansum(g["expected_acceptance"] * g["reached_per_position"].map(sum)) / reached)
+            if reached else np.nan,
+            "bias": float(np.nansum(g["bias"] * g["reached_per_position"].map(sum)) / reached) if reached else np.nan,
+            "quality": quality.mean(),
+            "quality_ci": bootstrap(lambda q: q.mean(-1), quality),
+            "acceptance_length": g["new_tokens"].sum() / g["rounds"].sum(),
+            "weight_mean": float(np.nanmean(g["weight_mean"])) if g["weight_mean"].notna().any() else np.nan,
+            "wall_time_s": g["wall_time_s"].mean(),
+        }
+        ref = ar
+        for key in PAIRING:
+            ref = ref[ref[key] == first[key]]
+        shared = g.merge(ref[["example_id", "wall_time_s"]], on="example_id", suffixes=("", "_ar"))
+        if len(shared):
+            t, t_ar = shared["wall_time_s"].to_numpy(float), shared["wall_time_s_ar"].to_numpy(float)
+            rec["normalised_time"] = t.mean() / t_ar.mean()
+            rec["normalised_time_ci"] = bootstrap(_mean_ratio, t, t_ar)
+            rec["speedup"] = t_ar.mean() / t.mean()
+        else:
+            rec.update(normalised_time=np.nan, normalised_time_ci=(np.nan, np.nan), speedup=np.nan)
+        out.append(rec)
+    summary = pd.DataFrame(out)
+    summary["_order"] = summary["method"].map(lambda m: METHOD_ORDER.index(m) if m in METHOD_ORDER else len(METHOD_ORDER))
+    summary = summary.sort_values(["pair", "_order", "target_weight", "label"]).drop(columns="_order")
+    return summary.reset_index(drop=True)
+
+
+def _cell(value: float, ci: tuple[float, float], percent: bool, digits: int = 1) -> str:
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return "NA"
+    scale = 100 if percent else 1
+    half = (ci[1] - ci[0]) / 2 * scale if ci and not np.isnan(ci[0]) else np.nan
+    body = f"{value * scale:.{digits}f}" + ("%" if percent else "")
+    return body if np.isnan(half) else f"{body} ±{half:.{digits}f}"
+
+
+def _panels(summary: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """One panel per pair, temperature and draft length; ar joins every panel of its pair."""
+    panels = []
+    spec = summary[summary["method"] != "ar"]
+    keys = spec[["pair", "temperature", "draft_len"]].drop_duplicates().itertuples(index=False)
+    for pair, temp, n in keys:
+        part = summary[(summary["pair"] == pair) & (summary["temperature"] == temp)
+                       & ((summary["draft_len"] == n) | (summary["method"] == "ar"))]
+        panels.append((f"{pair}: temperature {temp:g}, draft length {n}", part))
+    if not panels:
+        for (pair, temp), part in summary.groupby(["pair", "temperature"]):
+            panels.append((f"{pair}: temperature {temp:g}", part))
+    return panels
+
+
+def table_frames(summary: pd.DataFrame, quality_metric: dict[str, str]) -> list[tuple[str, pd.DataFrame, pd.DataFrame]]:
+    """(title, Table 1 frame, speed frame) per panel, with formatted cells."""
+    result = []
+    for title, part in _panels(summary):
+        tasks = sorted(part["task"].unique(), key=lambda t: TASK_ORDER.index(t) if t in TASK_ORDER else 99)
+        labels = list(dict.fromkeys(part["label"]))
+        quality, speed = {}, {}
+        for task in tasks:
+            t = TASK_TITLES.get(task, task)
+            percent_q = quality_metric.get(task) in PERCENT_METRICS
+            q_name = "accuracy" if quality_metric.get(task, "").startswith("exact") else quality_metric.get(task, "quality")
+            rows = part[part["task"] == task].set_index("label")
+            get = lambda label, col: rows.loc[label, col] if label in rows.index else np.nan  # noqa: E731
+            ci = lambda label, col: rows.loc[label, col] if label in rows.index else (np.nan, np.nan)  # noqa: E731
+            quality[(t, "accept rate")] = [_cell(get(lb, "acceptance_rate"), ci(lb, "acceptance_rate_ci"), True) for lb in labels]
+            quality[(t, q_name)] = [_cell(get(lb, "quality"), ci(lb, "quality_ci"), percent_q, 1 if percent_q else 2) for lb in labels]
+            speed[(t, "norm. time")] = [_cell(get(lb, "normalised_time"), ci(lb, "normalised_time_ci"), False, 2) for lb in labels]
+            speed[(t, "speedup")] = [_cell(get(lb, "speedup"), (np.nan, np.nan), False, 2) for lb in labels]
+            speed[(t, "accept len")] = [_cell(get(lb, "acceptance_length"), (np.nan, np.nan), False, 2) for lb in labels]
+        q = pd.DataFrame(quality, index=pd.Index(labels, name="method"))
+        s = pd.DataFrame(speed, index=pd.Index(labels, name="method"))
+        result.append((title, q, s))
+    return result
+
+
+def _markdown(frame: pd.DataFrame) -> str:
+    cols = [f"{a} {b}" for a, b in frame.columns]
+    lines = ["| method | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
+    lines += ["| " + str(idx) + " | " + " | ".join(map(str, row)) + " |" for idx, row in zip(frame.index, frame.to_numpy())]
+    return "\n".join(lines)
+
+
+def render(summary: pd.DataFrame, quality_metric: dict[str, str], fmt: str) -> str:
+    if fmt not in FORMATS:
+        raise BenchError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    if fmt == "csv":
+        flat = summary.copy()
+        for col in [c for c in flat.columns if c.endswith("_ci")]:
+            flat[col + "_low"] = flat[col].map(lambda v: v[0])
+            flat[col + "_high"] = flat[col].map(lambda v: v[1])
+            flat = flat.drop(columns=col)
+        return flat.to_csv(index=False)
+    parts = []
+    for title, q, s in table_frames(summary, quality_metric):
+        if fmt == "markdown":
+            parts += [f"### {title}", "", "Acceptance rate and quality (Table 1 layout; ± is half the 95% bootstrap interval)", "",
+                      _markdown(q), "", "Time per example relative to ar on the same examples, and tokens per round", "",
+                      _markdown(s), ""]
+        else:
+            parts += [f"% {title}", q.to_latex(escape=True, multicolumn_format="c"), s.to_latex(escape=True, multicolumn_format="c")]
+    return "\n".join(parts)
+
+
+def quality_metrics(summary: pd.DataFrame) -> dict[str, str]:
+    from bench.tasks import resolve_task
+
+    out = {}
+    for task in summary["task"].unique():
+        try:
+            out[task] = resolve_task(task).quality
+        except BenchError:
+            out[task] = "quality"
+    return out
+
+
+def write_table(results: Path, fmt: str, output: Path | None = None) -> tuple[str, Path]:
+    from bench.store import load_results
+
+    summary = summarise(load_results(results))
+    text = render(summary, quality_metrics(summary), fmt)
+    path = output or results / {"markdown": "table.md", "latex": "table.tex", "csv": "table.csv"}[fmt]
+    path.write_text(text)
+    return text, path

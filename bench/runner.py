@@ -1,0 +1,277 @@
+"""The runner: task + pair + method configurations -> decoded, scored rows in the results store.
+
+A configuration is everything that changes a row: task, pair, method and its parameters, draft
+length, temperature, token budget, seed, data source, prompt options, device and dtype. Its id is a
+hash of those settings, so re-running the same command resumes it, and raising ``--limit`` adds
+examples to it (the subset is a prefix of one seeded permutation).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import platform
+import subprocess
+import zlib
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bench.decoding import DecodeStats, SpeculativeDecoder
+from bench.distributions import Sampling
+from bench.errors import BenchError
+from bench.head import load_head
+from bench.pairs import Pair, load_pair, resolve_pair
+from bench.store import ResultStore
+from bench.tasks import Example, Task, default_data, resolve_task
+from bench.verifiers import make_verifier, verifier_class
+
+PARAM_COLUMNS = ("target_weight", "lenience", "cascade_rule", "cascade_alpha", "mix")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One configuration: the unit that is resumed, skipped, compared and merged."""
+
+    task: str
+    pair: str
+    method: str
+    params: dict[str, Any] = field(default_factory=dict)
+    head: str | None = None
+    draft_len: int = 5
+    temperature: float = 1.0
+    max_new_tokens: int | None = None  # None: the task file's
+    seed: int = 0
+    data: str | None = None  # None: fixtures for the tiny pair, the hub otherwise
+    num_fewshot: int | None = None
+    chat_template: bool = False
+    device: str = "auto"
+    dtype: str | None = None
+
+    @property
+    def config_id(self) -> str:
+        settings = json.dumps(asdict(self), sort_keys=True, default=str)
+        digest = hashlib.sha1(settings.encode()).hexdigest()[:10]
+        return f"{Path(self.task).stem}-{Path(self.pair).stem}-{self.method.replace(':', '.')}-{digest}"
+
+    @property
+    def label(self) -> str:
+        """Short human name: the method and the parameters it was given."""
+        shown = {"target_weight": "w", "lenience": "l", "cascade_rule": "", "cascade_alpha": "a", "mix": "mix"}
+        params = {k: v for k, v in self.params.items() if not (k == "mix" and v == "prob")}
+        parts = [f"{shown.get(k, k)}={v}" if shown.get(k, k) else str(v) for k, v in params.items()]
+        return self.method + (f" ({', '.join(parts)})" if parts else "")
+
+
+def expand_methods(
+    methods: Iterable[str],
+    *,
+    target_weights: Iterable[float] = (0.7,),
+    lenience: Iterable[float] = (0.5,),
+    cascade_rules: Iterable[str] = ("opt",),
+    cascade_alphas: Iterable[float] = (0.5,),
+    heads: Iterable[str] = (),
+    mix: str = "prob",
+) -> list[tuple[str, dict[str, Any], str | None]]:
+    """(method, params, head) for every method and every value of its swept parameters."""
+    out: list[tuple[str, dict[str, Any], str | None]] = []
+    for m in methods:
+        if m == "ensemble":
+            out += [(m, {"target_weight": w, "mix": mix}, None) for w in target_weights]
+        elif m == "lossy":
+            out += [(m, {"lenience": v}, None) for v in lenience]
+        elif m == "cascade":
+            out += [(m, {"cascade_rule": r, "cascade_alpha": a}, None) for r in cascade_rules for a in cascade_alphas]
+        elif m == "diversed":
+            out += [(m, {"mix": mix}, h) for h in heads]
+        else:
+            out.append((m, {}, None))
+    for method, params, _ in out:
+        make_verifier(method, **params)  # validate every value before any model loads
+    return out
+
+
+def example_seed(seed: int, example_id: str) -> int:
+    """Per-example seed: results do not depend on order, sharding or process count."""
+    return zlib.crc32(f"{seed}:{example_id}".encode())
+
+
+def git_revision() -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=5
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def environment(device: torch.device) -> dict[str, Any]:
+    import datasets
+    import transformers
+
+    import bench
+
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine()
+    return {
+        "versions": {
+            "bench": bench.__version__,
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "datasets": datasets.__version__,
+            "python": platform.python_version(),
+        },
+        "device_name": name,
+        "git_revision": git_revision(),
+    }
+
+
+def stats_columns(stats: DecodeStats) -> dict[str, Any]:
+    reached = stats.reached_per_position
+    return {
+        "prompt_tokens": stats.prompt_tokens,
+        "new_tokens": stats.new_tokens,
+        "rounds": stats.rounds,
+        "drafted_tokens": stats.drafted_tokens,
+        "accepted_tokens": stats.accepted_tokens,
+        "drafted_per_position": stats.drafted_per_position,
+        "accepted_per_position": stats.accepted_per_position,
+        "reached_per_position": reached,
+        "acceptance_rate": stats.acceptance_rate,
+        "acceptance_length": stats.acceptance_length,
+        "expected_acceptance": stats.expected_acceptance,
+        "bias": stats.bias,
+        "expected_acceptance_per_position": [s / r if r else math.nan for s, r in zip(stats.expected_acceptance_sum, reached)],
+        "bias_per_position": [s / r if r else math.nan for s, r in zip(stats.bias_sum, reached)],
+        "target_forwards": stats.target_forwards,
+        "draft_forwards": stats.draft_forwards,
+        "wall_time_s": stats.wall_time_s,
+        "prefill_time_s": stats.prefill_time_s,
+        "weight_mean": sum(stats.weights) / len(stats.weights) if stats.weights else math.nan,
+        "weights": stats.weights,
+    }
+
+
+class Runner:
+    """Runs configurations into one results directory, resuming whatever is already there."""
+
+    def __init__(
+        self,
+        output_dir: Path,
+        *,
+        limit: int | None = None,
+        shard: tuple[int, int] = (0, 1),
+        progress: bool = True,
+        log: Any = print,
+    ) -> None:
+        self.store = ResultStore(output_dir, shard="" if shard == (0, 1) else f"{shard[0]}of{shard[1]}")
+        self.limit, self.shard, self.progress, self.log = limit, shard, progress, log
+        self._pairs: dict[str, Pair] = {}
+        self._tasks: dict[tuple[Any, ...], Task] = {}
+
+    def pair(self, cfg: RunConfig) -> Pair:
+        key = f"{cfg.pair}|{cfg.device}|{cfg.dtype}"
+        if key not in self._pairs:
+            self._pairs.clear()  # one pair in memory at a time
+            self._pairs[key] = load_pair(cfg.pair, device=cfg.device, dtype=cfg.dtype)
+        return self._pairs[key]
+
+    def task(self, cfg: RunConfig) -> Task:
+        data = cfg.data or default_data(cfg.task, resolve_pair(cfg.pair).kind)
+        key = (cfg.task, data, cfg.num_fewshot)
+        if key not in self._tasks:
+            self._tasks[key] = Task(resolve_task(cfg.task), data, num_fewshot=cfg.num_fewshot)
+        return self._tasks[key]
+
+    def examples(self, cfg: RunConfig) -> list[Example]:
+        """This writer's share of the configuration's examples."""
+        index, count = self.shard
+        return self.task(cfg).examples(self.limit, cfg.seed)[index::count]
+
+    def run(self, configs: list[RunConfig]) -> None:
+        for cfg in configs:
+            pending = [e for e in self.examples(cfg) if e.example_id not in self.store.done_ids(cfg.config_id)]
+            if not pending:
+                self.log(f"{cfg.task} | {cfg.pair} | {cfg.label}: done, skipped")
+                self.store.compact(cfg.config_id)
+                continue
+            self.run_config(cfg, pending)
+
+    def run_config(self, cfg: RunConfig, pending: list[Example]) -> None:
+        pair, task = self.pair(cfg), self.task(cfg)
+        verifier = make_verifier(cfg.method, **cfg.params)
+        head = None
+        if verifier.needs_hidden:
+            if cfg.head is None:
+                raise BenchError(f"{cfg.method}: needs --head PATH (or --head init for an untrained w = 0.5 head)")
+            head = load_head(cfg.head, pair.spec.name, pair.hidden_sizes)[0].to(pair.device)
+        decoder = SpeculativeDecoder(
+            pair.target,
+            pair.draft,
+            verifier,
+            draft_len=cfg.draft_len,
+            sampling=Sampling(cfg.temperature),
+            eos_token_ids=pair.eos_token_ids,
+            head=head,
+        )
+        budget = cfg.max_new_tokens or task.spec.max_new_tokens
+        self.store.write_manifest(
+            cfg.config_id,
+            {"settings": asdict(cfg), "label": cfg.label, "limit": self.limit, **environment(pair.device)},
+        )
+        fixed = {
+            "config_id": cfg.config_id,
+            "task": task.name,
+            "pair": pair.spec.name,
+            "method": verifier_class(cfg.method).name,
+            "label": cfg.label,
+            "draft_len": decoder.draft_len,
+            "temperature": cfg.temperature,
+            **{k: cfg.params.get(k) for k in PARAM_COLUMNS},
+            "head": cfg.head,
+            "seed": cfg.seed,
+            "data": task.data,
+            "max_new_tokens": budget,
+        }
+        prompts = {e.example_id: self.encode(pair, e.prompt, cfg.chat_template) for e in pending}
+        decoder.generate(prompts[pending[0].example_id], budget, seed=0)  # warm-up, not recorded
+        bar = self._bar(len(pending), f"{task.name} | {pair.spec.name} | {cfg.label}")
+        drafted = accepted = tokens = 0
+        seconds = 0.0
+        for example in pending:
+            gen = decoder.generate(prompts[example.example_id], budget, seed=example_seed(cfg.seed, example.example_id))
+            completion = pair.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
+            row = {**fixed, "example_id": example.example_id, "completion": completion}
+            row.update(task.score(example.doc, completion))
+            row.update(stats_columns(gen.stats))
+            self.store.append(row)
+            drafted, accepted = drafted + gen.stats.drafted_tokens, accepted + gen.stats.accepted_tokens
+            tokens, seconds = tokens + gen.stats.new_tokens, seconds + gen.stats.wall_time_s
+            if bar is not None:
+                bar.set_postfix(acc=f"{accepted / drafted:.3f}" if drafted else "-", tok_s=f"{tokens / seconds:.0f}")
+                bar.update()
+        if bar is not None:
+            bar.close()
+        self.store.compact(cfg.config_id)
+
+    @staticmethod
+    def encode(pair: Pair, prompt: str, chat_template: bool) -> list[int]:
+        if chat_template:
+            if not getattr(pair.tokenizer, "chat_template", None):
+                raise BenchError(f"pair {pair.spec.name}: the tokenizer has no chat template; drop --chat-template")
+            text = pair.tokenizer.apply_chat_template(
+                [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
+            )
+            return list(pair.tokenizer(text, add_special_tokens=False).input_ids)
+        return list(pair.tokenizer(prompt).input_ids)
+
+    def _bar(self, total: int, desc: str) -> Any:
+        if not self.progress:
+            return None
+        from tqdm.auto import tqdm
+
+        return tqdm(total=total, desc=desc, unit="ex", dynamic_ncols=True)

@@ -1,0 +1,168 @@
+"""The runner end to end on the tiny pair: all methods x all tasks, reports, resume, determinism."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from bench.grid import configs_from_flags, load_grid
+from bench.report import summarise, write_table
+from bench.runner import Runner
+from bench.store import load_results
+
+TIMING = ["wall_time_s", "prefill_time_s"]
+REQUIRED = [
+    "task", "pair", "method", "draft_len", "temperature", "target_weight", "lenience", "cascade_rule",
+    "cascade_alpha", "head", "seed", "example_id", "prompt_tokens", "new_tokens", "rounds", "drafted_tokens",
+    "accepted_tokens", "accepted_per_position", "acceptance_rate", "acceptance_length", "expected_acceptance",
+    "bias", "wall_time_s", "prefill_time_s", "completion", "completion_cut", "quality",
+]
+
+
+def configs(tasks, methods, **kw):
+    base = dict(
+        pairs=["tiny"], heads=["init"], target_weights=[0.3, 0.9], lenience=[0.5], cascade_rules=["opt"],
+        cascade_alphas=[0.5], mix="prob", data=None, seed=0, draft_len=4, temperature=1.0, max_new_tokens=32,
+        num_fewshot=None, chat_template=False, device="cpu", dtype=None,
+    )
+    base.update(kw)
+    return configs_from_flags(tasks=tasks, methods=methods, **base)
+
+
+@pytest.fixture(scope="module")
+def full_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("results")
+    Runner(out, limit=3, progress=False, log=lambda m: None).run(
+        configs(["gsm8k", "cnndm", "xsum", "mbpp"], ["ar", "sd", "lossy", "cascade", "ensemble", "diversed"])
+    )
+    return out
+
+
+def test_all_methods_on_all_tasks(full_run):
+    rows = load_results(full_run)
+    assert set(REQUIRED) <= set(rows.columns)
+    assert set(rows["method"]) == {"ar", "sd", "lossy", "cascade", "ensemble", "diversed"}
+    assert set(rows["task"]) == {"gsm8k", "cnndm", "xsum", "mbpp"}
+    assert len(rows) == 4 * 7 * 3  # 7 configurations (two ensemble weights), 3 examples
+    assert not rows.duplicated(["config_id", "example_id"]).any()
+    assert {"exact_strict", "rouge1", "rouge2", "rougeL", "pass@1"} <= set(rows.columns)
+    spec = rows[rows["method"] != "ar"]
+    assert spec["acceptance_rate"].between(0, 1).all()
+    assert (rows["new_tokens"] <= 32).all()
+    assert rows[rows["method"] == "diversed"]["weight_mean"].eq(0.5).all()
+
+
+def test_table_is_sane(full_run):
+    summary = summarise(load_results(full_run))
+    ar = summary[summary["method"] == "ar"]
+    assert np.allclose(ar["normalised_time"], 1.0)
+    ens = summary[summary["method"] == "ensemble"]
+    for task, g in ens.groupby("task"):
+        by_w = g.set_index("target_weight")["acceptance_rate"]
+        assert by_w[0.3] > by_w[0.9], f"{task}: acceptance must rise as the weight falls"
+    spec = summary[summary["method"] != "ar"]
+    assert spec["acceptance_rate"].between(0, 1).all()
+    assert (spec["acceptance_length"] >= 1).all()
+    for fmt, needle in (("markdown", "| method |"), ("latex", "\\begin{tabular}"), ("csv", "acceptance_rate")):
+        text, path = write_table(full_run, fmt)
+        assert needle in text and path.exists()
+    text, _ = write_table(full_run, "markdown")
+    assert "GSM8K accept rate" in text and "MBPP pass@1" in text and "ensemble (w=0.3)" in text
+
+
+def test_plots_are_written(full_run, tmp_path):
+    from bench.plots import write_plots
+
+    paths = write_plots(full_run, tmp_path)
+    names = {p.name for p in paths}
+    for stem in ("pareto_tiny", "acceptance_vs_weight_tiny", "acceptance_per_position_tiny", "diversed_weights_tiny"):
+        assert {f"{stem}.png", f"{stem}.pdf"} <= names
+    assert all(p.stat().st_size > 1000 for p in paths)
+
+
+def test_finished_configurations_are_skipped(full_run):
+    before = {p: p.stat().st_mtime_ns for p in full_run.glob("*.parquet")}
+    messages = []
+    Runner(full_run, limit=3, progress=False, log=messages.append).run(configs(["gsm8k"], ["sd"]))
+    assert messages and "skipped" in messages[0]
+    assert {p: p.stat().st_mtime_ns for p in full_run.glob("*.parquet")} == before
+
+
+def test_same_seed_twice_gives_identical_rows(tmp_path):
+    frames = []
+    for name in ("a", "b"):
+        Runner(tmp_path / name, limit=2, progress=False, log=lambda m: None).run(
+            configs(["gsm8k", "xsum"], ["sd", "ensemble", "cascade"])
+        )
+        rows = load_results(tmp_path / name).drop(columns=TIMING)
+        frames.append(rows.sort_values(["config_id", "example_id"]).reset_index(drop=True))
+    pd.testing.assert_frame_equal(frames[0], frames[1])
+
+
+def test_kill_and_resume(tmp_path):
+    args = [sys.executable, "-m", "bench", "run", "--task", "gsm8k,xsum", "--method", "ar,sd", "--limit", "6",
+            "--max-new-tokens", "48", "--no-report", "--no-progress", "--device", "cpu", "--output-dir"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen(args + [str(killed)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(list(killed.glob("parts/*/*.parquet"))) + 6 * len(list(killed.glob("*.parquet"))) < 9:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    partial = load_results(killed)
+    assert 0 < len(partial) < 24, "the kill should land mid-run"
+    subprocess.run(args + [str(killed)], env=env, check=True, capture_output=True, timeout=300)
+    resumed = load_results(killed)
+    assert len(resumed) == 24 and not resumed.duplicated(["config_id", "example_id"]).any()
+    assert not list(killed.glob("parts/*/*.parquet"))
+    clean = tmp_path / "clean"
+    subprocess.run(args + [str(clean)], env=env, check=True, capture_output=True, timeout=300)
+    key = ["config_id", "example_id"]
+    a = resumed.drop(columns=TIMING).sort_values(key).reset_index(drop=True)
+    b = load_results(clean).drop(columns=TIMING).sort_values(key).reset_index(drop=True)
+    pd.testing.assert_frame_equal(a, b)
+
+
+def test_paper_grid_ships_and_expands():
+    grid = load_grid("paper")
+    assert grid["pairs"] == ["llama3", "qwen3", "gemma3"] and grid["limit"] == 200
+    from bench.grid import configs_from_grid
+
+    cfgs, limit = configs_from_grid("paper", device="cuda", dtype=None, limit=None)
+    # per task and pair: ar, sd, lossy, cascade, 5 ensemble weights, diversed
+    assert len(cfgs) == 3 * 4 * 10 and limit == 200
+    assert {c.head for c in cfgs if c.method == "diversed"} >= {"heads/gsm8k-llama3"}
+
+
+def test_diversed_without_head_is_loud(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "bench", "run", "--task", "gsm8k", "--method", "ar,diversed", "--limit", "1",
+         "--max-new-tokens", "8", "--no-report", "--no-progress", "--output-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert out.returncode == 0
+    assert "diversed: skipped, no --head given" in out.stderr and "diversed-bench train" in out.stderr
+    assert set(load_results(tmp_path)["method"]) == {"ar"}
+
+
+def test_bad_cli_input_is_one_line(tmp_path):
+    for argv, needle in (
+        (["--task", "squad"], "unknown task"),
+        (["--pair", "mistral"], "unknown pair"),
+        (["--method", "ensemble", "--target-weight", "1.5"], "(0, 1]"),
+        (["--method", "diversed", "--head", str(tmp_path / "nohead")], "no head at"),
+    ):
+        out = subprocess.run(
+            [sys.executable, "-m", "bench", "run", "--limit", "1", "--no-report", "--no-progress",
+             "--output-dir", str(tmp_path), *argv],
+            capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        )
+        assert out.returncode == 2, out.stderr
+        assert "Traceback" not in out.stderr and needle in out.stderr.strip().splitlines()[-1]
