@@ -109,6 +109,7 @@ def run(
     temperature: float = typer.Option(1.0, help="Sampling temperature; 0 = greedy."),
     max_new_tokens: Optional[int] = typer.Option(None, help="Token budget (default: the task file's, 128)."),
     num_fewshot: Optional[int] = typer.Option(None, help="Override the task's number of exemplars."),
+    split: Optional[str] = typer.Option(None, help="Evaluation split (default: the task file's; mbpp: validation = the authors')."),
     chat_template: bool = typer.Option(False, help="Wrap prompts in the tokenizer's chat template."),
     output_dir: Path = typer.Option(Path("results"), help="Results directory (a parquet dataset)."),
     plots_dir: Path = typer.Option(Path("plots"), help="Where the plots go after the run."),
@@ -144,7 +145,7 @@ def run(
             target_weights=_floats(target_weight, "--target-weight"), lenience=_floats(lenience, "--lenience"),
             cascade_rules=_list(cascade_rule), cascade_alphas=_floats(cascade_alpha, "--cascade-alpha"),
             heads=heads, mix=mix, data=data, seed=seed, draft_len=draft_len, temperature=temperature,
-            max_new_tokens=max_new_tokens, num_fewshot=num_fewshot, chat_template=chat_template,
+            max_new_tokens=max_new_tokens, num_fewshot=num_fewshot, split=split, chat_template=chat_template,
             device=device, dtype=dtype,
         )
     Runner(output_dir, limit=limit, shard=_shard(shard), progress=progress, log=lambda m: typer.echo(m, err=True)).run(configs)
@@ -225,6 +226,47 @@ def plot(
 
     paths = write_plots(results, output)
     typer.echo("\n".join(str(p) for p in paths))
+
+
+@app.command()
+def train(
+    task: str = typer.Option(..., help="Task whose train split supplies prompts and reward."),
+    pair: str = typer.Option("tiny", help="Pair name or pair YAML path."),
+    algorithm: str = typer.Option("reinforce", help="reinforce or reinforce++."),
+    lr: float = typer.Option(5e-4, help="AdamW learning rate."),
+    batch_size: int = typer.Option(8, help="Rollouts per update."),
+    epochs: int = typer.Option(2),
+    num_prompts: int = typer.Option(400, help="Prompts drawn from the train split."),
+    reg_weight: float = typer.Option(0.01, help="Weight of the expected-acceptance regulariser."),
+    temperature: float = typer.Option(1.0, help="Rollout temperature (> 0)."),
+    rollout_tokens: int = typer.Option(128, help="Tokens per rollout."),
+    data: Optional[str] = typer.Option(None, help="hub, fixture or a local folder with train.jsonl."),
+    output: Optional[Path] = typer.Option(None, help="Head folder (default: heads/TASK-PAIR); resumed if it holds a checkpoint."),
+    seed: int = typer.Option(0),
+    device: str = typer.Option("auto"),
+    dtype: Optional[str] = typer.Option(None),
+) -> None:
+    """Train a DIVERSED weight head with both models frozen; writes head.safetensors, card.json,
+    train_log.parquet and a checkpoint that a re-run resumes from.
+
+    Example: diversed-bench train --task gsm8k --pair llama3 --algorithm reinforce++
+    """
+    from bench.pairs import load_pair, resolve_pair
+    from bench.tasks import Task, default_data, resolve_task
+    from bench.train import TrainConfig, Trainer, describe
+
+    cfg = TrainConfig(algorithm=algorithm, lr=lr, batch_size=batch_size, epochs=epochs, num_prompts=num_prompts,
+                      reg_weight=reg_weight, temperature=temperature, rollout_tokens=rollout_tokens, seed=seed)
+    spec = resolve_task(task)
+    if "fewshot_split" not in spec.dataset:
+        raise BenchError(f"task {spec.name} has no train split to train a head on; pick another task")
+    source = data or default_data(spec.name, resolve_pair(pair).kind)
+    train_task = Task(spec, source, split=spec.dataset["fewshot_split"])
+    loaded = load_pair(pair, device=device, dtype=dtype)
+    folder = output or Path("heads") / f"{spec.name}-{loaded.spec.name}"
+    trainer = Trainer(loaded, train_task, cfg, folder, data=source, log=lambda r: typer.echo(describe(r)))
+    trainer.train()
+    typer.echo(f"head written to {folder}/ ; use it with: diversed-bench run --method diversed --head {folder}")
 
 
 @app.command()

@@ -82,7 +82,7 @@ def _synchronizer(device: torch.device) -> Callable[[], None]:
     return lambda: None
 
 
-def _forward(
+def model_step(
     model: PreTrainedModel, ids: Tensor, cache: DynamicCache, keep: int, hidden: bool
 ) -> tuple[Tensor, Tensor | None]:
     """Logits of the last ``keep`` positions and, when asked, their last-layer hidden states."""
@@ -156,7 +156,7 @@ class SpeculativeDecoder:
         start = time.perf_counter()
         if seq.shape[1] > 1:
             for model, cache in zip(models, caches):
-                _forward(model, seq[:, :-1], cache, keep=1, hidden=False)
+                model_step(model, seq[:, :-1], cache, keep=1, hidden=False)
             stats.target_forwards += 1
             stats.draft_forwards += len(models) - 1
         for cache in caches:
@@ -171,7 +171,7 @@ class SpeculativeDecoder:
             draft_in = seq[:, cached[-1] :]
             xs, q_logits, h_draft = [], [], []
             for _ in range(n):
-                logits, h = _forward(self.draft, draft_in, caches[1], keep=1, hidden=hidden)
+                logits, h = model_step(self.draft, draft_in, caches[1], keep=1, hidden=hidden)
                 cached[1] += draft_in.shape[1]
                 q_logits.append(logits[:, -1])
                 draft_in = self._pick(process(logits[:, -1], self.sampling), generator).view(1, 1)
@@ -182,7 +182,7 @@ class SpeculativeDecoder:
             drafted = torch.cat(xs, dim=1) if n else seq.new_empty(1, 0)
 
             target_in = torch.cat([seq[:, cached[0] :], drafted], dim=1)
-            p_logits, h_target = _forward(self.target, target_in, caches[0], keep=n + 1, hidden=hidden)
+            p_logits, h_target = model_step(self.target, target_in, caches[0], keep=n + 1, hidden=hidden)
             cached[0] += target_in.shape[1]
             stats.target_forwards += 1
             p = process(p_logits, self.sampling)

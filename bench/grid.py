@@ -13,7 +13,7 @@ from bench.runner import RunConfig, expand_methods
 
 GRID_KEYS = {
     "tasks", "pairs", "methods", "limit", "seed", "temperature", "draft_len", "target_weight", "lenience",
-    "cascade_rule", "cascade_alpha", "head", "mix", "data", "max_new_tokens", "num_fewshot", "chat_template",
+    "cascade_rule", "cascade_alpha", "head", "mix", "data", "max_new_tokens", "num_fewshot", "split", "chat_template",
 }
 
 
@@ -58,6 +58,6 @@ def configs_from_grid(name_or_path: str, *, device: str, dtype: str | None, limi
         cascade_alphas=_as_list(g.get("cascade_alpha", 0.5)), mix=g.get("mix", "prob"),
         data=g.get("data"), seed=g.get("seed", 0), draft_len=g.get("draft_len", 5),
         temperature=g.get("temperature", 1.0), max_new_tokens=g.get("max_new_tokens"),
-        num_fewshot=g.get("num_fewshot"), chat_template=g.get("chat_template", False), device=device, dtype=dtype,
+        num_fewshot=g.get("num_fewshot"), split=g.get("split"), chat_template=g.get("chat_template", False), device=device, dtype=dtype,
     )
     return configs, limit if limit is not None else g.get("limit")

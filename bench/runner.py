@@ -48,6 +48,7 @@ class RunConfig:
     seed: int = 0
     data: str | None = None  # None: fixtures for the tiny pair, the hub otherwise
     num_fewshot: int | None = None
+    split: str | None = None  # None: the task file's evaluation split
     chat_template: bool = False
     device: str = "auto"
     dtype: str | None = None
@@ -182,9 +183,9 @@ class Runner:
 
     def task(self, cfg: RunConfig) -> Task:
         data = cfg.data or default_data(cfg.task, resolve_pair(cfg.pair).kind)
-        key = (cfg.task, data, cfg.num_fewshot)
+        key = (cfg.task, data, cfg.num_fewshot, cfg.split)
         if key not in self._tasks:
-            self._tasks[key] = Task(resolve_task(cfg.task), data, num_fewshot=cfg.num_fewshot)
+            self._tasks[key] = Task(resolve_task(cfg.task), data, num_fewshot=cfg.num_fewshot, split=cfg.split)
         return self._tasks[key]
 
     def examples(self, cfg: RunConfig) -> list[Example]:

@@ -29,7 +29,7 @@ def configs(tasks, methods, **kw):
     base = dict(
         pairs=["tiny"], heads=["init"], target_weights=[0.3, 0.9], lenience=[0.5], cascade_rules=["opt"],
         cascade_alphas=[0.5], mix="prob", data=None, seed=0, draft_len=4, temperature=1.0, max_new_tokens=32,
-        num_fewshot=None, chat_template=False, device="cpu", dtype=None,
+        num_fewshot=None, split=None, chat_template=False, device="cpu", dtype=None,
     )
     base.update(kw)
     return configs_from_flags(tasks=tasks, methods=methods, **base)

@@ -1,0 +1,250 @@
+"""Training the DIVERSED weight head (SPEC section 4). Both models are frozen; only the head learns.
+
+Policy: the ensemble pi_t = w_t p_t + (1 - w_t) q_t, w_t = head([h_draft ; h_target]). A rollout
+samples up to ``rollout_tokens`` tokens from pi and keeps, per token, the two hidden states and the
+scalars p_t(y_t), q_t(y_t), TV(p_t, q_t): the loss is then recomputed from the head alone, so a
+step costs one small matrix product however large the models are.
+
+Objective (maximised): the task reward through sequence-level REINFORCE on sum_t log pi(y_t), plus
+``reg_weight`` x expected acceptance sum_t (1 - TV(q_t, pi_t)) = sum_t (1 - w_t TV(p_t, q_t)).
+Higher acceptance means smaller w, so the regulariser's gradient must push w DOWN (the authors'
+release had the sign backwards; ``test_regulariser_pushes_w_down`` pins it).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+from torch import Tensor
+
+from bench.decoding import model_step
+from bench.distributions import Sampling, process, sample, tv
+from bench.errors import BenchError
+from bench.head import WeightHead, save_head
+from bench.pairs import Pair
+from bench.tasks import Example, Task
+
+ALGORITHMS = ("reinforce", "reinforce++")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Defaults are the authors' settings: AdamW lr 5e-4, 400 prompts x 2 epochs, batch 8."""
+
+    algorithm: str = "reinforce"
+    lr: float = 5e-4
+    batch_size: int = 8
+    epochs: int = 2
+    num_prompts: int = 400
+    reg_weight: float = 0.01
+    temperature: float = 1.0
+    rollout_tokens: int = 128
+    clip: float = 0.2  # reinforce++: ratio clipping
+    inner_steps: int = 2  # reinforce++: updates per batch of rollouts
+    baseline_decay: float = 0.9  # running-mean baseline (ROUGE rewards)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.algorithm not in ALGORITHMS:
+            raise BenchError(f"--algorithm must be one of {', '.join(ALGORITHMS)}, got {self.algorithm!r}")
+        if self.lr <= 0 or self.batch_size < 1 or self.epochs < 1 or self.num_prompts < 1:
+            raise BenchError("--lr must be > 0 and --batch-size, --epochs, --num-prompts >= 1")
+        if self.reg_weight < 0:
+            raise BenchError(f"--reg-weight must be >= 0, got {self.reg_weight}")
+        if self.temperature <= 0:
+            raise BenchError(f"training samples from the policy: --temperature must be > 0, got {self.temperature}")
+
+
+@dataclass
+class Rollout:
+    """One sampled sequence and the per-token quantities the loss needs (all detached)."""
+
+    tokens: list[int]
+    h_draft: Tensor  # [T, Hd]
+    h_target: Tensor  # [T, Ht]
+    p_y: Tensor  # [T] target probability of the sampled token
+    q_y: Tensor  # [T] draft probability of the sampled token
+    tv: Tensor  # [T] TV(p_t, q_t)
+    pi_y_old: Tensor  # [T] policy probability at sampling time (REINFORCE++ ratios)
+    target_greedy: Tensor  # [T] bool: y_t == argmax p_t
+    draft_greedy: Tensor  # [T] bool: y_t == argmax q_t
+
+
+@torch.no_grad()
+def rollout(pair: Pair, head: WeightHead, prompt: list[int], max_tokens: int, temperature: float,
+            generator: torch.Generator) -> Rollout:
+    """Sample from the ensemble policy, one token at a time, with a KV cache per model."""
+    from transformers import DynamicCache
+
+    device = pair.device
+    sampling = Sampling(temperature)
+    caches = [DynamicCache(config=pair.target.config), DynamicCache(config=pair.draft.config)]
+    feed = torch.tensor([prompt], device=device)
+    eos = set(pair.eos_token_ids)
+    cols: dict[str, list[Tensor]] = {k: [] for k in ("hd", "ht", "p_y", "q_y", "tv", "pi", "tg", "dg")}
+    tokens: list[int] = []
+    for _ in range(max_tokens):
+        p_logits, ht = model_step(pair.target, feed, caches[0], keep=1, hidden=True)
+        q_logits, hd = model_step(pair.draft, feed, caches[1], keep=1, hidden=True)
+        p, q = process(p_logits[0, -1], sampling), process(q_logits[0, -1], sampling)
+        w = head(hd[0, -1], ht[0, -1])
+        pi = w * p + (1 - w) * q
+        y = sample(pi, generator)
+        for key, value in (("hd", hd[0, -1]), ("ht", ht[0, -1]), ("p_y", p[y]), ("q_y", q[y]), ("tv", tv(p, q)),
+                           ("pi", pi[y]), ("tg", y == p.argmax()), ("dg", y == q.argmax())):
+            cols[key].append(value)
+        token = int(y)
+        tokens.append(token)
+        if token in eos:
+            break
+        feed = y.view(1, 1)
+    stack = {k: torch.stack(v).float() if k in ("hd", "ht") else torch.stack(v) for k, v in cols.items()}
+    return Rollout(tokens, stack["hd"], stack["ht"], stack["p_y"], stack["q_y"], stack["tv"], stack["pi"],
+                   stack["tg"], stack["dg"])
+
+
+def policy_terms(head: WeightHead, r: Rollout) -> tuple[Tensor, Tensor, Tensor]:
+    """Per token, differentiable in the head: log pi(y_t), expected acceptance 1 - w_t TV_t, w_t."""
+    w = torch.sigmoid(head.logit(r.h_draft, r.h_target))
+    log_pi = torch.log((w * r.p_y + (1 - w) * r.q_y).clamp_min(1e-30))
+    return log_pi, 1 - w * r.tv, w
+
+
+def reinforce_loss(head: WeightHead, rollouts: list[Rollout], advantages: Tensor, reg_weight: float) -> Tensor:
+    """-mean_i [A_i sum_t log pi(y_it)] - reg_weight mean_i sum_t (1 - TV(q_it, pi_it))."""
+    terms = [policy_terms(head, r) for r in rollouts]
+    pg = torch.stack([a * lp.sum() for a, (lp, _, _) in zip(advantages, terms)]).mean()
+    acc = torch.stack([ea.sum() for _, ea, _ in terms]).mean()
+    return -pg - reg_weight * acc
+
+
+def reinforce_pp_loss(head: WeightHead, rollouts: list[Rollout], rewards: Tensor, reg_weight: float, clip: float) -> Tensor:
+    """REINFORCE++: token-level advantages normalised over the batch, PPO-style clipped ratios."""
+    terms = [policy_terms(head, r) for r in rollouts]
+    adv = torch.cat([torch.full_like(lp, float(reward)) for reward, (lp, _, _) in zip(rewards, terms)])
+    adv = (adv - adv.mean()) / (adv.std(unbiased=False) + 1e-8)
+    log_pi = torch.cat([lp for lp, _, _ in terms])
+    old = torch.cat([r.pi_y_old.clamp_min(1e-30).log() for r in rollouts])
+    ratio = torch.exp(log_pi - old)
+    surrogate = torch.minimum(ratio * adv, ratio.clamp(1 - clip, 1 + clip) * adv).mean()
+    acc = torch.stack([ea.sum() for _, ea, _ in terms]).mean()
+    return -surrogate - reg_weight * acc
+
+
+Reward = Callable[[Example, Rollout, str], float]
+
+
+def task_reward(task: Task) -> Reward:
+    """The task's primary metric on the cut completion: accuracy, pass@1, or ROUGE-2 / 100."""
+    scale = 100.0 if task.spec.metric == "rouge" else 1.0
+
+    def reward(example: Example, r: Rollout, completion: str) -> float:
+        return float(task.score(example.doc, completion)["quality"]) / scale
+
+    return reward
+
+
+class Trainer:
+    """Runs training with checkpoints after every step; a killed run resumes from the last one."""
+
+    def __init__(self, pair: Pair, task: Task, cfg: TrainConfig, output: Path, *, reward: Reward | None = None,
+                 data: str = "", log: Callable[[dict[str, Any]], None] | None = None) -> None:
+        self.pair, self.task, self.cfg, self.output = pair, task, cfg, output
+        self.reward = reward or task_reward(task)
+        self.data = data
+        self.log = log
+        self.rouge = task.spec.metric == "rouge"
+        self.head = WeightHead(*pair.hidden_sizes).to(pair.device)
+        self.opt = torch.optim.AdamW(self.head.parameters(), lr=cfg.lr)
+        self.step, self.baseline, self.history = 0, None, []
+        self.ckpt = output / "checkpoint.pt"
+        if self.ckpt.exists():
+            state = torch.load(self.ckpt, map_location=pair.device)
+            if state["config"] != asdict(cfg):
+                raise BenchError(f"{self.ckpt} was written with other settings; use another --output or delete it")
+            self.head.load_state_dict(state["head"])
+            self.opt.load_state_dict(state["optimizer"])
+            self.step, self.baseline = state["step"], state["baseline"]
+            self.history = pd.read_parquet(output / "train_log.parquet").to_dict("records")
+
+    def batches(self) -> list[list[Example]]:
+        examples = self.task.examples(self.cfg.num_prompts, self.cfg.seed)
+        out = []
+        for epoch in range(self.cfg.epochs):
+            order = torch.randperm(len(examples), generator=torch.Generator().manual_seed(self.cfg.seed + epoch))
+            shuffled = [examples[i] for i in order]
+            out += [shuffled[i : i + self.cfg.batch_size] for i in range(0, len(shuffled), self.cfg.batch_size)]
+        return out
+
+    def train(self, until: int | None = None) -> dict[str, Any]:
+        """Train to the end (or to step ``until``), checkpointing after every step."""
+        batches = self.batches()
+        tok = self.pair.tokenizer
+        for step in range(self.step, min(len(batches), until or len(batches))):
+            start = time.perf_counter()
+            gen = torch.Generator(device=self.pair.device).manual_seed(self.cfg.seed * 100003 + step)
+            rollouts, rewards = [], []
+            for example in batches[step]:
+                r = rollout(self.pair, self.head, list(tok(example.prompt).input_ids), self.cfg.rollout_tokens,
+                            self.cfg.temperature, gen)
+                rollouts.append(r)
+                rewards.append(self.reward(example, r, tok.decode(r.tokens, skip_special_tokens=True)))
+            reward_t = torch.tensor(rewards, device=self.pair.device)
+            if self.cfg.algorithm == "reinforce":
+                base = self.baseline if (self.rouge and self.baseline is not None) else float(reward_t.mean())
+                loss = reinforce_loss(self.head, rollouts, reward_t - base, self.cfg.reg_weight)
+                self._update(loss)
+            else:
+                for _ in range(self.cfg.inner_steps):
+                    loss = reinforce_pp_loss(self.head, rollouts, reward_t, self.cfg.reg_weight, self.cfg.clip)
+                    self._update(loss)
+            mean_r = float(reward_t.mean())
+            self.baseline = mean_r if self.baseline is None else (
+                self.cfg.baseline_decay * self.baseline + (1 - self.cfg.baseline_decay) * mean_r)
+            with torch.no_grad():
+                terms = [policy_terms(self.head, r) for r in rollouts]
+            record = {
+                "step": step + 1, "steps": len(batches), "reward": mean_r, "loss": loss.item(),
+                "expected_acceptance": float(torch.cat([t[1] for t in terms]).mean()),
+                "mean_w": float(torch.cat([t[2] for t in terms]).mean()),
+                "tokens": sum(len(r.tokens) for r in rollouts), "seconds": time.perf_counter() - start,
+            }
+            self.history.append(record)
+            self.step = step + 1
+            self._checkpoint()
+            if self.log:
+                self.log(record)
+        return self.history[-1] if self.history else {}
+
+    def _update(self, loss: Tensor) -> None:
+        self.opt.zero_grad()
+        loss.backward()
+        self.opt.step()
+
+    def _checkpoint(self) -> None:
+        self.output.mkdir(parents=True, exist_ok=True)
+        pd.DataFrame(self.history).to_parquet(self.output / "train_log.parquet", index=False)
+        tmp = self.ckpt.with_suffix(".tmp")
+        torch.save({"head": self.head.state_dict(), "optimizer": self.opt.state_dict(), "step": self.step,
+                    "baseline": self.baseline, "config": asdict(self.cfg)}, tmp)
+        tmp.replace(self.ckpt)
+        last = self.history[-1]
+        save_head(self.head, self.output, {
+            "pair": self.pair.spec.name, "task": self.task.name, "data": self.data, "steps": self.step,
+            "final_reward": last["reward"], "mean_w": last["mean_w"], "training": asdict(self.cfg),
+            "trained": True,
+        })
+
+
+def describe(record: dict[str, Any]) -> str:
+    """One progress line: reward, expected acceptance, mean w, time."""
+    eta = record["seconds"] * (record["steps"] - record["step"])
+    return (f"step {record['step']}/{record['steps']}  reward {record['reward']:.3f}  expected acceptance "
+            f"{record['expected_acceptance']:.3f}  mean w {record['mean_w']:.3f}  "
+            f"{record['seconds']:.1f} s/step, {eta / 60:.1f} min left")
