@@ -270,6 +270,50 @@ def train(
 
 
 @app.command()
+def speed(
+    pair: str = typer.Option("tiny", help="Pair name or YAML (llama3-shapes: real 8B/1B shapes, random weights)."),
+    draft_len: str = typer.Option("1,3,5,8", help="Draft lengths to measure, comma-separated."),
+    method: str = typer.Option("sd,ensemble", help="sd, or sd,ensemble to also time the static ensemble."),
+    target_weight: float = typer.Option(0.7, help="Weight for the ensemble comparison."),
+    prompts: int = typer.Option(8, help="Number of prompts (fixture CNNDM articles)."),
+    max_new_tokens: int = typer.Option(64),
+    repeats: int = typer.Option(3, help="Repeats per measurement; the median is reported."),
+    device: str = typer.Option("auto"),
+    dtype: Optional[str] = typer.Option(None),
+    output_dir: Path = typer.Option(Path("results"), help="Where speed_PAIR.md/.json/.png go."),
+) -> None:
+    """Time the harness against transformers generate() and assisted generation, and against the
+    ideal speedup S(alpha, N, c); checks that greedy outputs agree.
+
+    Example: diversed-bench speed --pair tiny --draft-len 3,5 --repeats 5
+    """
+    import json
+    import shlex
+
+    from bench.pairs import load_pair
+    from bench.speed import markdown, measure, plot
+    from bench.tasks import Task, resolve_task
+
+    methods = _list(method)
+    unknown = set(methods) - {"sd", "ensemble"}
+    if unknown or "sd" not in methods:
+        raise BenchError(f"--method takes sd or sd,ensemble, got {method!r}")
+    loaded = load_pair(pair, device=device, dtype=dtype)
+    texts = [e.doc["article"] for e in Task(resolve_task("cnndm"), "fixture").examples()][:prompts]
+    encoded = [list(loaded.tokenizer(t).input_ids) for t in texts]
+    result = measure(loaded, encoded, [int(n) for n in _list(draft_len)], max_new_tokens, repeats,
+                     target_weight if "ensemble" in methods else None, log=typer.echo)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    stem = output_dir / f"speed_{loaded.spec.name}"
+    text = markdown(result, "diversed-bench " + shlex.join(sys.argv[1:]))
+    stem.with_suffix(".md").write_text(text)
+    stem.with_suffix(".json").write_text(json.dumps(result, indent=2))
+    plot(result, stem.with_suffix(".png"))
+    typer.echo(text)
+    typer.echo(f"written: {stem}.md, {stem}.json, {stem}.png")
+
+
+@app.command()
 def score(
     task: str = typer.Option(..., help="Task name or task YAML path."),
     predictions: Path = typer.Option(..., exists=False, help='JSONL: {"example_id": ..., "completion": ...} per line.'),

@@ -17,9 +17,9 @@ import yaml
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from bench.errors import BenchError
-from bench.tiny import TinyConfig, build_tiny_pair
+from bench.tiny import TinyConfig, build_synthetic_pair, build_tiny_pair
 
-PAIR_KINDS = ("tiny", "hub")
+PAIR_KINDS = ("tiny", "hub", "synthetic")
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,7 @@ class PairSpec:
     dtype: dict[str, str] = field(default_factory=lambda: {"cuda": "bfloat16", "cpu": "float32"})
     attn_implementation: str = "sdpa"
     tiny: dict[str, Any] = field(default_factory=dict)
+    synthetic: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.kind not in PAIR_KINDS:
@@ -98,6 +99,24 @@ class Pair:
         configured = self.target.generation_config.eos_token_id
         ids.update(configured if isinstance(configured, list) else [configured])
         return sorted(i for i in ids if i is not None)
+
+
+class SyntheticTokenizer:
+    """Token ids stand for themselves: synthetic pairs are for timing, not text."""
+
+    bos_token_id, eos_token_id, pad_token_id = 1, None, 0
+
+    def __init__(self, vocab_size: int) -> None:
+        self.vocab_size = vocab_size
+
+    def __call__(self, text: str) -> Any:
+        from types import SimpleNamespace
+
+        data = text.encode()
+        return SimpleNamespace(input_ids=[self.bos_token_id] + [2 + (b * 7919 + i) % (self.vocab_size - 2) for i, b in enumerate(data)])
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        return " ".join(map(str, ids))
 
 
 def hidden_size(model: PreTrainedModel) -> int:
@@ -177,4 +196,13 @@ def load_pair(name_or_spec: str | PairSpec, device: str = "auto", dtype: str | N
             raise BenchError(f"pair {spec.name}: bad tiny settings ({exc})") from None
         target, draft, tok = build_tiny_pair(cfg)
         return Pair(spec, target.to(dev, torch_dtype), draft.to(dev, torch_dtype), tok)
+    if spec.kind == "synthetic":
+        s = dict(spec.synthetic)
+        try:
+            target, draft = build_synthetic_pair(
+                s.pop("target_config"), s.pop("draft_config"), device=dev, dtype=torch_dtype, **s
+            )
+        except (KeyError, TypeError) as exc:
+            raise BenchError(f"pair {spec.name}: bad synthetic settings ({exc})") from None
+        return Pair(spec, target, draft, SyntheticTokenizer(target.config.vocab_size))
     return _load_hub_pair(spec, dev, torch_dtype)

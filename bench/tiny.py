@@ -1,4 +1,6 @@
-"""The offline ``tiny`` pair: a tokenizer and two Llama models built in code from a seed.
+"""Pairs built in code: the offline ``tiny`` pair, and ``synthetic`` pairs at real shapes.
+
+The ``tiny`` pair is a tokenizer and two Llama models built in code from a seed.
 
 Random models give meaningless acceptance, so the pair follows SPEC section 6's recipe: the draft
 is the target's first ``draft_layers`` layers (sharing embeddings, final norm and lm_head), the
@@ -10,10 +12,13 @@ distributions are peaked like a trained model's. ``damping`` then tunes the acce
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel, PreTrainedTokenizerFast
+
+from bench.errors import BenchError
 
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>")
 
@@ -111,3 +116,42 @@ def build_tiny_pair(cfg: TinyConfig) -> tuple[LlamaForCausalLM, LlamaForCausalLM
         model.generation_config.do_sample = False
         model.eval()
     return target, draft, tokenizer
+
+
+def build_synthetic_pair(
+    target_config: dict[str, Any], draft_config: dict[str, Any], *, seed: int, damping: float, logit_scale: float,
+    device: torch.device, dtype: torch.dtype,
+) -> tuple[PreTrainedModel, PreTrainedModel]:
+    """Two models at real architectures' shapes with random weights and a tunable acceptance.
+
+    Both compute the same base "bigram" logits: the draft's embedding E and head U (width d) and
+    the target's embedding [E, E] and head [U, U] / 2 (width 2d) agree after RMSNorm. Each model's
+    layers then add a perturbation damped by ``damping`` (o_proj and down_proj scaled), so the two
+    distributions differ by an amount ``damping`` controls, as for the tiny pair. Needs the target
+    to be exactly twice as wide as the draft (Llama-3.1-8B: 4096, Llama-3.2-1B: 2048).
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    t_cfg = AutoConfig.for_model(**{**target_config, "tie_word_embeddings": False})
+    d_cfg = AutoConfig.for_model(**{**draft_config, "tie_word_embeddings": False})
+    if t_cfg.hidden_size != 2 * d_cfg.hidden_size or t_cfg.vocab_size != d_cfg.vocab_size:
+        raise BenchError("synthetic pair: the target must be twice as wide as the draft, with the same vocabulary")
+    torch.manual_seed(seed)
+    with torch.device(device):
+        target = AutoModelForCausalLM.from_config(t_cfg, dtype=dtype)
+        draft = AutoModelForCausalLM.from_config(d_cfg, dtype=dtype)
+    with torch.no_grad():
+        embed = draft.get_input_embeddings().weight
+        head = draft.get_output_embeddings().weight
+        head.normal_(0, 1 / d_cfg.hidden_size**0.5).mul_(logit_scale)
+        target.get_input_embeddings().weight.copy_(torch.cat([embed, embed], dim=1))
+        target.get_output_embeddings().weight.copy_(torch.cat([head, head], dim=1) / 2)
+        for model in (target, draft):
+            for layer in model.model.layers:
+                layer.self_attn.o_proj.weight.mul_(damping)
+                layer.mlp.down_proj.weight.mul_(damping)
+    for model in (target, draft):
+        model.config.eos_token_id = model.generation_config.eos_token_id = None  # fixed-length timing runs
+        model.generation_config.do_sample = False
+        model.eval()
+    return target, draft

@@ -1,0 +1,196 @@
+"""Speed of the decoding loop against transformers' generate() and against the ideal bound.
+
+Everything is measured in one process on the same prompts, and reported as ratios (these machines
+are noisy): harness time / transformers time per method, measured speedup of ``sd`` over ``ar``,
+the ideal speedup S(alpha, N, c) of SPEC section 7 from the measured acceptance and step-cost
+ratio, and efficiency = measured / ideal. Greedy outputs of the two implementations are compared
+token for token.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import DynamicCache
+
+from bench.decoding import SpeculativeDecoder, model_step
+from bench.distributions import Sampling
+from bench.pairs import Pair
+from bench.verifiers import make_verifier
+
+GREEDY = Sampling(temperature=0.0)
+
+
+def ideal_speedup(alpha: float, n: int, c: float) -> float:
+    """S = (1 - alpha^(N+1)) / ((1 - alpha)(N c + 1)); the limit N + 1 over (N c + 1) at alpha = 1."""
+    tokens = n + 1 if alpha >= 1 else (1 - alpha ** (n + 1)) / (1 - alpha)
+    return tokens / (n * c + 1)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@torch.inference_mode()
+def step_cost_ratio(pair: Pair, prompt: list[int], repeats: int = 20) -> tuple[float, float, float]:
+    """(draft step s, target step s, c): one cached single-token forward of each model."""
+    times = []
+    for model in (pair.draft, pair.target):
+        cache = DynamicCache(config=model.config)
+        model_step(model, torch.tensor([prompt], device=pair.device), cache, keep=1, hidden=False)
+        token = torch.tensor([[prompt[-1]]], device=pair.device)
+        samples = []
+        for _ in range(repeats + 2):
+            _sync(pair.device)
+            start = time.perf_counter()
+            model_step(model, token, cache, keep=1, hidden=False)
+            _sync(pair.device)
+            samples.append(time.perf_counter() - start)
+            cache.crop(-1)
+        times.append(statistics.median(samples[2:]))
+    return times[0], times[1], times[0] / times[1]
+
+
+@dataclass
+class Timed:
+    outputs: list[list[int]]
+    seconds: float
+    drafted: int = 0
+    accepted: int = 0
+    verified: int = 0
+
+
+def run_harness(pair: Pair, method: str, prompts: list[list[int]], n: int, max_new: int, **params: Any) -> Timed:
+    decoder = SpeculativeDecoder(pair.target, pair.draft, make_verifier(method, **params), draft_len=n,
+                                 sampling=GREEDY, eos_token_ids=pair.eos_token_ids)
+    outputs, total, drafted, accepted, verified = [], 0.0, 0, 0, 0
+    for prompt in prompts:
+        gen = decoder.generate(prompt, max_new)
+        outputs.append(gen.token_ids)
+        total += gen.stats.wall_time_s
+        drafted, accepted = drafted + gen.stats.drafted_tokens, accepted + gen.stats.accepted_tokens
+        verified += sum(gen.stats.reached_per_position)
+    return Timed(outputs, total, drafted, accepted, verified)
+
+
+@torch.inference_mode()
+def run_transformers(pair: Pair, prompts: list[list[int]], n: int, max_new: int, assisted: bool,
+                     ensemble_weight: float | None = None) -> Timed:
+    """transformers' generate(), assisted with a fixed draft length when ``assisted``."""
+    config = pair.draft.generation_config
+    config.num_assistant_tokens, config.num_assistant_tokens_schedule = n, "constant"
+    config.assistant_confidence_threshold = 0.0
+    kwargs: dict[str, Any] = {"assistant_model": pair.draft} if assisted else {}
+    if ensemble_weight is not None:
+        kwargs["assistant_ensemble_weight"] = ensemble_weight
+    outputs, total = [], 0.0
+    for prompt in prompts:
+        ids = torch.tensor([prompt], device=pair.device)
+        _sync(pair.device)
+        start = time.perf_counter()
+        out = pair.target.generate(
+            ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=max_new,
+            eos_token_id=pair.eos_token_ids or None, pad_token_id=pair.tokenizer.pad_token_id, **kwargs,
+        )
+        _sync(pair.device)
+        total += time.perf_counter() - start
+        outputs.append(out[0, len(prompt):].tolist())
+    return Timed(outputs, total)
+
+
+def best_of(repeats: int, fn: Callable[[], Timed]) -> Timed:
+    """The run with the median time of ``repeats`` (outputs are identical across repeats)."""
+    runs = sorted((fn() for _ in range(repeats)), key=lambda t: t.seconds)
+    return runs[len(runs) // 2]
+
+
+def measure(pair: Pair, prompts: list[list[int]], draft_lens: list[int], max_new: int, repeats: int,
+            ensemble_weight: float | None, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """All measurements for one pair; harness and transformers alternate within each repeat."""
+    run_harness(pair, "sd", prompts[:1], draft_lens[0], 8)  # warm-up
+    run_transformers(pair, prompts[:1], draft_lens[0], 8, assisted=True)
+    t_draft, t_target, c = step_cost_ratio(pair, prompts[0])
+    log(f"step cost: draft {t_draft * 1e3:.2f} ms, target {t_target * 1e3:.2f} ms, c = {c:.3f}")
+    ar = best_of(repeats, lambda: run_harness(pair, "ar", prompts, 1, max_new))
+    hf_ar = best_of(repeats, lambda: run_transformers(pair, prompts, 1, max_new, assisted=False))
+    rows = []
+    for n in draft_lens:
+        sd = best_of(repeats, lambda: run_harness(pair, "sd", prompts, n, max_new))
+        hf_sd = best_of(repeats, lambda: run_transformers(pair, prompts, n, max_new, assisted=True))
+        alpha = sd.accepted / sd.verified if sd.verified else 0.0
+        row = {
+            "draft_len": n, "alpha": alpha, "acceptance_rate": sd.accepted / max(sd.drafted, 1),
+            "sd_s": sd.seconds, "hf_assisted_s": hf_sd.seconds, "sd_vs_hf": sd.seconds / hf_sd.seconds,
+            "sd_equals_hf": sd.outputs == hf_sd.outputs, "sd_equals_ar": sd.outputs == ar.outputs,
+            "speedup": ar.seconds / sd.seconds, "ideal_speedup": ideal_speedup(alpha, n, c),
+        }
+        row["efficiency"] = row["speedup"] / row["ideal_speedup"]
+        if ensemble_weight is not None:
+            ens = best_of(repeats, lambda: run_harness(pair, "ensemble", prompts, n, max_new, target_weight=ensemble_weight))
+            hf_ens = best_of(repeats, lambda: run_transformers(pair, prompts, n, max_new, True, ensemble_weight))
+            row.update(ensemble_s=ens.seconds, hf_ensemble_s=hf_ens.seconds, ensemble_vs_hf=ens.seconds / hf_ens.seconds,
+                       ensemble_equals_hf=ens.outputs == hf_ens.outputs, ensemble_speedup=ar.seconds / ens.seconds)
+        log(f"N={n}: alpha {alpha:.3f}, sd/hf {row['sd_vs_hf']:.2f}, speedup {row['speedup']:.2f} "
+            f"(ideal {row['ideal_speedup']:.2f}, efficiency {row['efficiency']:.2f})")
+        rows.append(row)
+    return {
+        "pair": pair.spec.name, "device": str(pair.device), "dtype": str(pair.target.dtype).replace("torch.", ""),
+        "prompts": len(prompts), "max_new_tokens": max_new, "repeats": repeats,
+        "t_draft_ms": t_draft * 1e3, "t_target_ms": t_target * 1e3, "c": c,
+        "ar_s": ar.seconds, "hf_generate_s": hf_ar.seconds, "ar_vs_hf": ar.seconds / hf_ar.seconds,
+        "ar_equals_hf": ar.outputs == hf_ar.outputs, "rows": rows,
+    }
+
+
+def markdown(result: dict[str, Any], command: str) -> str:
+    r = result
+    lines = [
+        f"# Speed: pair {r['pair']} on {r['device']} ({r['dtype']})", "",
+        f"Command: `{command}`", "",
+        f"{r['prompts']} prompts x {r['max_new_tokens']} new tokens, greedy, median of {r['repeats']} repeats. "
+        f"Step cost: draft {r['t_draft_ms']:.2f} ms, target {r['t_target_ms']:.2f} ms, c = {r['c']:.3f}.", "",
+        f"`ar`: harness / transformers generate() = **{r['ar_vs_hf']:.2f}** (outputs equal: {r['ar_equals_hf']})", "",
+        "| N | alpha | sd / HF assisted | outputs equal HF | equal ar | speedup | ideal S | efficiency |"
+        + (" ensemble / HF | ensemble equal HF |" if "ensemble_vs_hf" in r["rows"][0] else ""),
+        "|---|---|---|---|---|---|---|---|" + ("---|---|" if "ensemble_vs_hf" in r["rows"][0] else ""),
+    ]
+    for row in r["rows"]:
+        line = (f"| {row['draft_len']} | {row['alpha']:.3f} | {row['sd_vs_hf']:.2f} | {row['sd_equals_hf']} | "
+                f"{row['sd_equals_ar']} | {row['speedup']:.2f} | {row['ideal_speedup']:.2f} | {row['efficiency']:.2f} |")
+        if "ensemble_vs_hf" in row:
+            line += f" {row['ensemble_vs_hf']:.2f} | {row['ensemble_equals_hf']} |"
+        lines.append(line)
+    lines += ["", "alpha: per-token acceptance (accepted / verified positions); ideal S = (1 - alpha^(N+1)) / "
+              "((1 - alpha)(N c + 1)); efficiency = measured speedup / S."]
+    return "\n".join(lines) + "\n"
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = result["rows"]
+    n = [r["draft_len"] for r in rows]
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    ax.plot(n, [r["speedup"] for r in rows], "o-", label="measured sd / ar")
+    ax.plot(n, [r["ideal_speedup"] for r in rows], "s--", label="ideal S(alpha, N, c)")
+    ax.plot(n, [r["hf_assisted_s"] and result["ar_s"] / r["hf_assisted_s"] for r in rows], "^:", label="transformers assisted / harness ar")
+    ax.axhline(1, color="grey", lw=0.8)
+    ax.set_xlabel("draft length N")
+    ax.set_ylabel("speedup over ar")
+    ax.set_title(f"{result['pair']} on {result['device']}, c = {result['c']:.2f}")
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=150)
+    plt.close(fig)
