@@ -148,8 +148,16 @@ def run(
             max_new_tokens=max_new_tokens, num_fewshot=num_fewshot, split=split, chat_template=chat_template,
             device=device, dtype=dtype,
         )
-    Runner(output_dir, limit=limit, shard=_shard(shard), progress=progress, log=lambda m: typer.echo(m, err=True)).run(configs)
-    if report and shard == "0/1":
+    from bench.distributed import Launch
+
+    launch = Launch.from_env(device)
+    index, count = _shard(shard)
+    partition = (index * launch.world_size + launch.rank, count * launch.world_size)
+    runner = Runner(output_dir, limit=limit, partition=partition, device=launch.device,
+                    progress=progress and launch.rank == 0, log=lambda m: typer.echo(m, err=True))
+    runner.run(configs)
+    launch.finish()
+    if report and count == 1 and launch.rank == 0:
         _report(output_dir, plots_dir, "markdown")
 
 
@@ -311,6 +319,22 @@ def speed(
     plot(result, stem.with_suffix(".png"))
     typer.echo(text)
     typer.echo(f"written: {stem}.md, {stem}.json, {stem}.png")
+
+
+@app.command()
+def merge(
+    sources: list[Path] = typer.Argument(..., help="Results directories to combine (e.g. one per job)."),
+    output: Path = typer.Option(..., help="The combined results directory."),
+) -> None:
+    """Combine shards into one results directory, refusing shards that ran different settings
+    (seed, draft length) or library versions for one configuration.
+
+    Example: diversed-bench merge shards/job0 shards/job1 shards/job2 --output results
+    """
+    from bench.store import merge as merge_dirs
+
+    rows = merge_dirs(sources, output)
+    typer.echo(f"{rows} rows from {len(sources)} directories in {output}")
 
 
 @app.command()

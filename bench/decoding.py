@@ -169,12 +169,13 @@ class SpeculativeDecoder:
         while len(out) < max_new_tokens:
             n = min(n_max, max_new_tokens - len(out) - 1)
             draft_in = seq[:, cached[-1] :]
-            xs, q_logits, h_draft = [], [], []
+            xs, q_logits, qs, h_draft = [], [], [], []
             for _ in range(n):
                 logits, h = model_step(self.draft, draft_in, caches[1], keep=1, hidden=hidden)
                 cached[1] += draft_in.shape[1]
                 q_logits.append(logits[:, -1])
-                draft_in = self._pick(process(logits[:, -1], self.sampling), generator).view(1, 1)
+                qs.append(process(logits[:, -1], self.sampling))
+                draft_in = self._pick(qs[-1], generator).view(1, 1)
                 xs.append(draft_in)
                 if hidden:
                     h_draft.append(h)
@@ -190,7 +191,7 @@ class SpeculativeDecoder:
             if n:
                 round_ = Round(
                     draft=drafted,
-                    q=process(torch.stack(q_logits, dim=1), self.sampling),
+                    q=torch.stack(qs, dim=1),
                     p=p[:, :n],
                     q_logits=torch.stack(q_logits, dim=1),
                     p_logits=p_logits[:, :n],

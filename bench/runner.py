@@ -158,27 +158,35 @@ def stats_columns(stats: DecodeStats) -> dict[str, Any]:
 
 
 class Runner:
-    """Runs configurations into one results directory, resuming whatever is already there."""
+    """Runs configurations into one results directory, resuming whatever is already there.
+
+    ``partition = (i, k)``: this process takes every k-th item, from the i-th, of the flattened
+    (configuration x example) list, so k processes or jobs cover the grid exactly once whatever
+    is already done. ``device`` overrides where models load (one GPU per rank) without changing
+    the configurations' ids.
+    """
 
     def __init__(
         self,
         output_dir: Path,
         *,
         limit: int | None = None,
-        shard: tuple[int, int] = (0, 1),
+        partition: tuple[int, int] = (0, 1),
+        device: str | None = None,
         progress: bool = True,
         log: Any = print,
     ) -> None:
-        self.store = ResultStore(output_dir, shard="" if shard == (0, 1) else f"{shard[0]}of{shard[1]}")
-        self.limit, self.shard, self.progress, self.log = limit, shard, progress, log
+        self.store = ResultStore(output_dir, writer=f"{partition[0]}of{partition[1]}")
+        self.limit, self.partition, self.device, self.progress, self.log = limit, partition, device, progress, log
         self._pairs: dict[str, Pair] = {}
         self._tasks: dict[tuple[Any, ...], Task] = {}
 
     def pair(self, cfg: RunConfig) -> Pair:
-        key = f"{cfg.pair}|{cfg.device}|{cfg.dtype}"
+        device = self.device or cfg.device
+        key = f"{cfg.pair}|{device}|{cfg.dtype}"
         if key not in self._pairs:
             self._pairs.clear()  # one pair in memory at a time
-            self._pairs[key] = load_pair(cfg.pair, device=cfg.device, dtype=cfg.dtype)
+            self._pairs[key] = load_pair(cfg.pair, device=device, dtype=cfg.dtype)
         return self._pairs[key]
 
     def task(self, cfg: RunConfig) -> Task:
@@ -188,14 +196,20 @@ class Runner:
             self._tasks[key] = Task(resolve_task(cfg.task), data, num_fewshot=cfg.num_fewshot, split=cfg.split)
         return self._tasks[key]
 
-    def examples(self, cfg: RunConfig) -> list[Example]:
-        """This writer's share of the configuration's examples."""
-        index, count = self.shard
-        return self.task(cfg).examples(self.limit, cfg.seed)[index::count]
+    def assignments(self, configs: list[RunConfig]) -> list[tuple[RunConfig, list[Example]]]:
+        """This partition's examples of every configuration."""
+        index, count = self.partition
+        out, offset = [], 0
+        for cfg in configs:
+            examples = self.task(cfg).examples(self.limit, cfg.seed)
+            out.append((cfg, [e for i, e in enumerate(examples) if (offset + i) % count == index]))
+            offset += len(examples)
+        return out
 
     def run(self, configs: list[RunConfig]) -> None:
-        for cfg in configs:
-            pending = [e for e in self.examples(cfg) if e.example_id not in self.store.done_ids(cfg.config_id)]
+        for cfg, mine in self.assignments(configs):
+            done = self.store.done_ids(cfg.config_id)
+            pending = [e for e in mine if e.example_id not in done]
             if not pending:
                 self.log(f"{cfg.task} | {cfg.pair} | {cfg.label}: done, skipped")
                 self.store.compact(cfg.config_id)
@@ -222,7 +236,8 @@ class Runner:
         budget = cfg.max_new_tokens or task.spec.max_new_tokens
         self.store.write_manifest(
             cfg.config_id,
-            {"settings": asdict(cfg), "label": cfg.label, "limit": self.limit, **environment(pair.device)},
+            {"config_id": cfg.config_id, "settings": asdict(cfg), "label": cfg.label, "limit": self.limit,
+             **environment(pair.device)},
         )
         fixed = {
             "config_id": cfg.config_id,

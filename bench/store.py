@@ -1,10 +1,12 @@
 """The results directory: one parquet dataset, written so that a crash loses nothing.
 
 Each finished example is written at once as its own small parquet file
-(``parts/<config_id>/<example>.parquet``, atomically: write then rename). When a configuration
-finishes, its parts are compacted into ``<config_id>[.<shard>].parquet``. Readers take the union of
-both and drop duplicates, so a kill at any moment, even during compaction, leaves no duplicate and
-no lost row. Each configuration also has ``manifests/<config_id>.json`` with every setting.
+(``parts/<config_id>/<writer>/<example>.parquet``, atomically: write then rename). When a
+configuration finishes, a writer compacts its own parts into ``<config_id>.<writer>.parquet``.
+Readers take the union of everything and drop duplicates, so a kill at any moment, even during
+compaction, leaves no duplicate and no lost row. Writers (processes of one job, or jobs of a
+sharded grid) never touch each other's files. Each writer records
+``manifests/<config_id>.<writer>.json`` with every setting, library versions and device.
 """
 
 from __future__ import annotations
@@ -33,23 +35,22 @@ def _example_file(example_id: str) -> str:
 
 
 class ResultStore:
-    """Rows of one results directory; ``shard`` names this writer's files (rank or job index)."""
+    """Rows of one results directory; ``writer`` names this process's files (e.g. ``0of1``)."""
 
-    def __init__(self, root: Path, shard: str = "") -> None:
+    def __init__(self, root: Path, writer: str = "0of1") -> None:
         self.root = Path(root)
-        self.shard = shard
+        self.writer = writer
         self.root.mkdir(parents=True, exist_ok=True)
 
     def _parts(self, config_id: str) -> Path:
-        return self.root / "parts" / config_id
+        return self.root / "parts" / config_id / self.writer
 
     def _compacted(self, config_id: str) -> Path:
-        suffix = f".{self.shard}" if self.shard else ""
-        return self.root / f"{config_id}{suffix}.parquet"
+        return self.root / f"{config_id}.{self.writer}.parquet"
 
     def done_ids(self, config_id: str) -> set[str]:
         """Example ids already written for a configuration, by any writer."""
-        files = list(self.root.glob(f"{config_id}*.parquet")) + list(self._parts(config_id).glob("*.parquet"))
+        files = list(self.root.glob(f"{config_id}.*.parquet")) + list(self.root.glob(f"parts/{config_id}/*/*.parquet"))
         done: set[str] = set()
         for f in files:
             done.update(pd.read_parquet(f, columns=["example_id"])["example_id"].astype(str))
@@ -72,25 +73,54 @@ class ResultStore:
         _atomic_write_parquet(frame, target)
         for p in parts:
             p.unlink()
-        try:
-            self._parts(config_id).rmdir()
-        except OSError:
-            pass
+        for folder in (self._parts(config_id), self._parts(config_id).parent):
+            try:
+                folder.rmdir()
+            except OSError:
+                pass
 
     def write_manifest(self, config_id: str, manifest: dict[str, Any]) -> None:
         folder = self.root / "manifests"
         folder.mkdir(exist_ok=True)
-        path = folder / f"{config_id}.json"
-        existing = read_manifest(path)
-        if existing is not None and existing["settings"] != manifest["settings"]:
-            raise BenchError(f"{path} records other settings for this configuration; use another --output-dir")
+        path = folder / f"{config_id}.{self.writer}.json"
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str))
+        tmp.write_text(json.dumps({**manifest, "writer": self.writer}, indent=2, sort_keys=True, default=str))
         os.replace(tmp, path)
+        check_consistency(self.root)
 
 
-def read_manifest(path: Path) -> dict[str, Any] | None:
-    return json.loads(path.read_text()) if path.exists() else None
+def manifests(root: Path) -> list[dict[str, Any]]:
+    return [json.loads(p.read_text()) for p in sorted((Path(root) / "manifests").glob("*.json"))]
+
+
+def check_consistency(root: Path) -> None:
+    """Refuse a results directory whose writers disagree.
+
+    Two writers of one configuration must have run the same library versions. Shards of one
+    sharded run (writers ``iofk`` with k > 1) must agree on everything but the shard: a shard that
+    ran another seed or draft length would leave two half-configurations that look complete.
+    """
+    found = manifests(root)
+    by_config: dict[str, dict[str, Any]] = {}
+    for m in found:
+        first = by_config.setdefault(m["config_id"], m)
+        if first["versions"] != m["versions"]:
+            raise BenchError(
+                f"configuration {m['label']} ({m['config_id']}) was run with different library versions by writers "
+                f"{first['writer']} ({first['versions']}) and {m['writer']} ({m['versions']}); rerun one of them"
+            )
+    sharded: dict[str, dict[str, Any]] = {}
+    for m in found:
+        if m["writer"].endswith("of1"):
+            continue
+        key = json.dumps({k: v for k, v in m["settings"].items() if k not in ("seed", "draft_len")}, sort_keys=True)
+        other = sharded.setdefault(key, m)
+        for field in ("seed", "draft_len"):
+            if other["settings"][field] != m["settings"][field]:
+                raise BenchError(
+                    f"shards of {m['label']} disagree on {field}: {other['settings'][field]} (writer "
+                    f"{other['writer']}) vs {m['settings'][field]} (writer {m['writer']}); rerun the odd shard"
+                )
 
 
 def load_results(root: Path | str) -> pd.DataFrame:
@@ -98,8 +128,24 @@ def load_results(root: Path | str) -> pd.DataFrame:
     root = Path(root)
     if not root.is_dir():
         raise BenchError(f"results directory {root} does not exist; run `diversed-bench run` first")
-    files = sorted(root.glob("*.parquet")) + sorted(root.glob("parts/*/*.parquet"))
+    files = sorted(root.glob("*.parquet")) + sorted(root.glob("parts/*/*/*.parquet"))
     if not files:
         raise BenchError(f"no results in {root}; run `diversed-bench run --output-dir {root}` first")
+    check_consistency(root)
     frame = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
     return frame.drop_duplicates(subset=KEY, keep="first").reset_index(drop=True)
+
+
+def merge(sources: list[Path], output: Path) -> int:
+    """Copy the rows and manifests of several results directories (shards) into one."""
+    import shutil
+
+    output.mkdir(parents=True, exist_ok=True)
+    (output / "manifests").mkdir(exist_ok=True)
+    for source in sources:
+        rows = load_results(source)
+        for config_id, g in rows.groupby("config_id"):
+            _atomic_write_parquet(g, output / f"{config_id}.merged-{hashlib.sha1(str(source.resolve()).encode()).hexdigest()[:8]}.parquet")
+        for m in (source / "manifests").glob("*.json"):
+            shutil.copy(m, output / "manifests" / m.name)
+    return len(load_results(output))

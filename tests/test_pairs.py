@@ -18,7 +18,7 @@ HUB_IDS = {
 
 
 def test_registry_holds_the_paper_pairs_and_tiny():
-    assert pair_names() == ["gemma3", "llama3", "qwen3", "tiny"]
+    assert pair_names() == ["gemma3", "llama3", "llama3-shapes", "qwen3", "tiny"]
     for name, (target, draft) in HUB_IDS.items():
         spec = resolve_pair(name)
         assert (spec.target, spec.draft) == (target, draft)
@@ -33,7 +33,7 @@ def test_a_users_own_pair_file(tmp_path):
 
 
 def test_unknown_pair_names_the_choices():
-    with pytest.raises(BenchError, match="gemma3, llama3, qwen3, tiny"):
+    with pytest.raises(BenchError, match="gemma3, llama3, llama3-shapes, qwen3, tiny"):
         resolve_pair("mistral")
 
 
@@ -54,3 +54,33 @@ def test_unreachable_hub_pair_fails_fast_with_one_line():
     assert out.returncode == 2 and "Traceback" not in out.stderr
     last = out.stderr.strip().splitlines()[-1]
     assert last.startswith("error: cannot load Qwen/Qwen3-8B") and "--pair tiny" in last
+
+
+def test_synthetic_pair_keeps_real_shapes_and_tunable_acceptance(tmp_path):
+    """llama3-shapes at reduced depth and width: same construction, CPU-sized."""
+    import yaml
+
+    from bench.decoding import SpeculativeDecoder
+    from bench.distributions import Sampling
+    from bench.pairs import PairSpec
+    from bench.verifiers import make_verifier
+
+    spec = yaml.safe_load((__import__("pathlib").Path(__file__).parents[1] / "pairs" / "llama3-shapes.yaml").read_text())
+    real_t, real_d = spec["synthetic"]["target_config"], spec["synthetic"]["draft_config"]
+    assert (real_t["hidden_size"], real_t["num_hidden_layers"], real_d["hidden_size"], real_d["num_hidden_layers"]) == (4096, 32, 2048, 16)
+
+    def shrink(cfg, width, layers):
+        return {**cfg, "hidden_size": width, "intermediate_size": 2 * width, "num_hidden_layers": layers,
+                "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": width // 4, "vocab_size": 1000}
+
+    rates = []
+    for damping in (0.05, 0.3):
+        synthetic = {**spec["synthetic"], "damping": damping, "target_config": shrink(real_t, 128, 4),
+                     "draft_config": shrink(real_d, 64, 2)}
+        pair = load_pair(PairSpec(**{**spec, "synthetic": synthetic}), device="cpu")
+        assert pair.hidden_sizes == (64, 128)
+        sd = SpeculativeDecoder(pair.target, pair.draft, make_verifier("sd"), draft_len=4, sampling=Sampling(1.0))
+        stats = [sd.generate(pair.tokenizer(f"prompt {i}").input_ids, 32, seed=i).stats for i in range(4)]
+        assert all(s.new_tokens == 32 for s in stats)  # no EOS: fixed-length timing runs
+        rates.append(sum(s.accepted_tokens for s in stats) / sum(s.drafted_tokens for s in stats))
+    assert rates[0] > 0.6 and rates[1] < rates[0] - 0.2, rates

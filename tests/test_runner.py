@@ -112,7 +112,7 @@ def test_kill_and_resume(tmp_path):
     killed = tmp_path / "killed"
     proc = subprocess.Popen(args + [str(killed)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and len(list(killed.glob("parts/*/*.parquet"))) + 6 * len(list(killed.glob("*.parquet"))) < 9:
+    while time.monotonic() < deadline and len(list(killed.glob("parts/*/*/*.parquet"))) + 6 * len(list(killed.glob("*.parquet"))) < 9:
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
@@ -121,7 +121,7 @@ def test_kill_and_resume(tmp_path):
     subprocess.run(args + [str(killed)], env=env, check=True, capture_output=True, timeout=300)
     resumed = load_results(killed)
     assert len(resumed) == 24 and not resumed.duplicated(["config_id", "example_id"]).any()
-    assert not list(killed.glob("parts/*/*.parquet"))
+    assert not list(killed.glob("parts/*/*/*.parquet"))
     clean = tmp_path / "clean"
     subprocess.run(args + [str(clean)], env=env, check=True, capture_output=True, timeout=300)
     key = ["config_id", "example_id"]
