@@ -186,7 +186,10 @@ class SpeculativeDecoder:
             p_logits, h_target = model_step(self.target, target_in, caches[0], keep=n + 1, hidden=hidden)
             cached[0] += target_in.shape[1]
             stats.target_forwards += 1
-            p = process(p_logits, self.sampling)
+            if not n and self.sampling.greedy:  # nothing to verify: the argmax of the logits suffices
+                p = p_logits
+            else:
+                p = process(p_logits, self.sampling)
 
             if n:
                 round_ = Round(

@@ -17,9 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import DynamicCache
-
-from bench.decoding import SpeculativeDecoder, model_step
+from bench.decoding import SpeculativeDecoder
 from bench.distributions import Sampling
 from bench.pairs import Pair
 from bench.verifiers import make_verifier
@@ -36,26 +34,6 @@ def ideal_speedup(alpha: float, n: int, c: float) -> float:
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
-
-@torch.inference_mode()
-def step_cost_ratio(pair: Pair, prompt: list[int], repeats: int = 20) -> tuple[float, float, float]:
-    """(draft step s, target step s, c): one cached single-token forward of each model."""
-    times = []
-    for model in (pair.draft, pair.target):
-        cache = DynamicCache(config=model.config)
-        model_step(model, torch.tensor([prompt], device=pair.device), cache, keep=1, hidden=False)
-        token = torch.tensor([[prompt[-1]]], device=pair.device)
-        samples = []
-        for _ in range(repeats + 2):
-            _sync(pair.device)
-            start = time.perf_counter()
-            model_step(model, token, cache, keep=1, hidden=False)
-            _sync(pair.device)
-            samples.append(time.perf_counter() - start)
-            cache.crop(-1)
-        times.append(statistics.median(samples[2:]))
-    return times[0], times[1], times[0] / times[1]
 
 
 @dataclass
@@ -105,66 +83,112 @@ def run_transformers(pair: Pair, prompts: list[list[int]], n: int, max_new: int,
     return Timed(outputs, total)
 
 
-def forward_share(pair: Pair, prompts: list[list[int]], n: int, max_new: int) -> float:
-    """Fraction of an ``sd`` run's wall time spent inside model forwards (1 - loop overhead).
+class ForwardClock:
+    """Times every top-level forward of the two models with hooks (CUDA-synchronised).
 
-    Forward hooks time each top-level call of either model, synchronising CUDA, so this run is a
-    little slower than the timed ones; only the fraction is reported.
+    Used on dedicated runs only: the syncs slow a run slightly, so timed runs carry no hooks.
     """
-    spent = [0.0]
-    starts: list[float] = []
 
-    def pre(module: Any, args: Any, kwargs: Any) -> None:
-        _sync(pair.device)
-        starts.append(time.perf_counter())
+    def __init__(self, pair: Pair) -> None:
+        self.pair = pair
+        self.seconds = {"target": [], "draft": []}  # type: dict[str, list[float]]
+        self._start = 0.0
 
-    def post(module: Any, args: Any, kwargs: Any, output: Any) -> None:
-        _sync(pair.device)
-        spent[0] += time.perf_counter() - starts.pop()
+    def __enter__(self) -> ForwardClock:
+        def pre(module: Any, args: Any, kwargs: Any) -> None:
+            _sync(self.pair.device)
+            self._start = time.perf_counter()
 
-    handles = [m.register_forward_pre_hook(pre, with_kwargs=True) for m in (pair.target, pair.draft)]
-    handles += [m.register_forward_hook(post, with_kwargs=True) for m in (pair.target, pair.draft)]
-    try:
-        total = run_harness(pair, "sd", prompts, n, max_new).seconds
-    finally:
-        for h in handles:
+        def post(name: str) -> Callable[..., None]:
+            def hook(module: Any, args: Any, kwargs: Any, output: Any) -> None:
+                _sync(self.pair.device)
+                self.seconds[name].append(time.perf_counter() - self._start)
+
+            return hook
+
+        models = {"target": self.pair.target, "draft": self.pair.draft}
+        self.handles = [m.register_forward_pre_hook(pre, with_kwargs=True) for m in models.values()]
+        self.handles += [m.register_forward_hook(post(k), with_kwargs=True) for k, m in models.items()]
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for h in self.handles:
             h.remove()
-    return spent[0] / total
+
+    def total(self) -> float:
+        return sum(map(sum, self.seconds.values()))
 
 
-def best_of(repeats: int, fn: Callable[[], Timed]) -> Timed:
-    """The run with the median time of ``repeats`` (outputs are identical across repeats)."""
-    runs = sorted((fn() for _ in range(repeats)), key=lambda t: t.seconds)
-    return runs[len(runs) // 2]
+def step_costs(pair: Pair, prompts: list[list[int]], n: int, max_new: int) -> tuple[float, float]:
+    """Median single-token target step (from an ``ar`` run) and median draft step (from ``sd``),
+    measured inside the decoding loop, where caches and memory behave as they do when timed."""
+    with ForwardClock(pair) as ar_clock:
+        run_harness(pair, "ar", prompts, 1, max_new)
+    with ForwardClock(pair) as sd_clock:
+        run_harness(pair, "sd", prompts, n, max_new)
+    return statistics.median(sd_clock.seconds["draft"]), statistics.median(ar_clock.seconds["target"])
+
+
+def forward_share(pair: Pair, prompts: list[list[int]], n: int, max_new: int) -> float:
+    """Share of an ``sd`` run's wall time spent inside model forwards; the rest is loop overhead."""
+    with ForwardClock(pair) as clock:
+        total = run_harness(pair, "sd", prompts, n, max_new).seconds
+    return clock.total() / total
+
+
+def paired(repeats: int, **runs: Callable[[], Timed]) -> tuple[dict[str, Timed], dict[str, list[float]]]:
+    """Run every named measurement once per repeat, back to back, so ratios taken within a repeat
+    share the machine's state. Returns the first run of each and all their times."""
+    first: dict[str, Timed] = {}
+    times: dict[str, list[float]] = {k: [] for k in runs}
+    for _ in range(repeats):
+        for name, fn in runs.items():
+            timed = fn()
+            first.setdefault(name, timed)
+            times[name].append(timed.seconds)
+    return first, times
+
+
+def ratio(times: dict[str, list[float]], a: str, b: str) -> float:
+    """Median over repeats of time(a) / time(b)."""
+    return statistics.median(x / y for x, y in zip(times[a], times[b]))
 
 
 def measure(pair: Pair, prompts: list[list[int]], draft_lens: list[int], max_new: int, repeats: int,
             ensemble_weight: float | None, log: Callable[[str], None] = print) -> dict[str, Any]:
-    """All measurements for one pair; harness and transformers alternate within each repeat."""
+    """All measurements for one pair, each ratio from runs made back to back within a repeat."""
     run_harness(pair, "sd", prompts[:1], draft_lens[0], 8)  # warm-up
     run_transformers(pair, prompts[:1], draft_lens[0], 8, assisted=True)
-    t_draft, t_target, c = step_cost_ratio(pair, prompts[0])
-    log(f"step cost: draft {t_draft * 1e3:.2f} ms, target {t_target * 1e3:.2f} ms, c = {c:.3f}")
-    ar = best_of(repeats, lambda: run_harness(pair, "ar", prompts, 1, max_new))
-    hf_ar = best_of(repeats, lambda: run_transformers(pair, prompts, 1, max_new, assisted=False))
+    t_draft, t_target = step_costs(pair, prompts, draft_lens[0], max_new)
+    c = t_draft / t_target
+    log(f"step cost in the loop: draft {t_draft * 1e3:.2f} ms, target {t_target * 1e3:.2f} ms, c = {c:.3f}")
+    base, base_times = paired(repeats, ar=lambda: run_harness(pair, "ar", prompts, 1, max_new),
+                              hf=lambda: run_transformers(pair, prompts, 1, max_new, assisted=False))
     rows = []
     for n in draft_lens:
-        sd = best_of(repeats, lambda: run_harness(pair, "sd", prompts, n, max_new))
-        hf_sd = best_of(repeats, lambda: run_transformers(pair, prompts, n, max_new, assisted=True))
+        runs: dict[str, Callable[[], Timed]] = {
+            "ar": lambda: run_harness(pair, "ar", prompts, 1, max_new),
+            "sd": lambda: run_harness(pair, "sd", prompts, n, max_new),
+            "hf_sd": lambda: run_transformers(pair, prompts, n, max_new, assisted=True),
+        }
+        if ensemble_weight is not None:
+            runs["ens"] = lambda: run_harness(pair, "ensemble", prompts, n, max_new, target_weight=ensemble_weight)
+            runs["hf_ens"] = lambda: run_transformers(pair, prompts, n, max_new, True, ensemble_weight)
+        got, times = paired(repeats, **runs)
+        sd = got["sd"]
         alpha = sd.accepted / sd.verified if sd.verified else 0.0
         row = {
             "draft_len": n, "alpha": alpha, "acceptance_rate": sd.accepted / max(sd.drafted, 1),
-            "sd_s": sd.seconds, "hf_assisted_s": hf_sd.seconds, "sd_vs_hf": sd.seconds / hf_sd.seconds,
-            "sd_equals_hf": sd.outputs == hf_sd.outputs, "sd_equals_ar": sd.outputs == ar.outputs,
-            "speedup": ar.seconds / sd.seconds, "ideal_speedup": ideal_speedup(alpha, n, c),
+            "sd_s": statistics.median(times["sd"]), "hf_assisted_s": statistics.median(times["hf_sd"]),
+            "sd_vs_hf": ratio(times, "sd", "hf_sd"), "sd_equals_hf": sd.outputs == got["hf_sd"].outputs,
+            "sd_equals_ar": sd.outputs == got["ar"].outputs, "speedup": ratio(times, "ar", "sd"),
+            "hf_speedup": ratio(times, "ar", "hf_sd"), "ideal_speedup": ideal_speedup(alpha, n, c),
+            "forward_share": forward_share(pair, prompts, n, max_new),
         }
         row["efficiency"] = row["speedup"] / row["ideal_speedup"]
-        row["forward_share"] = forward_share(pair, prompts, n, max_new)
         if ensemble_weight is not None:
-            ens = best_of(repeats, lambda: run_harness(pair, "ensemble", prompts, n, max_new, target_weight=ensemble_weight))
-            hf_ens = best_of(repeats, lambda: run_transformers(pair, prompts, n, max_new, True, ensemble_weight))
-            row.update(ensemble_s=ens.seconds, hf_ensemble_s=hf_ens.seconds, ensemble_vs_hf=ens.seconds / hf_ens.seconds,
-                       ensemble_equals_hf=ens.outputs == hf_ens.outputs, ensemble_speedup=ar.seconds / ens.seconds)
+            row.update(ensemble_vs_hf=ratio(times, "ens", "hf_ens"), ensemble_speedup=ratio(times, "ar", "ens"),
+                       ensemble_equals_hf=got["ens"].outputs == got["hf_ens"].outputs)
         log(f"N={n}: alpha {alpha:.3f}, sd/hf {row['sd_vs_hf']:.2f}, speedup {row['speedup']:.2f} "
             f"(ideal {row['ideal_speedup']:.2f}, efficiency {row['efficiency']:.2f}), "
             f"{100 * row['forward_share']:.0f}% of the time in model forwards")
@@ -173,8 +197,8 @@ def measure(pair: Pair, prompts: list[list[int]], draft_lens: list[int], max_new
         "pair": pair.spec.name, "device": str(pair.device), "dtype": str(pair.target.dtype).replace("torch.", ""),
         "prompts": len(prompts), "max_new_tokens": max_new, "repeats": repeats,
         "t_draft_ms": t_draft * 1e3, "t_target_ms": t_target * 1e3, "c": c,
-        "ar_s": ar.seconds, "hf_generate_s": hf_ar.seconds, "ar_vs_hf": ar.seconds / hf_ar.seconds,
-        "ar_equals_hf": ar.outputs == hf_ar.outputs, "rows": rows,
+        "ar_vs_hf": ratio(base_times, "ar", "hf"), "ar_equals_hf": base["ar"].outputs == base["hf"].outputs,
+        "rows": rows,
     }
 
 
@@ -183,8 +207,9 @@ def markdown(result: dict[str, Any], command: str) -> str:
     lines = [
         f"# Speed: pair {r['pair']} on {r['device']} ({r['dtype']})", "",
         f"Command: `{command}`", "",
-        f"{r['prompts']} prompts x {r['max_new_tokens']} new tokens, greedy, median of {r['repeats']} repeats. "
-        f"Step cost: draft {r['t_draft_ms']:.2f} ms, target {r['t_target_ms']:.2f} ms, c = {r['c']:.3f}.", "",
+        f"{r['prompts']} prompts x {r['max_new_tokens']} new tokens, greedy. Ratios are medians over {r['repeats']} "
+        f"repeats of runs made back to back. Step cost measured in the loop: draft {r['t_draft_ms']:.2f} ms, "
+        f"target {r['t_target_ms']:.2f} ms, c = {r['c']:.3f}.", "",
         f"`ar`: harness / transformers generate() = **{r['ar_vs_hf']:.2f}** (outputs equal: {r['ar_equals_hf']})", "",
         "| N | alpha | sd / HF assisted | outputs equal HF | equal ar | speedup | ideal S | efficiency | in forwards |"
         + (" ensemble / HF | ensemble equal HF |" if "ensemble_vs_hf" in r["rows"][0] else ""),
@@ -214,7 +239,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(5.5, 4))
     ax.plot(n, [r["speedup"] for r in rows], "o-", label="measured sd / ar")
     ax.plot(n, [r["ideal_speedup"] for r in rows], "s--", label="ideal S(alpha, N, c)")
-    ax.plot(n, [r["hf_assisted_s"] and result["ar_s"] / r["hf_assisted_s"] for r in rows], "^:", label="transformers assisted / harness ar")
+    ax.plot(n, [r["hf_speedup"] for r in rows], "^:", label="transformers assisted vs harness ar")
     ax.axhline(1, color="grey", lw=0.8)
     ax.set_xlabel("draft length N")
     ax.set_ylabel("speedup over ar")
