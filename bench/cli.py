@@ -54,8 +54,13 @@ def generate(
     loaded = load_pair(pair, device=device)
     head = WeightHead(*loaded.hidden_sizes).to(loaded.device) if verifier.needs_hidden else None
     decoder = SpeculativeDecoder(
-        loaded.target, loaded.draft, verifier, draft_len=draft_len,
-        sampling=Sampling(temperature), eos_token_ids=loaded.eos_token_ids, head=head,
+        loaded.target,
+        loaded.draft,
+        verifier,
+        draft_len=draft_len,
+        sampling=Sampling(temperature),
+        eos_token_ids=loaded.eos_token_ids,
+        head=head,
     )
     gen = decoder.generate(loaded.tokenizer(prompt).input_ids, max_new_tokens, seed=seed)
     s = gen.stats
@@ -100,22 +105,34 @@ def run(
     lenience: str = typer.Option("0.5", help="lossy: lenience value(s) in (0, 1]."),
     cascade_rule: str = typer.Option("opt", help="cascade: chow, diff, opt and/or token."),
     cascade_alpha: str = typer.Option("0.5", help="cascade: alpha value(s) in [0, 1]."),
-    head: str = typer.Option("", help="diversed: trained head folder(s), or 'init' for an untrained w = 0.5 head."),
+    head: str = typer.Option(
+        "", help="diversed: trained head folder(s), or 'init' for an untrained w = 0.5 head."
+    ),
     mix: str = typer.Option("prob", help="ensemble/diversed mixing: prob (paper) or logit (authors' code)."),
-    data: Optional[str] = typer.Option(None, help="hub, fixture or a local path (default: fixture for tiny, hub otherwise)."),
-    limit: Optional[int] = typer.Option(None, help="First N examples of the seeded permutation (default: all)."),
+    data: Optional[str] = typer.Option(
+        None, help="hub, fixture or a local path (default: fixture for tiny, hub otherwise)."
+    ),
+    limit: Optional[int] = typer.Option(
+        None, help="First N examples of the seeded permutation (default: all)."
+    ),
     seed: int = typer.Option(0, help="Seeds the example subset and every sample."),
     draft_len: int = typer.Option(5, help="Drafted tokens per round (N)."),
     temperature: float = typer.Option(1.0, help="Sampling temperature; 0 = greedy."),
     max_new_tokens: Optional[int] = typer.Option(None, help="Token budget (default: the task file's, 128)."),
     num_fewshot: Optional[int] = typer.Option(None, help="Override the task's number of exemplars."),
-    split: Optional[str] = typer.Option(None, help="Evaluation split (default: the task file's; mbpp: validation = the authors')."),
+    split: Optional[str] = typer.Option(
+        None, help="Evaluation split (default: the task file's; mbpp: validation = the authors')."
+    ),
     chat_template: bool = typer.Option(False, help="Wrap prompts in the tokenizer's chat template."),
     output_dir: Path = typer.Option(Path("results"), help="Results directory (a parquet dataset)."),
     plots_dir: Path = typer.Option(Path("plots"), help="Where the plots go after the run."),
     device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N."),
-    dtype: Optional[str] = typer.Option(None, help="float32, bfloat16 or float16 (default: the pair file's)."),
-    grid: Optional[str] = typer.Option(None, help="A grid YAML (or 'paper', 'tiny') listing tasks x pairs x methods."),
+    dtype: Optional[str] = typer.Option(
+        None, help="float32, bfloat16 or float16 (default: the pair file's)."
+    ),
+    grid: Optional[str] = typer.Option(
+        None, help="A grid YAML (or 'paper', 'tiny') listing tasks x pairs x methods."
+    ),
     shard: str = typer.Option("0/1", help="Run only share i of k of every configuration's examples."),
     report: bool = typer.Option(True, help="Print the table and write the plots at the end."),
     progress: bool = typer.Option(True, help="Show a progress bar."),
@@ -141,20 +158,39 @@ def run(
             )
             methods.remove("diversed")
         configs = configs_from_flags(
-            tasks=_list(task), pairs=_list(pair), methods=methods,
-            target_weights=_floats(target_weight, "--target-weight"), lenience=_floats(lenience, "--lenience"),
-            cascade_rules=_list(cascade_rule), cascade_alphas=_floats(cascade_alpha, "--cascade-alpha"),
-            heads=heads, mix=mix, data=data, seed=seed, draft_len=draft_len, temperature=temperature,
-            max_new_tokens=max_new_tokens, num_fewshot=num_fewshot, split=split, chat_template=chat_template,
-            device=device, dtype=dtype,
+            tasks=_list(task),
+            pairs=_list(pair),
+            methods=methods,
+            target_weights=_floats(target_weight, "--target-weight"),
+            lenience=_floats(lenience, "--lenience"),
+            cascade_rules=_list(cascade_rule),
+            cascade_alphas=_floats(cascade_alpha, "--cascade-alpha"),
+            heads=heads,
+            mix=mix,
+            data=data,
+            seed=seed,
+            draft_len=draft_len,
+            temperature=temperature,
+            max_new_tokens=max_new_tokens,
+            num_fewshot=num_fewshot,
+            split=split,
+            chat_template=chat_template,
+            device=device,
+            dtype=dtype,
         )
     from bench.distributed import Launch
 
     launch = Launch.from_env(device)
     index, count = _shard(shard)
     partition = (index * launch.world_size + launch.rank, count * launch.world_size)
-    runner = Runner(output_dir, limit=limit, partition=partition, device=launch.device,
-                    progress=progress and launch.rank == 0, log=lambda m: typer.echo(m, err=True))
+    runner = Runner(
+        output_dir,
+        limit=limit,
+        partition=partition,
+        device=launch.device,
+        progress=progress and launch.rank == 0,
+        log=lambda m: typer.echo(m, err=True),
+    )
     runner.run(configs)
     launch.finish()
     if report and count == 1 and launch.rank == 0:
@@ -169,12 +205,14 @@ def _report(results: Path, plots_dir: Path, fmt: str) -> None:
     typer.echo(text)
     typer.echo(f"table written to {path}")
     paths = write_plots(results, plots_dir)
-    typer.echo(f"{len(paths)} plot files written to {plots_dir}/: " + ", ".join(p.name for p in paths if p.suffix == ".png"))
+    typer.echo(
+        f"{len(paths)} plot files written to {plots_dir}/: "
+        + ", ".join(p.name for p in paths if p.suffix == ".png")
+    )
 
 
 @app.command("list")
-def list_(
-) -> None:
+def list_() -> None:
     """Show the tasks, pairs and methods (with their parameters and defaults).
 
     Example: diversed-bench list
@@ -189,7 +227,9 @@ def list_(
     for name in task_names():
         spec = resolve_task(name)
         source = spec.dataset.get("path") or spec.dataset.get("loader")
-        typer.echo(f"  {name:<10} {source} [{spec.dataset['split']}], {spec.num_fewshot}-shot, quality {spec.quality}")
+        typer.echo(
+            f"  {name:<10} {source} [{spec.dataset['split']}], {spec.num_fewshot}-shot, quality {spec.quality}"
+        )
     typer.echo("pairs:")
     for name in pair_names():
         spec = resolve_pair(name)
@@ -249,7 +289,9 @@ def train(
     temperature: float = typer.Option(1.0, help="Rollout temperature (> 0)."),
     rollout_tokens: int = typer.Option(128, help="Tokens per rollout."),
     data: Optional[str] = typer.Option(None, help="hub, fixture or a local folder with train.jsonl."),
-    output: Optional[Path] = typer.Option(None, help="Head folder (default: heads/TASK-PAIR); resumed if it holds a checkpoint."),
+    output: Optional[Path] = typer.Option(
+        None, help="Head folder (default: heads/TASK-PAIR); resumed if it holds a checkpoint."
+    ),
     seed: int = typer.Option(0),
     device: str = typer.Option("auto"),
     dtype: Optional[str] = typer.Option(None),
@@ -263,8 +305,17 @@ def train(
     from bench.tasks import Task, default_data, resolve_task
     from bench.train import TrainConfig, Trainer, describe
 
-    cfg = TrainConfig(algorithm=algorithm, lr=lr, batch_size=batch_size, epochs=epochs, num_prompts=num_prompts,
-                      reg_weight=reg_weight, temperature=temperature, rollout_tokens=rollout_tokens, seed=seed)
+    cfg = TrainConfig(
+        algorithm=algorithm,
+        lr=lr,
+        batch_size=batch_size,
+        epochs=epochs,
+        num_prompts=num_prompts,
+        reg_weight=reg_weight,
+        temperature=temperature,
+        rollout_tokens=rollout_tokens,
+        seed=seed,
+    )
     spec = resolve_task(task)
     if "fewshot_split" not in spec.dataset:
         raise BenchError(f"task {spec.name} has no train split to train a head on; pick another task")
@@ -274,12 +325,16 @@ def train(
     folder = output or Path("heads") / f"{spec.name}-{loaded.spec.name}"
     trainer = Trainer(loaded, train_task, cfg, folder, data=source, log=lambda r: typer.echo(describe(r)))
     trainer.train()
-    typer.echo(f"head written to {folder}/ ; use it with: diversed-bench run --method diversed --head {folder}")
+    typer.echo(
+        f"head written to {folder}/ ; use it with: diversed-bench run --method diversed --head {folder}"
+    )
 
 
 @app.command()
 def speed(
-    pair: str = typer.Option("tiny", help="Pair name or YAML (llama3-shapes: real 8B/1B shapes, random weights)."),
+    pair: str = typer.Option(
+        "tiny", help="Pair name or YAML (llama3-shapes: real 8B/1B shapes, random weights)."
+    ),
     draft_len: str = typer.Option("1,3,5,8", help="Draft lengths to measure, comma-separated."),
     method: str = typer.Option("sd,ensemble", help="sd, or sd,ensemble to also time the static ensemble."),
     target_weight: float = typer.Option(0.7, help="Weight for the ensemble comparison."),
@@ -309,8 +364,15 @@ def speed(
     loaded = load_pair(pair, device=device, dtype=dtype)
     texts = [e.doc["article"] for e in Task(resolve_task("cnndm"), "fixture").examples()][:prompts]
     encoded = [list(loaded.tokenizer(t).input_ids) for t in texts]
-    result = measure(loaded, encoded, [int(n) for n in _list(draft_len)], max_new_tokens, repeats,
-                     target_weight if "ensemble" in methods else None, log=typer.echo)
+    result = measure(
+        loaded,
+        encoded,
+        [int(n) for n in _list(draft_len)],
+        max_new_tokens,
+        repeats,
+        target_weight if "ensemble" in methods else None,
+        log=typer.echo,
+    )
     output_dir.mkdir(parents=True, exist_ok=True)
     stem = output_dir / f"speed_{loaded.spec.name}"
     text = markdown(result, "diversed-bench " + shlex.join(sys.argv[1:]))
@@ -340,10 +402,14 @@ def merge(
 @app.command()
 def score(
     task: str = typer.Option(..., help="Task name or task YAML path."),
-    predictions: Path = typer.Option(..., exists=False, help='JSONL: {"example_id": ..., "completion": ...} per line.'),
+    predictions: Path = typer.Option(
+        ..., exists=False, help='JSONL: {"example_id": ..., "completion": ...} per line.'
+    ),
     data: str = typer.Option("hub", help="hub, fixture, or a local jsonl/parquet file or folder."),
     split: Optional[str] = typer.Option(None, help="Dataset split (default: the task file's)."),
-    output: Optional[Path] = typer.Option(None, help="Per-example scores (default: PREDICTIONS.scores.jsonl)."),
+    output: Optional[Path] = typer.Option(
+        None, help="Per-example scores (default: PREDICTIONS.scores.jsonl)."
+    ),
 ) -> None:
     """Score completions made elsewhere with the task's metrics.
 

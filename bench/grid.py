@@ -12,24 +12,56 @@ from bench.errors import BenchError
 from bench.runner import RunConfig, expand_methods
 
 GRID_KEYS = {
-    "tasks", "pairs", "methods", "limit", "seed", "temperature", "draft_len", "target_weight", "lenience",
-    "cascade_rule", "cascade_alpha", "head", "mix", "data", "max_new_tokens", "num_fewshot", "split", "chat_template",
+    "tasks",
+    "pairs",
+    "methods",
+    "limit",
+    "seed",
+    "temperature",
+    "draft_len",
+    "target_weight",
+    "lenience",
+    "cascade_rule",
+    "cascade_alpha",
+    "head",
+    "mix",
+    "data",
+    "max_new_tokens",
+    "num_fewshot",
+    "split",
+    "chat_template",
 }
 
 
 def configs_from_flags(
-    *, tasks: list[str], pairs: list[str], methods: list[str], heads: list[str], target_weights: list[float],
-    lenience: list[float], cascade_rules: list[str], cascade_alphas: list[float], mix: str, **shared: Any,
+    *,
+    tasks: list[str],
+    pairs: list[str],
+    methods: list[str],
+    heads: list[str],
+    target_weights: list[float],
+    lenience: list[float],
+    cascade_rules: list[str],
+    cascade_alphas: list[float],
+    mix: str,
+    **shared: Any,
 ) -> list[RunConfig]:
     """Every task x pair x method configuration; heads may name {task} and {pair}."""
     out = []
     for pair in pairs:
         for task in tasks:
             expanded = expand_methods(
-                methods, target_weights=target_weights, lenience=lenience, cascade_rules=cascade_rules,
-                cascade_alphas=cascade_alphas, heads=[h.format(task=task, pair=pair) for h in heads], mix=mix,
+                methods,
+                target_weights=target_weights,
+                lenience=lenience,
+                cascade_rules=cascade_rules,
+                cascade_alphas=cascade_alphas,
+                heads=[h.format(task=task, pair=pair) for h in heads],
+                mix=mix,
             )
-            out += [RunConfig(task=task, pair=pair, method=m, params=p, head=h, **shared) for m, p, h in expanded]
+            out += [
+                RunConfig(task=task, pair=pair, method=m, params=p, head=h, **shared) for m, p, h in expanded
+            ]
     return out
 
 
@@ -45,19 +77,35 @@ def load_grid(name_or_path: str) -> dict[str, Any]:
     grid = yaml.safe_load(path.read_text())
     unknown = set(grid) - GRID_KEYS
     if unknown:
-        raise BenchError(f"grid {name_or_path}: unknown keys {sorted(unknown)}; allowed: {', '.join(sorted(GRID_KEYS))}")
+        raise BenchError(
+            f"grid {name_or_path}: unknown keys {sorted(unknown)}; allowed: {', '.join(sorted(GRID_KEYS))}"
+        )
     return grid
 
 
-def configs_from_grid(name_or_path: str, *, device: str, dtype: str | None, limit: int | None) -> tuple[list[RunConfig], int | None]:
+def configs_from_grid(
+    name_or_path: str, *, device: str, dtype: str | None, limit: int | None
+) -> tuple[list[RunConfig], int | None]:
     g = load_grid(name_or_path)
     configs = configs_from_flags(
-        tasks=_as_list(g["tasks"]), pairs=_as_list(g["pairs"]), methods=_as_list(g["methods"]),
-        heads=_as_list(g.get("head", [])), target_weights=_as_list(g.get("target_weight", 0.7)),
-        lenience=_as_list(g.get("lenience", 0.5)), cascade_rules=_as_list(g.get("cascade_rule", "opt")),
-        cascade_alphas=_as_list(g.get("cascade_alpha", 0.5)), mix=g.get("mix", "prob"),
-        data=g.get("data"), seed=g.get("seed", 0), draft_len=g.get("draft_len", 5),
-        temperature=g.get("temperature", 1.0), max_new_tokens=g.get("max_new_tokens"),
-        num_fewshot=g.get("num_fewshot"), split=g.get("split"), chat_template=g.get("chat_template", False), device=device, dtype=dtype,
+        tasks=_as_list(g["tasks"]),
+        pairs=_as_list(g["pairs"]),
+        methods=_as_list(g["methods"]),
+        heads=_as_list(g.get("head", [])),
+        target_weights=_as_list(g.get("target_weight", 0.7)),
+        lenience=_as_list(g.get("lenience", 0.5)),
+        cascade_rules=_as_list(g.get("cascade_rule", "opt")),
+        cascade_alphas=_as_list(g.get("cascade_alpha", 0.5)),
+        mix=g.get("mix", "prob"),
+        data=g.get("data"),
+        seed=g.get("seed", 0),
+        draft_len=g.get("draft_len", 5),
+        temperature=g.get("temperature", 1.0),
+        max_new_tokens=g.get("max_new_tokens"),
+        num_fewshot=g.get("num_fewshot"),
+        split=g.get("split"),
+        chat_template=g.get("chat_template", False),
+        device=device,
+        dtype=dtype,
     )
     return configs, limit if limit is not None else g.get("limit")

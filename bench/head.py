@@ -41,7 +41,9 @@ def save_head(head: WeightHead, folder: Path, card: dict[str, Any]) -> None:
     from safetensors.torch import save_file
 
     folder.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.detach().cpu().contiguous() for k, v in head.state_dict().items()}, str(folder / HEAD_FILE))
+    save_file(
+        {k: v.detach().cpu().contiguous() for k, v in head.state_dict().items()}, str(folder / HEAD_FILE)
+    )
     card = {**card, "draft_hidden": head.draft_hidden, "target_hidden": head.target_hidden}
     (folder / CARD_FILE).write_text(json.dumps(card, indent=2, sort_keys=True))
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ import yaml
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from bench.errors import BenchError
+from bench.registry import entries, find
 from bench.tiny import TinyConfig, build_synthetic_pair, build_tiny_pair
 
 PAIR_KINDS = ("tiny", "hub", "synthetic")
@@ -37,7 +37,9 @@ class PairSpec:
 
     def __post_init__(self) -> None:
         if self.kind not in PAIR_KINDS:
-            raise BenchError(f"pair {self.name}: kind must be one of {', '.join(PAIR_KINDS)}, got {self.kind!r}")
+            raise BenchError(
+                f"pair {self.name}: kind must be one of {', '.join(PAIR_KINDS)}, got {self.kind!r}"
+            )
         if self.kind == "hub" and not (self.target and self.draft):
             raise BenchError(f"pair {self.name}: a hub pair needs both `target` and `draft` model ids")
 
@@ -50,28 +52,13 @@ class PairSpec:
             raise BenchError(f"pair file {path}: {exc}") from None
 
 
-def _registry() -> dict[str, Any]:
-    files = resources.files("bench.registry.pairs")
-    return {f.name[: -len(".yaml")]: f for f in files.iterdir() if f.name.endswith(".yaml")}
-
-
 def pair_names() -> list[str]:
-    return sorted(_registry())
+    return sorted(entries("pairs"))
 
 
 def resolve_pair(name_or_path: str) -> PairSpec:
     """A registry name or a path to a pair YAML file."""
-    registry = _registry()
-    if name_or_path in registry:
-        return PairSpec.from_file(registry[name_or_path])
-    path = Path(name_or_path)
-    if path.suffix in (".yaml", ".yml"):
-        if not path.is_file():
-            raise BenchError(f"pair file {path} does not exist")
-        return PairSpec.from_file(path)
-    raise BenchError(
-        f"unknown pair {name_or_path!r}; choose one of {', '.join(pair_names())} or give a pair YAML path"
-    )
+    return PairSpec.from_file(find("pairs", name_or_path))
 
 
 @dataclass
@@ -113,7 +100,10 @@ class SyntheticTokenizer:
         from types import SimpleNamespace
 
         data = text.encode()
-        return SimpleNamespace(input_ids=[self.bos_token_id] + [2 + (b * 7919 + i) % (self.vocab_size - 2) for i, b in enumerate(data)])
+        return SimpleNamespace(
+            input_ids=[self.bos_token_id]
+            + [2 + (b * 7919 + i) % (self.vocab_size - 2) for i, b in enumerate(data)]
+        )
 
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         return " ".join(map(str, ids))
@@ -147,7 +137,9 @@ def pick_dtype(spec: PairSpec, device: torch.device, dtype: str | None) -> torch
 def check_same_tokenizer(a: PreTrainedTokenizerBase, b: PreTrainedTokenizerBase, pair: str) -> None:
     """Speculative decoding compares token ids: both models must use the same vocabulary."""
     if a.get_vocab() != b.get_vocab():
-        raise BenchError(f"pair {pair}: target and draft tokenizers have different vocabularies; pick models of one family")
+        raise BenchError(
+            f"pair {pair}: target and draft tokenizers have different vocabularies; pick models of one family"
+        )
     for attr in ("bos_token_id", "eos_token_id", "pad_token_id"):
         if getattr(a, attr) != getattr(b, attr):
             raise BenchError(

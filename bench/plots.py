@@ -68,19 +68,47 @@ def plot_pareto(summary: pd.DataFrame, pair: str, qualities: dict[str, str], out
         rows = part[part["task"] == task]
         ens = rows[rows["method"] == "ensemble"].sort_values("target_weight")
         if len(ens):
-            ax.plot(ens["normalised_time"], ens["quality"], "-o", color="tab:green", ms=5, alpha=0.7, label="static ensemble (w sweep)")
+            ax.plot(
+                ens["normalised_time"],
+                ens["quality"],
+                "-o",
+                color="tab:green",
+                ms=5,
+                alpha=0.7,
+                label="static ensemble (w sweep)",
+            )
             for _, r in ens.iterrows():
-                ax.annotate(f"w={r['target_weight']:g}", (r["normalised_time"], r["quality"]), fontsize=7,
-                            textcoords="offset points", xytext=(4, -9), color="tab:green")
+                ax.annotate(
+                    f"w={r['target_weight']:g}",
+                    (r["normalised_time"], r["quality"]),
+                    fontsize=7,
+                    textcoords="offset points",
+                    xytext=(4, -9),
+                    color="tab:green",
+                )
             pts = ens[["normalised_time", "quality"]].dropna().to_numpy(float)
             if len(pts) > 1:
                 front = pareto_frontier(pts)
-                ax.step(front[:, 0], front[:, 1], where="post", ls="--", color="tab:green", lw=1, label="ensemble frontier")
+                ax.step(
+                    front[:, 0],
+                    front[:, 1],
+                    where="post",
+                    ls="--",
+                    color="tab:green",
+                    lw=1,
+                    label="ensemble frontier",
+                )
         for method in METHOD_ORDER:
             if method == "ensemble":
                 continue
             for _, r in rows[rows["method"] == method].iterrows():
-                ax.plot(r["normalised_time"], r["quality"], ls="none", label=r["label"], **{"markersize": 9, **STYLE[method]})
+                ax.plot(
+                    r["normalised_time"],
+                    r["quality"],
+                    ls="none",
+                    label=r["label"],
+                    **{"markersize": 9, **STYLE[method]},
+                )
         ax.set_title(TASK_TITLES.get(task, task))
         ax.set_xlabel("normalised time (vs ar, same examples)")
         ax.set_ylabel(qualities.get(task, "quality"))
@@ -99,8 +127,16 @@ def plot_acceptance_vs_weight(summary: pd.DataFrame, pair: str, out: Path) -> li
     for ax, task in zip(axes, tasks):
         rows = part[part["task"] == task]
         ens = rows[rows["method"] == "ensemble"].sort_values("target_weight")
-        ax.plot(ens["target_weight"], ens["per_token_acceptance"], "o", color="tab:green", label="measured (accepted / verified)")
-        ax.plot(ens["target_weight"], ens["expected_acceptance"], "x", color="black", label="logged 1 - TV(q, pi)")
+        ax.plot(
+            ens["target_weight"],
+            ens["per_token_acceptance"],
+            "o",
+            color="tab:green",
+            label="measured (accepted / verified)",
+        )
+        ax.plot(
+            ens["target_weight"], ens["expected_acceptance"], "x", color="black", label="logged 1 - TV(q, pi)"
+        )
         sd = rows[rows["method"] == "sd"]
         if len(sd):
             tv = 1 - float(sd["per_token_acceptance"].iloc[0])
@@ -129,7 +165,14 @@ def plot_acceptance_per_position(rows: pd.DataFrame, pair: str, out: Path) -> li
             drafted = np.stack(g["drafted_per_position"].to_numpy()).sum(0)
             rate = acc / np.maximum(drafted, 1)
             style = STYLE.get(g["method"].iloc[0], {"marker": "."})
-            ax.plot(np.arange(1, len(rate) + 1), rate, "-", label=label, marker=style["marker"], color=style.get("color"))
+            ax.plot(
+                np.arange(1, len(rate) + 1),
+                rate,
+                "-",
+                label=label,
+                marker=style["marker"],
+                color=style.get("color"),
+            )
         ax.set_title(TASK_TITLES.get(task, task))
         ax.set_xlabel("draft position")
         ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
@@ -165,8 +208,15 @@ def _legend(fig: plt.Figure, axes: list[plt.Axes]) -> None:
     for ax in axes:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             seen.setdefault(label, handle)
-    fig.legend(seen.values(), seen.keys(), loc="upper center", bbox_to_anchor=(0.5, 0.0),
-               ncol=min(3, len(seen)), fontsize=8, frameon=False)
+    fig.legend(
+        seen.values(),
+        seen.keys(),
+        loc="upper center",
+        bbox_to_anchor=(0.5, 0.0),
+        ncol=min(3, len(seen)),
+        fontsize=8,
+        frameon=False,
+    )
     fig.tight_layout()
 
 

@@ -57,15 +57,37 @@ def summarise(rows: pd.DataFrame) -> pd.DataFrame:
         reached = np.stack(g["reached_per_position"].to_numpy()).sum() if first["method"] != "ar" else 0
         rec: dict[str, Any] = {
             "config_id": config_id,
-            **{k: first[k] for k in ["task", "pair", "method", "label", "draft_len", "temperature", "target_weight",
-                                     "lenience", "cascade_rule", "cascade_alpha", "head", "seed", "max_new_tokens", "data"]},
+            **{
+                k: first[k]
+                for k in [
+                    "task",
+                    "pair",
+                    "method",
+                    "label",
+                    "draft_len",
+                    "temperature",
+                    "target_weight",
+                    "lenience",
+                    "cascade_rule",
+                    "cascade_alpha",
+                    "head",
+                    "seed",
+                    "max_new_tokens",
+                    "data",
+                ]
+            },
             "examples": len(g),
             "acceptance_rate": accepted.sum() / drafted.sum() if drafted.sum() else np.nan,
             "acceptance_rate_ci": bootstrap(_ratio, accepted, drafted) if drafted.sum() else (np.nan, np.nan),
             "per_token_acceptance": accepted.sum() / reached if reached else np.nan,
-            "expected_acceptance": float(np.nansum(g["expected_acceptance"] * g["reached_per_position"].map(sum)) / reached)
-            if reached else np.nan,
-            "bias": float(np.nansum(g["bias"] * g["reached_per_position"].map(sum)) / reached) if reached else np.nan,
+            "expected_acceptance": float(
+                np.nansum(g["expected_acceptance"] * g["reached_per_position"].map(sum)) / reached
+            )
+            if reached
+            else np.nan,
+            "bias": float(np.nansum(g["bias"] * g["reached_per_position"].map(sum)) / reached)
+            if reached
+            else np.nan,
             "quality": quality.mean(),
             "quality_ci": bootstrap(lambda q: q.mean(-1), quality),
             "acceptance_length": g["new_tokens"].sum() / g["rounds"].sum(),
@@ -85,7 +107,9 @@ def summarise(rows: pd.DataFrame) -> pd.DataFrame:
             rec.update(normalised_time=np.nan, normalised_time_ci=(np.nan, np.nan), speedup=np.nan)
         out.append(rec)
     summary = pd.DataFrame(out)
-    summary["_order"] = summary["method"].map(lambda m: METHOD_ORDER.index(m) if m in METHOD_ORDER else len(METHOD_ORDER))
+    summary["_order"] = summary["method"].map(
+        lambda m: METHOD_ORDER.index(m) if m in METHOD_ORDER else len(METHOD_ORDER)
+    )
     summary = summary.sort_values(["pair", "_order", "target_weight", "label"]).drop(columns="_order")
     return summary.reset_index(drop=True)
 
@@ -105,8 +129,11 @@ def _panels(summary: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     spec = summary[summary["method"] != "ar"]
     keys = spec[["pair", "temperature", "draft_len"]].drop_duplicates().itertuples(index=False)
     for pair, temp, n in keys:
-        part = summary[(summary["pair"] == pair) & (summary["temperature"] == temp)
-                       & ((summary["draft_len"] == n) | (summary["method"] == "ar"))]
+        part = summary[
+            (summary["pair"] == pair)
+            & (summary["temperature"] == temp)
+            & ((summary["draft_len"] == n) | (summary["method"] == "ar"))
+        ]
         panels.append((f"{pair}: temperature {temp:g}, draft length {n}", part))
     if not panels:
         for (pair, temp), part in summary.groupby(["pair", "temperature"]):
@@ -114,7 +141,9 @@ def _panels(summary: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     return panels
 
 
-def table_frames(summary: pd.DataFrame, quality_metric: dict[str, str]) -> list[tuple[str, pd.DataFrame, pd.DataFrame]]:
+def table_frames(
+    summary: pd.DataFrame, quality_metric: dict[str, str]
+) -> list[tuple[str, pd.DataFrame, pd.DataFrame]]:
     """(title, Table 1 frame, speed frame) per panel, with formatted cells."""
     result = []
     for title, part in _panels(summary):
@@ -124,15 +153,28 @@ def table_frames(summary: pd.DataFrame, quality_metric: dict[str, str]) -> list[
         for task in tasks:
             t = TASK_TITLES.get(task, task)
             percent_q = quality_metric.get(task) in PERCENT_METRICS
-            q_name = "accuracy" if quality_metric.get(task, "").startswith("exact") else quality_metric.get(task, "quality")
+            q_name = (
+                "accuracy"
+                if quality_metric.get(task, "").startswith("exact")
+                else quality_metric.get(task, "quality")
+            )
             rows = part[part["task"] == task].set_index("label")
             get = lambda label, col: rows.loc[label, col] if label in rows.index else np.nan  # noqa: E731
             ci = lambda label, col: rows.loc[label, col] if label in rows.index else (np.nan, np.nan)  # noqa: E731
-            quality[(t, "accept rate")] = [_cell(get(lb, "acceptance_rate"), ci(lb, "acceptance_rate_ci"), True) for lb in labels]
-            quality[(t, q_name)] = [_cell(get(lb, "quality"), ci(lb, "quality_ci"), percent_q, 1 if percent_q else 2) for lb in labels]
-            speed[(t, "norm. time")] = [_cell(get(lb, "normalised_time"), ci(lb, "normalised_time_ci"), False, 2) for lb in labels]
+            quality[(t, "accept rate")] = [
+                _cell(get(lb, "acceptance_rate"), ci(lb, "acceptance_rate_ci"), True) for lb in labels
+            ]
+            quality[(t, q_name)] = [
+                _cell(get(lb, "quality"), ci(lb, "quality_ci"), percent_q, 1 if percent_q else 2)
+                for lb in labels
+            ]
+            speed[(t, "norm. time")] = [
+                _cell(get(lb, "normalised_time"), ci(lb, "normalised_time_ci"), False, 2) for lb in labels
+            ]
             speed[(t, "speedup")] = [_cell(get(lb, "speedup"), (np.nan, np.nan), False, 2) for lb in labels]
-            speed[(t, "accept len")] = [_cell(get(lb, "acceptance_length"), (np.nan, np.nan), False, 2) for lb in labels]
+            speed[(t, "accept len")] = [
+                _cell(get(lb, "acceptance_length"), (np.nan, np.nan), False, 2) for lb in labels
+            ]
         q = pd.DataFrame(quality, index=pd.Index(labels, name="method"))
         s = pd.DataFrame(speed, index=pd.Index(labels, name="method"))
         result.append((title, q, s))
@@ -142,7 +184,10 @@ def table_frames(summary: pd.DataFrame, quality_metric: dict[str, str]) -> list[
 def _markdown(frame: pd.DataFrame) -> str:
     cols = [f"{a} {b}" for a, b in frame.columns]
     lines = ["| method | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
-    lines += ["| " + str(idx) + " | " + " | ".join(map(str, row)) + " |" for idx, row in zip(frame.index, frame.to_numpy())]
+    lines += [
+        "| " + str(idx) + " | " + " | ".join(map(str, row)) + " |"
+        for idx, row in zip(frame.index, frame.to_numpy())
+    ]
     return "\n".join(lines)
 
 
@@ -159,11 +204,24 @@ def render(summary: pd.DataFrame, quality_metric: dict[str, str], fmt: str) -> s
     parts = []
     for title, q, s in table_frames(summary, quality_metric):
         if fmt == "markdown":
-            parts += [f"### {title}", "", "Acceptance rate and quality (Table 1 layout; ± is half the 95% bootstrap interval)", "",
-                      _markdown(q), "", "Time per example relative to ar on the same examples, and tokens per round", "",
-                      _markdown(s), ""]
+            parts += [
+                f"### {title}",
+                "",
+                "Acceptance rate and quality (Table 1 layout; ± is half the 95% bootstrap interval)",
+                "",
+                _markdown(q),
+                "",
+                "Time per example relative to ar on the same examples, and tokens per round",
+                "",
+                _markdown(s),
+                "",
+            ]
         else:
-            parts += [f"% {title}", q.to_latex(escape=True, multicolumn_format="c"), s.to_latex(escape=True, multicolumn_format="c")]
+            parts += [
+                f"% {title}",
+                q.to_latex(escape=True, multicolumn_format="c"),
+                s.to_latex(escape=True, multicolumn_format="c"),
+            ]
     return "\n".join(parts)
 
 

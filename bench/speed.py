@@ -45,9 +45,17 @@ class Timed:
     verified: int = 0
 
 
-def run_harness(pair: Pair, method: str, prompts: list[list[int]], n: int, max_new: int, **params: Any) -> Timed:
-    decoder = SpeculativeDecoder(pair.target, pair.draft, make_verifier(method, **params), draft_len=n,
-                                 sampling=GREEDY, eos_token_ids=pair.eos_token_ids)
+def run_harness(
+    pair: Pair, method: str, prompts: list[list[int]], n: int, max_new: int, **params: Any
+) -> Timed:
+    decoder = SpeculativeDecoder(
+        pair.target,
+        pair.draft,
+        make_verifier(method, **params),
+        draft_len=n,
+        sampling=GREEDY,
+        eos_token_ids=pair.eos_token_ids,
+    )
     outputs, total, drafted, accepted, verified = [], 0.0, 0, 0, 0
     for prompt in prompts:
         gen = decoder.generate(prompt, max_new)
@@ -59,8 +67,14 @@ def run_harness(pair: Pair, method: str, prompts: list[list[int]], n: int, max_n
 
 
 @torch.inference_mode()
-def run_transformers(pair: Pair, prompts: list[list[int]], n: int, max_new: int, assisted: bool,
-                     ensemble_weight: float | None = None) -> Timed:
+def run_transformers(
+    pair: Pair,
+    prompts: list[list[int]],
+    n: int,
+    max_new: int,
+    assisted: bool,
+    ensemble_weight: float | None = None,
+) -> Timed:
     """transformers' generate(), assisted with a fixed draft length when ``assisted``."""
     config = pair.draft.generation_config
     config.num_assistant_tokens, config.num_assistant_tokens_schedule = n, "constant"
@@ -74,12 +88,17 @@ def run_transformers(pair: Pair, prompts: list[list[int]], n: int, max_new: int,
         _sync(pair.device)
         start = time.perf_counter()
         out = pair.target.generate(
-            ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=max_new,
-            eos_token_id=pair.eos_token_ids or None, pad_token_id=pair.tokenizer.pad_token_id, **kwargs,
+            ids,
+            attention_mask=torch.ones_like(ids),
+            do_sample=False,
+            max_new_tokens=max_new,
+            eos_token_id=pair.eos_token_ids or None,
+            pad_token_id=pair.tokenizer.pad_token_id,
+            **kwargs,
         )
         _sync(pair.device)
         total += time.perf_counter() - start
-        outputs.append(out[0, len(prompt):].tolist())
+        outputs.append(out[0, len(prompt) :].tolist())
     return Timed(outputs, total)
 
 
@@ -154,16 +173,26 @@ def ratio(times: dict[str, list[float]], a: str, b: str) -> float:
     return statistics.median(x / y for x, y in zip(times[a], times[b]))
 
 
-def measure(pair: Pair, prompts: list[list[int]], draft_lens: list[int], max_new: int, repeats: int,
-            ensemble_weight: float | None, log: Callable[[str], None] = print) -> dict[str, Any]:
+def measure(
+    pair: Pair,
+    prompts: list[list[int]],
+    draft_lens: list[int],
+    max_new: int,
+    repeats: int,
+    ensemble_weight: float | None,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
     """All measurements for one pair, each ratio from runs made back to back within a repeat."""
     run_harness(pair, "sd", prompts[:1], draft_lens[0], 8)  # warm-up
     run_transformers(pair, prompts[:1], draft_lens[0], 8, assisted=True)
     t_draft, t_target = step_costs(pair, prompts, draft_lens[0], max_new)
     c = t_draft / t_target
     log(f"step cost in the loop: draft {t_draft * 1e3:.2f} ms, target {t_target * 1e3:.2f} ms, c = {c:.3f}")
-    base, base_times = paired(repeats, ar=lambda: run_harness(pair, "ar", prompts, 1, max_new),
-                              hf=lambda: run_transformers(pair, prompts, 1, max_new, assisted=False))
+    base, base_times = paired(
+        repeats,
+        ar=lambda: run_harness(pair, "ar", prompts, 1, max_new),
+        hf=lambda: run_transformers(pair, prompts, 1, max_new, assisted=False),
+    )
     rows = []
     for n in draft_lens:
         runs: dict[str, Callable[[], Timed]] = {
@@ -172,32 +201,52 @@ def measure(pair: Pair, prompts: list[list[int]], draft_lens: list[int], max_new
             "hf_sd": lambda: run_transformers(pair, prompts, n, max_new, assisted=True),
         }
         if ensemble_weight is not None:
-            runs["ens"] = lambda: run_harness(pair, "ensemble", prompts, n, max_new, target_weight=ensemble_weight)
+            runs["ens"] = lambda: run_harness(
+                pair, "ensemble", prompts, n, max_new, target_weight=ensemble_weight
+            )
             runs["hf_ens"] = lambda: run_transformers(pair, prompts, n, max_new, True, ensemble_weight)
         got, times = paired(repeats, **runs)
         sd = got["sd"]
         alpha = sd.accepted / sd.verified if sd.verified else 0.0
         row = {
-            "draft_len": n, "alpha": alpha, "acceptance_rate": sd.accepted / max(sd.drafted, 1),
-            "sd_s": statistics.median(times["sd"]), "hf_assisted_s": statistics.median(times["hf_sd"]),
-            "sd_vs_hf": ratio(times, "sd", "hf_sd"), "sd_equals_hf": sd.outputs == got["hf_sd"].outputs,
-            "sd_equals_ar": sd.outputs == got["ar"].outputs, "speedup": ratio(times, "ar", "sd"),
-            "hf_speedup": ratio(times, "ar", "hf_sd"), "ideal_speedup": ideal_speedup(alpha, n, c),
+            "draft_len": n,
+            "alpha": alpha,
+            "acceptance_rate": sd.accepted / max(sd.drafted, 1),
+            "sd_s": statistics.median(times["sd"]),
+            "hf_assisted_s": statistics.median(times["hf_sd"]),
+            "sd_vs_hf": ratio(times, "sd", "hf_sd"),
+            "sd_equals_hf": sd.outputs == got["hf_sd"].outputs,
+            "sd_equals_ar": sd.outputs == got["ar"].outputs,
+            "speedup": ratio(times, "ar", "sd"),
+            "hf_speedup": ratio(times, "ar", "hf_sd"),
+            "ideal_speedup": ideal_speedup(alpha, n, c),
             "forward_share": forward_share(pair, prompts, n, max_new),
         }
         row["efficiency"] = row["speedup"] / row["ideal_speedup"]
         if ensemble_weight is not None:
-            row.update(ensemble_vs_hf=ratio(times, "ens", "hf_ens"), ensemble_speedup=ratio(times, "ar", "ens"),
-                       ensemble_equals_hf=got["ens"].outputs == got["hf_ens"].outputs)
-        log(f"N={n}: alpha {alpha:.3f}, sd/hf {row['sd_vs_hf']:.2f}, speedup {row['speedup']:.2f} "
+            row.update(
+                ensemble_vs_hf=ratio(times, "ens", "hf_ens"),
+                ensemble_speedup=ratio(times, "ar", "ens"),
+                ensemble_equals_hf=got["ens"].outputs == got["hf_ens"].outputs,
+            )
+        log(
+            f"N={n}: alpha {alpha:.3f}, sd/hf {row['sd_vs_hf']:.2f}, speedup {row['speedup']:.2f} "
             f"(ideal {row['ideal_speedup']:.2f}, efficiency {row['efficiency']:.2f}), "
-            f"{100 * row['forward_share']:.0f}% of the time in model forwards")
+            f"{100 * row['forward_share']:.0f}% of the time in model forwards"
+        )
         rows.append(row)
     return {
-        "pair": pair.spec.name, "device": str(pair.device), "dtype": str(pair.target.dtype).replace("torch.", ""),
-        "prompts": len(prompts), "max_new_tokens": max_new, "repeats": repeats,
-        "t_draft_ms": t_draft * 1e3, "t_target_ms": t_target * 1e3, "c": c,
-        "ar_vs_hf": ratio(base_times, "ar", "hf"), "ar_equals_hf": base["ar"].outputs == base["hf"].outputs,
+        "pair": pair.spec.name,
+        "device": str(pair.device),
+        "dtype": str(pair.target.dtype).replace("torch.", ""),
+        "prompts": len(prompts),
+        "max_new_tokens": max_new,
+        "repeats": repeats,
+        "t_draft_ms": t_draft * 1e3,
+        "t_target_ms": t_target * 1e3,
+        "c": c,
+        "ar_vs_hf": ratio(base_times, "ar", "hf"),
+        "ar_equals_hf": base["ar"].outputs == base["hf"].outputs,
         "rows": rows,
     }
 
@@ -205,26 +254,35 @@ def measure(pair: Pair, prompts: list[list[int]], draft_lens: list[int], max_new
 def markdown(result: dict[str, Any], command: str) -> str:
     r = result
     lines = [
-        f"# Speed: pair {r['pair']} on {r['device']} ({r['dtype']})", "",
-        f"Command: `{command}`", "",
+        f"# Speed: pair {r['pair']} on {r['device']} ({r['dtype']})",
+        "",
+        f"Command: `{command}`",
+        "",
         f"{r['prompts']} prompts x {r['max_new_tokens']} new tokens, greedy. Ratios are medians over {r['repeats']} "
         f"repeats of runs made back to back. Step cost measured in the loop: draft {r['t_draft_ms']:.2f} ms, "
-        f"target {r['t_target_ms']:.2f} ms, c = {r['c']:.3f}.", "",
-        f"`ar`: harness / transformers generate() = **{r['ar_vs_hf']:.2f}** (outputs equal: {r['ar_equals_hf']})", "",
+        f"target {r['t_target_ms']:.2f} ms, c = {r['c']:.3f}.",
+        "",
+        f"`ar`: harness / transformers generate() = **{r['ar_vs_hf']:.2f}** (outputs equal: {r['ar_equals_hf']})",
+        "",
         "| N | alpha | sd / HF assisted | outputs equal HF | equal ar | speedup | ideal S | efficiency | in forwards |"
         + (" ensemble / HF | ensemble equal HF |" if "ensemble_vs_hf" in r["rows"][0] else ""),
         "|---|---|---|---|---|---|---|---|---|" + ("---|---|" if "ensemble_vs_hf" in r["rows"][0] else ""),
     ]
     for row in r["rows"]:
-        line = (f"| {row['draft_len']} | {row['alpha']:.3f} | {row['sd_vs_hf']:.2f} | {row['sd_equals_hf']} | "
-                f"{row['sd_equals_ar']} | {row['speedup']:.2f} | {row['ideal_speedup']:.2f} | {row['efficiency']:.2f} | "
-                f"{100 * row['forward_share']:.0f}% |")
+        line = (
+            f"| {row['draft_len']} | {row['alpha']:.3f} | {row['sd_vs_hf']:.2f} | {row['sd_equals_hf']} | "
+            f"{row['sd_equals_ar']} | {row['speedup']:.2f} | {row['ideal_speedup']:.2f} | {row['efficiency']:.2f} | "
+            f"{100 * row['forward_share']:.0f}% |"
+        )
         if "ensemble_vs_hf" in row:
             line += f" {row['ensemble_vs_hf']:.2f} | {row['ensemble_equals_hf']} |"
         lines.append(line)
-    lines += ["", "alpha: per-token acceptance (accepted / verified positions); ideal S = (1 - alpha^(N+1)) / "
-              "((1 - alpha)(N c + 1)); efficiency = measured speedup / S; in forwards: share of the sd wall time spent "
-              "inside model forwards (the rest is the loop's own overhead)."]
+    lines += [
+        "",
+        "alpha: per-token acceptance (accepted / verified positions); ideal S = (1 - alpha^(N+1)) / "
+        "((1 - alpha)(N c + 1)); efficiency = measured speedup / S; in forwards: share of the sd wall time spent "
+        "inside model forwards (the rest is the loop's own overhead).",
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -50,7 +50,9 @@ class ResultStore:
 
     def done_ids(self, config_id: str) -> set[str]:
         """Example ids already written for a configuration, by any writer."""
-        files = list(self.root.glob(f"{config_id}.*.parquet")) + list(self.root.glob(f"parts/{config_id}/*/*.parquet"))
+        files = list(self.root.glob(f"{config_id}.*.parquet")) + list(
+            self.root.glob(f"parts/{config_id}/*/*.parquet")
+        )
         done: set[str] = set()
         for f in files:
             done.update(pd.read_parquet(f, columns=["example_id"])["example_id"].astype(str))
@@ -113,7 +115,9 @@ def check_consistency(root: Path) -> None:
     for m in found:
         if m["writer"].endswith("of1"):
             continue
-        key = json.dumps({k: v for k, v in m["settings"].items() if k not in ("seed", "draft_len")}, sort_keys=True)
+        key = json.dumps(
+            {k: v for k, v in m["settings"].items() if k not in ("seed", "draft_len")}, sort_keys=True
+        )
         other = sharded.setdefault(key, m)
         for field in ("seed", "draft_len"):
             if other["settings"][field] != m["settings"][field]:
@@ -145,7 +149,11 @@ def merge(sources: list[Path], output: Path) -> int:
     for source in sources:
         rows = load_results(source)
         for config_id, g in rows.groupby("config_id"):
-            _atomic_write_parquet(g, output / f"{config_id}.merged-{hashlib.sha1(str(source.resolve()).encode()).hexdigest()[:8]}.parquet")
+            _atomic_write_parquet(
+                g,
+                output
+                / f"{config_id}.merged-{hashlib.sha1(str(source.resolve()).encode()).hexdigest()[:8]}.parquet",
+            )
         for m in (source / "manifests").glob("*.json"):
             shutil.copy(m, output / "manifests" / m.name)
     return len(load_results(output))

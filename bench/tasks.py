@@ -7,7 +7,6 @@ existing ones fits.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ import yaml
 
 from bench.data import has_fixture, load_rows
 from bench.errors import BenchError
+from bench.registry import entries, find
 from bench.metrics import get_metric
 
 
@@ -58,23 +58,13 @@ class Example:
     prompt: str
 
 
-def _registry() -> dict[str, Any]:
-    files = resources.files("bench.registry.tasks")
-    return {f.name[: -len(".yaml")]: f for f in files.iterdir() if f.name.endswith(".yaml")}
-
-
 def task_names() -> list[str]:
-    return sorted(_registry())
+    return sorted(entries("tasks"))
 
 
 def resolve_task(name_or_path: str) -> TaskSpec:
-    registry = _registry()
-    if name_or_path in registry:
-        return TaskSpec.from_file(registry[name_or_path])
-    path = Path(name_or_path)
-    if path.suffix in (".yaml", ".yml") and path.is_file():
-        return TaskSpec.from_file(path)
-    raise BenchError(f"unknown task {name_or_path!r}; choose one of {', '.join(task_names())} or give a task YAML path")
+    """A registry name or a path to a task YAML file."""
+    return TaskSpec.from_file(find("tasks", name_or_path))
 
 
 def _fields(doc: dict[str, Any]) -> dict[str, Any]:
@@ -91,11 +81,15 @@ def select(n_rows: int, limit: int | None, seed: int) -> list[int]:
 class Task:
     """A task file bound to a data source."""
 
-    def __init__(self, spec: TaskSpec, data: str, num_fewshot: int | None = None, split: str | None = None) -> None:
+    def __init__(
+        self, spec: TaskSpec, data: str, num_fewshot: int | None = None, split: str | None = None
+    ) -> None:
         if num_fewshot is not None and num_fewshot < 0:
             raise BenchError(f"--num-fewshot must be >= 0, got {num_fewshot}")
         dataset = dict(spec.dataset, split=split) if split else spec.dataset
-        self.spec = replace(spec, dataset=dataset, num_fewshot=spec.num_fewshot if num_fewshot is None else num_fewshot)
+        self.spec = replace(
+            spec, dataset=dataset, num_fewshot=spec.num_fewshot if num_fewshot is None else num_fewshot
+        )
         self.data = data
         self.metric = get_metric(spec.metric)
         self._rows: list[dict[str, Any]] | None = None
@@ -122,8 +116,13 @@ class Task:
             if k:
                 pool = load_rows(self.name, self.spec.dataset, self.data, self.spec.dataset["fewshot_split"])
                 if len(pool) < k:
-                    raise BenchError(f"task {self.name}: {k} exemplars asked for, the few-shot split has {len(pool)}")
-                parts += [self.spec.exemplar.format(**_fields(pool[i])) for i in select(len(pool), k, self.spec.fewshot_seed)]
+                    raise BenchError(
+                        f"task {self.name}: {k} exemplars asked for, the few-shot split has {len(pool)}"
+                    )
+                parts += [
+                    self.spec.exemplar.format(**_fields(pool[i]))
+                    for i in select(len(pool), k, self.spec.fewshot_seed)
+                ]
             self._fewshot = self.spec.separator.join(parts)
         return self._fewshot
 
@@ -134,7 +133,10 @@ class Task:
 
     def examples(self, limit: int | None = None, seed: int = 0) -> list[Example]:
         rows = self.rows()
-        return [Example(self.example_id(i, rows[i]), rows[i], self.render(rows[i])) for i in select(len(rows), limit, seed)]
+        return [
+            Example(self.example_id(i, rows[i]), rows[i], self.render(rows[i]))
+            for i in select(len(rows), limit, seed)
+        ]
 
     def examples_by_id(self) -> dict[str, dict[str, Any]]:
         return {self.example_id(i, doc): doc for i, doc in enumerate(self.rows())}

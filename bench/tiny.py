@@ -76,9 +76,7 @@ def build_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
     )
     tok.train_from_iterator([_CORPUS], trainer=trainer)
     bos = tok.token_to_id("<bos>")
-    tok.post_processor = processors.TemplateProcessing(
-        single="<bos> $A", special_tokens=[("<bos>", bos)]
-    )
+    tok.post_processor = processors.TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", bos)])
     return PreTrainedTokenizerFast(
         tokenizer_object=tok, pad_token="<pad>", bos_token="<bos>", eos_token="<eos>"
     )
@@ -119,8 +117,14 @@ def build_tiny_pair(cfg: TinyConfig) -> tuple[LlamaForCausalLM, LlamaForCausalLM
 
 
 def build_synthetic_pair(
-    target_config: dict[str, Any], draft_config: dict[str, Any], *, seed: int, damping: float, logit_scale: float,
-    device: torch.device, dtype: torch.dtype,
+    target_config: dict[str, Any],
+    draft_config: dict[str, Any],
+    *,
+    seed: int,
+    damping: float,
+    logit_scale: float,
+    device: torch.device,
+    dtype: torch.dtype,
 ) -> tuple[PreTrainedModel, PreTrainedModel]:
     """Two models at real architectures' shapes with random weights and a tunable acceptance.
 
@@ -135,7 +139,9 @@ def build_synthetic_pair(
     t_cfg = AutoConfig.for_model(**{**target_config, "tie_word_embeddings": False})
     d_cfg = AutoConfig.for_model(**{**draft_config, "tie_word_embeddings": False})
     if t_cfg.hidden_size != 2 * d_cfg.hidden_size or t_cfg.vocab_size != d_cfg.vocab_size:
-        raise BenchError("synthetic pair: the target must be twice as wide as the draft, with the same vocabulary")
+        raise BenchError(
+            "synthetic pair: the target must be twice as wide as the draft, with the same vocabulary"
+        )
     torch.manual_seed(seed)
     with torch.device(device):
         target = AutoModelForCausalLM.from_config(t_cfg, dtype=dtype)

@@ -58,7 +58,9 @@ class TrainConfig:
         if self.reg_weight < 0:
             raise BenchError(f"--reg-weight must be >= 0, got {self.reg_weight}")
         if self.temperature <= 0:
-            raise BenchError(f"training samples from the policy: --temperature must be > 0, got {self.temperature}")
+            raise BenchError(
+                f"training samples from the policy: --temperature must be > 0, got {self.temperature}"
+            )
 
 
 @dataclass
@@ -77,8 +79,14 @@ class Rollout:
 
 
 @torch.no_grad()
-def rollout(pair: Pair, head: WeightHead, prompt: list[int], max_tokens: int, temperature: float,
-            generator: torch.Generator) -> Rollout:
+def rollout(
+    pair: Pair,
+    head: WeightHead,
+    prompt: list[int],
+    max_tokens: int,
+    temperature: float,
+    generator: torch.Generator,
+) -> Rollout:
     """Sample from the ensemble policy, one token at a time, with a KV cache per model."""
     from transformers import DynamicCache
 
@@ -96,8 +104,16 @@ def rollout(pair: Pair, head: WeightHead, prompt: list[int], max_tokens: int, te
         w = head(hd[0, -1], ht[0, -1])
         pi = w * p + (1 - w) * q
         y = sample(pi, generator)
-        for key, value in (("hd", hd[0, -1]), ("ht", ht[0, -1]), ("p_y", p[y]), ("q_y", q[y]), ("tv", tv(p, q)),
-                           ("pi", pi[y]), ("tg", y == p.argmax()), ("dg", y == q.argmax())):
+        for key, value in (
+            ("hd", hd[0, -1]),
+            ("ht", ht[0, -1]),
+            ("p_y", p[y]),
+            ("q_y", q[y]),
+            ("tv", tv(p, q)),
+            ("pi", pi[y]),
+            ("tg", y == p.argmax()),
+            ("dg", y == q.argmax()),
+        ):
             cols[key].append(value)
         token = int(y)
         tokens.append(token)
@@ -105,8 +121,17 @@ def rollout(pair: Pair, head: WeightHead, prompt: list[int], max_tokens: int, te
             break
         feed = y.view(1, 1)
     stack = {k: torch.stack(v).float() if k in ("hd", "ht") else torch.stack(v) for k, v in cols.items()}
-    return Rollout(tokens, stack["hd"], stack["ht"], stack["p_y"], stack["q_y"], stack["tv"], stack["pi"],
-                   stack["tg"], stack["dg"])
+    return Rollout(
+        tokens,
+        stack["hd"],
+        stack["ht"],
+        stack["p_y"],
+        stack["q_y"],
+        stack["tv"],
+        stack["pi"],
+        stack["tg"],
+        stack["dg"],
+    )
 
 
 def policy_terms(head: WeightHead, r: Rollout) -> tuple[Tensor, Tensor, Tensor]:
@@ -116,7 +141,9 @@ def policy_terms(head: WeightHead, r: Rollout) -> tuple[Tensor, Tensor, Tensor]:
     return log_pi, 1 - w * r.tv, w
 
 
-def reinforce_loss(head: WeightHead, rollouts: list[Rollout], advantages: Tensor, reg_weight: float) -> Tensor:
+def reinforce_loss(
+    head: WeightHead, rollouts: list[Rollout], advantages: Tensor, reg_weight: float
+) -> Tensor:
     """-mean_i [A_i sum_t log pi(y_it)] - reg_weight mean_i sum_t (1 - TV(q_it, pi_it))."""
     terms = [policy_terms(head, r) for r in rollouts]
     pg = torch.stack([a * lp.sum() for a, (lp, _, _) in zip(advantages, terms)]).mean()
@@ -124,7 +151,9 @@ def reinforce_loss(head: WeightHead, rollouts: list[Rollout], advantages: Tensor
     return -pg - reg_weight * acc
 
 
-def reinforce_pp_loss(head: WeightHead, rollouts: list[Rollout], rewards: Tensor, reg_weight: float, clip: float) -> Tensor:
+def reinforce_pp_loss(
+    head: WeightHead, rollouts: list[Rollout], rewards: Tensor, reg_weight: float, clip: float
+) -> Tensor:
     """REINFORCE++: token-level advantages normalised over the batch, PPO-style clipped ratios."""
     terms = [policy_terms(head, r) for r in rollouts]
     adv = torch.cat([torch.full_like(lp, float(reward)) for reward, (lp, _, _) in zip(rewards, terms)])
@@ -153,8 +182,17 @@ def task_reward(task: Task) -> Reward:
 class Trainer:
     """Runs training with checkpoints after every step; a killed run resumes from the last one."""
 
-    def __init__(self, pair: Pair, task: Task, cfg: TrainConfig, output: Path, *, reward: Reward | None = None,
-                 data: str = "", log: Callable[[dict[str, Any]], None] | None = None) -> None:
+    def __init__(
+        self,
+        pair: Pair,
+        task: Task,
+        cfg: TrainConfig,
+        output: Path,
+        *,
+        reward: Reward | None = None,
+        data: str = "",
+        log: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
         self.pair, self.task, self.cfg, self.output = pair, task, cfg, output
         self.reward = reward or task_reward(task)
         self.data = data
@@ -167,7 +205,9 @@ class Trainer:
         if self.ckpt.exists():
             state = torch.load(self.ckpt, map_location=pair.device)
             if state["config"] != asdict(cfg):
-                raise BenchError(f"{self.ckpt} was written with other settings; use another --output or delete it")
+                raise BenchError(
+                    f"{self.ckpt} was written with other settings; use another --output or delete it"
+                )
             self.head.load_state_dict(state["head"])
             self.opt.load_state_dict(state["optimizer"])
             self.step, self.baseline = state["step"], state["baseline"]
@@ -177,9 +217,13 @@ class Trainer:
         examples = self.task.examples(self.cfg.num_prompts, self.cfg.seed)
         out = []
         for epoch in range(self.cfg.epochs):
-            order = torch.randperm(len(examples), generator=torch.Generator().manual_seed(self.cfg.seed + epoch))
+            order = torch.randperm(
+                len(examples), generator=torch.Generator().manual_seed(self.cfg.seed + epoch)
+            )
             shuffled = [examples[i] for i in order]
-            out += [shuffled[i : i + self.cfg.batch_size] for i in range(0, len(shuffled), self.cfg.batch_size)]
+            out += [
+                shuffled[i : i + self.cfg.batch_size] for i in range(0, len(shuffled), self.cfg.batch_size)
+            ]
         return out
 
     def train(self, until: int | None = None) -> dict[str, Any]:
@@ -191,8 +235,14 @@ class Trainer:
             gen = torch.Generator(device=self.pair.device).manual_seed(self.cfg.seed * 100003 + step)
             rollouts, rewards = [], []
             for example in batches[step]:
-                r = rollout(self.pair, self.head, list(tok(example.prompt).input_ids), self.cfg.rollout_tokens,
-                            self.cfg.temperature, gen)
+                r = rollout(
+                    self.pair,
+                    self.head,
+                    list(tok(example.prompt).input_ids),
+                    self.cfg.rollout_tokens,
+                    self.cfg.temperature,
+                    gen,
+                )
                 rollouts.append(r)
                 rewards.append(self.reward(example, r, tok.decode(r.tokens, skip_special_tokens=True)))
             reward_t = torch.tensor(rewards, device=self.pair.device)
@@ -202,18 +252,27 @@ class Trainer:
                 self._update(loss)
             else:
                 for _ in range(self.cfg.inner_steps):
-                    loss = reinforce_pp_loss(self.head, rollouts, reward_t, self.cfg.reg_weight, self.cfg.clip)
+                    loss = reinforce_pp_loss(
+                        self.head, rollouts, reward_t, self.cfg.reg_weight, self.cfg.clip
+                    )
                     self._update(loss)
             mean_r = float(reward_t.mean())
-            self.baseline = mean_r if self.baseline is None else (
-                self.cfg.baseline_decay * self.baseline + (1 - self.cfg.baseline_decay) * mean_r)
+            self.baseline = (
+                mean_r
+                if self.baseline is None
+                else (self.cfg.baseline_decay * self.baseline + (1 - self.cfg.baseline_decay) * mean_r)
+            )
             with torch.no_grad():
                 terms = [policy_terms(self.head, r) for r in rollouts]
             record = {
-                "step": step + 1, "steps": len(batches), "reward": mean_r, "loss": loss.item(),
+                "step": step + 1,
+                "steps": len(batches),
+                "reward": mean_r,
+                "loss": loss.item(),
                 "expected_acceptance": float(torch.cat([t[1] for t in terms]).mean()),
                 "mean_w": float(torch.cat([t[2] for t in terms]).mean()),
-                "tokens": sum(len(r.tokens) for r in rollouts), "seconds": time.perf_counter() - start,
+                "tokens": sum(len(r.tokens) for r in rollouts),
+                "seconds": time.perf_counter() - start,
             }
             self.history.append(record)
             self.step = step + 1
@@ -231,20 +290,39 @@ class Trainer:
         self.output.mkdir(parents=True, exist_ok=True)
         pd.DataFrame(self.history).to_parquet(self.output / "train_log.parquet", index=False)
         tmp = self.ckpt.with_suffix(".tmp")
-        torch.save({"head": self.head.state_dict(), "optimizer": self.opt.state_dict(), "step": self.step,
-                    "baseline": self.baseline, "config": asdict(self.cfg)}, tmp)
+        torch.save(
+            {
+                "head": self.head.state_dict(),
+                "optimizer": self.opt.state_dict(),
+                "step": self.step,
+                "baseline": self.baseline,
+                "config": asdict(self.cfg),
+            },
+            tmp,
+        )
         tmp.replace(self.ckpt)
         last = self.history[-1]
-        save_head(self.head, self.output, {
-            "pair": self.pair.spec.name, "task": self.task.name, "data": self.data, "steps": self.step,
-            "final_reward": last["reward"], "mean_w": last["mean_w"], "training": asdict(self.cfg),
-            "trained": True,
-        })
+        save_head(
+            self.head,
+            self.output,
+            {
+                "pair": self.pair.spec.name,
+                "task": self.task.name,
+                "data": self.data,
+                "steps": self.step,
+                "final_reward": last["reward"],
+                "mean_w": last["mean_w"],
+                "training": asdict(self.cfg),
+                "trained": True,
+            },
+        )
 
 
 def describe(record: dict[str, Any]) -> str:
     """One progress line: reward, expected acceptance, mean w, time."""
     eta = record["seconds"] * (record["steps"] - record["step"])
-    return (f"step {record['step']}/{record['steps']}  reward {record['reward']:.3f}  expected acceptance "
-            f"{record['expected_acceptance']:.3f}  mean w {record['mean_w']:.3f}  "
-            f"{record['seconds']:.1f} s/step, {eta / 60:.1f} min left")
+    return (
+        f"step {record['step']}/{record['steps']}  reward {record['reward']:.3f}  expected acceptance "
+        f"{record['expected_acceptance']:.3f}  mean w {record['mean_w']:.3f}  "
+        f"{record['seconds']:.1f} s/step, {eta / 60:.1f} min left"
+    )

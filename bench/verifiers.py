@@ -131,7 +131,9 @@ def verify(
         emitted = mass + (1 - expected).unsqueeze(-1) * normalise(residual, r.p)
         bias = tv(emitted, r.p)
         candidates = None
-    accepted = ok.long().cumprod(-1).sum(-1) if n else torch.zeros(batch, dtype=torch.long, device=r.draft.device)
+    accepted = (
+        ok.long().cumprod(-1).sum(-1) if n else torch.zeros(batch, dtype=torch.long, device=r.draft.device)
+    )
     if candidates is None:
         rows = torch.cat([normalise(residual, r.p), bonus.unsqueeze(1)], dim=1)
         picked = rows[torch.arange(batch, device=rows.device), accepted]

@@ -17,9 +17,11 @@ def prompts(tokenizer, count=20):
     g = torch.Generator().manual_seed(123)
     low = len(tokenizer.all_special_ids)
     out = []
-    for i in range(count):
+    for _ in range(count):
         length = int(torch.randint(3, 40, (1,), generator=g))
-        out.append([tokenizer.bos_token_id] + torch.randint(low, len(tokenizer), (length,), generator=g).tolist())
+        out.append(
+            [tokenizer.bos_token_id] + torch.randint(low, len(tokenizer), (length,), generator=g).tolist()
+        )
     return out
 
 
@@ -62,8 +64,16 @@ def test_ensemble_weight_one_reproduces_sd_under_sampling(tiny_pair):
         sd = decoder(tiny_pair, "sd", sampling=hot).generate(prompt, 64, seed=seed)
         ens = decoder(tiny_pair, "ensemble", sampling=hot, target_weight=1.0).generate(prompt, 64, seed=seed)
         assert ens.token_ids == sd.token_ids
-        for name in ("rounds", "drafted_tokens", "accepted_tokens", "new_tokens", "accepted_per_position",
-                     "reached_per_position", "expected_acceptance_sum", "bias_sum"):
+        for name in (
+            "rounds",
+            "drafted_tokens",
+            "accepted_tokens",
+            "new_tokens",
+            "accepted_per_position",
+            "reached_per_position",
+            "expected_acceptance_sum",
+            "bias_sum",
+        ):
             assert getattr(ens.stats, name) == getattr(sd.stats, name), name
 
 

@@ -27,7 +27,9 @@ def test_registry_holds_the_paper_pairs_and_tiny():
 
 def test_a_users_own_pair_file(tmp_path):
     own = tmp_path / "my_pair.yaml"
-    own.write_text("name: mine\nkind: tiny\ntiny: {seed: 7, damping: 0.05, hidden_size: 32, num_heads: 2, num_kv_heads: 1}\n")
+    own.write_text(
+        "name: mine\nkind: tiny\ntiny: {seed: 7, damping: 0.05, hidden_size: 32, num_heads: 2, num_kv_heads: 1}\n"
+    )
     pair = load_pair(str(own), device="cpu")
     assert pair.spec.name == "mine" and pair.hidden_sizes == (32, 32)
 
@@ -48,7 +50,9 @@ def test_unreachable_hub_pair_fails_fast_with_one_line():
     start = time.monotonic()
     out = subprocess.run(
         [sys.executable, "-m", "bench", "generate", "hello", "--pair", "qwen3", "--device", "cpu"],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert time.monotonic() - start < 60
     assert out.returncode == 2 and "Traceback" not in out.stderr
@@ -65,21 +69,42 @@ def test_synthetic_pair_keeps_real_shapes_and_tunable_acceptance(tmp_path):
     from bench.pairs import PairSpec
     from bench.verifiers import make_verifier
 
-    spec = yaml.safe_load((__import__("pathlib").Path(__file__).parents[1] / "pairs" / "llama3-shapes.yaml").read_text())
+    spec = yaml.safe_load(
+        (__import__("pathlib").Path(__file__).parents[1] / "pairs" / "llama3-shapes.yaml").read_text()
+    )
     real_t, real_d = spec["synthetic"]["target_config"], spec["synthetic"]["draft_config"]
-    assert (real_t["hidden_size"], real_t["num_hidden_layers"], real_d["hidden_size"], real_d["num_hidden_layers"]) == (4096, 32, 2048, 16)
+    assert (
+        real_t["hidden_size"],
+        real_t["num_hidden_layers"],
+        real_d["hidden_size"],
+        real_d["num_hidden_layers"],
+    ) == (4096, 32, 2048, 16)
 
     def shrink(cfg, width, layers):
-        return {**cfg, "hidden_size": width, "intermediate_size": 2 * width, "num_hidden_layers": layers,
-                "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": width // 4, "vocab_size": 1000}
+        return {
+            **cfg,
+            "hidden_size": width,
+            "intermediate_size": 2 * width,
+            "num_hidden_layers": layers,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "head_dim": width // 4,
+            "vocab_size": 1000,
+        }
 
     rates = []
     for damping in (0.05, 0.3):
-        synthetic = {**spec["synthetic"], "damping": damping, "target_config": shrink(real_t, 128, 4),
-                     "draft_config": shrink(real_d, 64, 2)}
+        synthetic = {
+            **spec["synthetic"],
+            "damping": damping,
+            "target_config": shrink(real_t, 128, 4),
+            "draft_config": shrink(real_d, 64, 2),
+        }
         pair = load_pair(PairSpec(**{**spec, "synthetic": synthetic}), device="cpu")
         assert pair.hidden_sizes == (64, 128)
-        sd = SpeculativeDecoder(pair.target, pair.draft, make_verifier("sd"), draft_len=4, sampling=Sampling(1.0))
+        sd = SpeculativeDecoder(
+            pair.target, pair.draft, make_verifier("sd"), draft_len=4, sampling=Sampling(1.0)
+        )
         stats = [sd.generate(pair.tokenizer(f"prompt {i}").input_ids, 32, seed=i).stats for i in range(4)]
         assert all(s.new_tokens == 32 for s in stats)  # no EOS: fixed-length timing runs
         rates.append(sum(s.accepted_tokens for s in stats) / sum(s.drafted_tokens for s in stats))

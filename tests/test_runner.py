@@ -5,7 +5,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -18,18 +17,55 @@ from bench.store import load_results
 
 TIMING = ["wall_time_s", "prefill_time_s"]
 REQUIRED = [
-    "task", "pair", "method", "draft_len", "temperature", "target_weight", "lenience", "cascade_rule",
-    "cascade_alpha", "head", "seed", "example_id", "prompt_tokens", "new_tokens", "rounds", "drafted_tokens",
-    "accepted_tokens", "accepted_per_position", "acceptance_rate", "acceptance_length", "expected_acceptance",
-    "bias", "wall_time_s", "prefill_time_s", "completion", "completion_cut", "quality",
+    "task",
+    "pair",
+    "method",
+    "draft_len",
+    "temperature",
+    "target_weight",
+    "lenience",
+    "cascade_rule",
+    "cascade_alpha",
+    "head",
+    "seed",
+    "example_id",
+    "prompt_tokens",
+    "new_tokens",
+    "rounds",
+    "drafted_tokens",
+    "accepted_tokens",
+    "accepted_per_position",
+    "acceptance_rate",
+    "acceptance_length",
+    "expected_acceptance",
+    "bias",
+    "wall_time_s",
+    "prefill_time_s",
+    "completion",
+    "completion_cut",
+    "quality",
 ]
 
 
 def configs(tasks, methods, **kw):
     base = dict(
-        pairs=["tiny"], heads=["init"], target_weights=[0.3, 0.9], lenience=[0.5], cascade_rules=["opt"],
-        cascade_alphas=[0.5], mix="prob", data=None, seed=0, draft_len=4, temperature=1.0, max_new_tokens=32,
-        num_fewshot=None, split=None, chat_template=False, device="cpu", dtype=None,
+        pairs=["tiny"],
+        heads=["init"],
+        target_weights=[0.3, 0.9],
+        lenience=[0.5],
+        cascade_rules=["opt"],
+        cascade_alphas=[0.5],
+        mix="prob",
+        data=None,
+        seed=0,
+        draft_len=4,
+        temperature=1.0,
+        max_new_tokens=32,
+        num_fewshot=None,
+        split=None,
+        chat_template=False,
+        device="cpu",
+        dtype=None,
     )
     base.update(kw)
     return configs_from_flags(tasks=tasks, methods=methods, **base)
@@ -69,7 +105,11 @@ def test_table_is_sane(full_run):
     spec = summary[summary["method"] != "ar"]
     assert spec["acceptance_rate"].between(0, 1).all()
     assert (spec["acceptance_length"] >= 1).all()
-    for fmt, needle in (("markdown", "| method |"), ("latex", "\\begin{tabular}"), ("csv", "acceptance_rate")):
+    for fmt, needle in (
+        ("markdown", "| method |"),
+        ("latex", "\\begin{tabular}"),
+        ("csv", "acceptance_rate"),
+    ):
         text, path = write_table(full_run, fmt)
         assert needle in text and path.exists()
     text, _ = write_table(full_run, "markdown")
@@ -81,7 +121,12 @@ def test_plots_are_written(full_run, tmp_path):
 
     paths = write_plots(full_run, tmp_path)
     names = {p.name for p in paths}
-    for stem in ("pareto_tiny", "acceptance_vs_weight_tiny", "acceptance_per_position_tiny", "diversed_weights_tiny"):
+    for stem in (
+        "pareto_tiny",
+        "acceptance_vs_weight_tiny",
+        "acceptance_per_position_tiny",
+        "diversed_weights_tiny",
+    ):
         assert {f"{stem}.png", f"{stem}.pdf"} <= names
     assert all(p.stat().st_size > 1000 for p in paths)
 
@@ -106,13 +151,35 @@ def test_same_seed_twice_gives_identical_rows(tmp_path):
 
 
 def test_kill_and_resume(tmp_path):
-    args = [sys.executable, "-m", "bench", "run", "--task", "gsm8k,xsum", "--method", "ar,sd", "--limit", "6",
-            "--max-new-tokens", "48", "--no-report", "--no-progress", "--device", "cpu", "--output-dir"]
+    args = [
+        sys.executable,
+        "-m",
+        "bench",
+        "run",
+        "--task",
+        "gsm8k,xsum",
+        "--method",
+        "ar,sd",
+        "--limit",
+        "6",
+        "--max-new-tokens",
+        "48",
+        "--no-report",
+        "--no-progress",
+        "--device",
+        "cpu",
+        "--output-dir",
+    ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     killed = tmp_path / "killed"
-    proc = subprocess.Popen(args + [str(killed)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        args + [str(killed)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and len(list(killed.glob("parts/*/*/*.parquet"))) + 6 * len(list(killed.glob("*.parquet"))) < 9:
+    while (
+        time.monotonic() < deadline
+        and len(list(killed.glob("parts/*/*/*.parquet"))) + 6 * len(list(killed.glob("*.parquet"))) < 9
+    ):
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
@@ -143,9 +210,28 @@ def test_paper_grid_ships_and_expands():
 
 def test_diversed_without_head_is_loud(tmp_path):
     out = subprocess.run(
-        [sys.executable, "-m", "bench", "run", "--task", "gsm8k", "--method", "ar,diversed", "--limit", "1",
-         "--max-new-tokens", "8", "--no-report", "--no-progress", "--output-dir", str(tmp_path)],
-        capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "run",
+            "--task",
+            "gsm8k",
+            "--method",
+            "ar,diversed",
+            "--limit",
+            "1",
+            "--max-new-tokens",
+            "8",
+            "--no-report",
+            "--no-progress",
+            "--output-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
     )
     assert out.returncode == 0
     assert "diversed: skipped, no --head given" in out.stderr and "diversed-bench train" in out.stderr
@@ -160,9 +246,23 @@ def test_bad_cli_input_is_one_line(tmp_path):
         (["--method", "diversed", "--head", str(tmp_path / "nohead")], "no head at"),
     ):
         out = subprocess.run(
-            [sys.executable, "-m", "bench", "run", "--limit", "1", "--no-report", "--no-progress",
-             "--output-dir", str(tmp_path), *argv],
-            capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+            [
+                sys.executable,
+                "-m",
+                "bench",
+                "run",
+                "--limit",
+                "1",
+                "--no-report",
+                "--no-progress",
+                "--output-dir",
+                str(tmp_path),
+                *argv,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "HF_HUB_OFFLINE": "1"},
         )
         assert out.returncode == 2, out.stderr
         assert "Traceback" not in out.stderr and needle in out.stderr.strip().splitlines()[-1]

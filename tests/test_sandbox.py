@@ -20,7 +20,9 @@ def test_writing_outside_the_temp_dir(tmp_path):
     target = tmp_path / "escaped.txt"
     outcome = run_program(f"open({str(target)!r}, 'w').write('x')\n", FAST)
     assert not outcome.passed and not target.exists()
-    assert run_program("open('inside.txt', 'w').write('x')\nassert open('inside.txt').read() == 'x'\n", FAST).passed
+    assert run_program(
+        "open('inside.txt', 'w').write('x')\nassert open('inside.txt').read() == 'x'\n", FAST
+    ).passed
 
 
 def test_reading_outside_the_temp_dir(tmp_path):
@@ -59,7 +61,9 @@ def test_shelling_out_is_refused(tmp_path, program):
     assert not marker.exists()
 
 
-@pytest.mark.parametrize("exit_call", ["import sys\nsys.exit(0)", "import os\nos._exit(0)", "raise SystemExit"])
+@pytest.mark.parametrize(
+    "exit_call", ["import sys\nsys.exit(0)", "import os\nos._exit(0)", "raise SystemExit"]
+)
 def test_exiting_before_the_asserts_fails(exit_call):
     assert not run_program(f"{exit_call}\nassert False\n", FAST).passed
 
@@ -76,6 +80,8 @@ def test_the_temp_dir_is_removed(tmp_path):
 
 
 def test_output_flood_is_capped():
-    outcome = run_program("while True:\n    print('x' * 10000)\n", Limits(timeout_s=5, file_bytes=1024 * 1024))
+    outcome = run_program(
+        "while True:\n    print('x' * 10000)\n", Limits(timeout_s=5, file_bytes=1024 * 1024)
+    )
     assert not outcome.passed
     assert os.path.exists("/tmp")  # the host is fine

@@ -15,16 +15,46 @@ from bench.store import load_results, merge
 TIMING = ["wall_time_s", "prefill_time_s"]
 KEY = ["config_id", "example_id"]
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-RUN = ["-m", "bench", "run", "--task", "gsm8k,xsum", "--method", "ar,sd,ensemble", "--limit", "4",
-       "--max-new-tokens", "16", "--device", "cpu", "--no-report", "--no-progress"]
+RUN = [
+    "-m",
+    "bench",
+    "run",
+    "--task",
+    "gsm8k,xsum",
+    "--method",
+    "ar,sd,ensemble",
+    "--limit",
+    "4",
+    "--max-new-tokens",
+    "16",
+    "--device",
+    "cpu",
+    "--no-report",
+    "--no-progress",
+]
 
 
 def grid():
     return configs_from_flags(
-        tasks=["gsm8k", "mbpp", "xsum"], pairs=["tiny"], methods=["ar", "sd", "ensemble", "cascade"], heads=[],
-        target_weights=[0.5, 0.9], lenience=[0.5], cascade_rules=["chow", "token"], cascade_alphas=[0.5],
-        mix="prob", data=None, seed=0, draft_len=3, temperature=1.0, max_new_tokens=8, num_fewshot=None,
-        split=None, chat_template=False, device="cpu", dtype=None,
+        tasks=["gsm8k", "mbpp", "xsum"],
+        pairs=["tiny"],
+        methods=["ar", "sd", "ensemble", "cascade"],
+        heads=[],
+        target_weights=[0.5, 0.9],
+        lenience=[0.5],
+        cascade_rules=["chow", "token"],
+        cascade_alphas=[0.5],
+        mix="prob",
+        data=None,
+        seed=0,
+        draft_len=3,
+        temperature=1.0,
+        max_new_tokens=8,
+        num_fewshot=None,
+        split=None,
+        chat_template=False,
+        device="cpu",
+        dtype=None,
     )
 
 
@@ -36,7 +66,10 @@ def test_shards_cover_the_grid_exactly_once(tmp_path):
     configs = grid()
     everything = items(Runner(tmp_path / "all", limit=5, progress=False), configs)
     assert len(everything) == len(set(everything)) == len(configs) * 5
-    shards = [items(Runner(tmp_path / f"s{i}", limit=5, partition=(i, 3), progress=False), configs) for i in range(3)]
+    shards = [
+        items(Runner(tmp_path / f"s{i}", limit=5, partition=(i, 3), progress=False), configs)
+        for i in range(3)
+    ]
     flat = [x for s in shards for x in s]
     assert sorted(flat) == sorted(everything)  # every item once, no overlaps
     assert max(map(len, shards)) - min(map(len, shards)) <= 1  # balanced
@@ -50,22 +83,46 @@ def rows(path):
 def single(tmp_path_factory):
     """The reference: one process, no shards."""
     out = tmp_path_factory.mktemp("single")
-    subprocess.run([sys.executable, *RUN, "--output-dir", str(out)], env=ENV, check=True, capture_output=True, timeout=600)
+    subprocess.run(
+        [sys.executable, *RUN, "--output-dir", str(out)],
+        env=ENV,
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
     return rows(out)
 
 
 def test_shard_jobs_merge_to_the_single_run(tmp_path, single):
     for i in range(3):
-        subprocess.run([sys.executable, *RUN, "--shard", f"{i}/3", "--output-dir", str(tmp_path / f"job{i}")],
-                       env=ENV, check=True, capture_output=True, timeout=600)
+        subprocess.run(
+            [sys.executable, *RUN, "--shard", f"{i}/3", "--output-dir", str(tmp_path / f"job{i}")],
+            env=ENV,
+            check=True,
+            capture_output=True,
+            timeout=600,
+        )
     merge([tmp_path / f"job{i}" for i in range(3)], tmp_path / "merged")
     pd.testing.assert_frame_equal(rows(tmp_path / "merged"), single)
 
 
 def test_two_torchrun_processes_equal_one(tmp_path, single):
     out = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", *RUN, "--output-dir", str(tmp_path / "ranks")],
-        env=ENV, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node",
+            "2",
+            *RUN,
+            "--output-dir",
+            str(tmp_path / "ranks"),
+        ],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert out.returncode == 0, out.stderr[-2000:]
     writers = {p.name.split(".")[1] for p in (tmp_path / "ranks").glob("*.parquet")}
@@ -74,14 +131,47 @@ def test_two_torchrun_processes_equal_one(tmp_path, single):
 
 
 def test_mixed_settings_are_refused(tmp_path):
-    base = [sys.executable, "-m", "bench", "run", "--task", "gsm8k", "--method", "sd", "--limit", "4",
-            "--max-new-tokens", "8", "--device", "cpu", "--no-report", "--no-progress"]
+    base = [
+        sys.executable,
+        "-m",
+        "bench",
+        "run",
+        "--task",
+        "gsm8k",
+        "--method",
+        "sd",
+        "--limit",
+        "4",
+        "--max-new-tokens",
+        "8",
+        "--device",
+        "cpu",
+        "--no-report",
+        "--no-progress",
+    ]
     shared = tmp_path / "shared"
-    subprocess.run([*base, "--shard", "0/2", "--output-dir", str(shared)], env=ENV, check=True, capture_output=True, timeout=600)
-    subprocess.run([*base, "--shard", "1/2", "--seed", "1", "--output-dir", str(shared)], env=ENV, capture_output=True, timeout=600)
+    subprocess.run(
+        [*base, "--shard", "0/2", "--output-dir", str(shared)],
+        env=ENV,
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    subprocess.run(
+        [*base, "--shard", "1/2", "--seed", "1", "--output-dir", str(shared)],
+        env=ENV,
+        capture_output=True,
+        timeout=600,
+    )
     with pytest.raises(BenchError, match="disagree on seed"):
         load_results(shared)
-    out = subprocess.run([sys.executable, "-m", "bench", "table", str(shared)], env=ENV, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-m", "bench", "table", str(shared)],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 2 and "disagree on seed" in out.stderr
 
 

@@ -13,7 +13,9 @@ def test_ideal_speedup_formula():
 
 
 def test_measure_agrees_with_transformers_on_the_tiny_pair(tiny_pair):
-    prompts = [list(tiny_pair.tokenizer(t).input_ids) for t in ("Question: one two", "Article: the city council")]
+    prompts = [
+        list(tiny_pair.tokenizer(t).input_ids) for t in ("Question: one two", "Article: the city council")
+    ]
     result = measure(tiny_pair, prompts, [3], max_new=16, repeats=1, ensemble_weight=0.7, log=lambda m: None)
     assert result["ar_equals_hf"]
     row = result["rows"][0]

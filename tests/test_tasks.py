@@ -39,7 +39,10 @@ def test_gsm8k_prompt_is_four_shot_chain_of_thought():
     assert prompt.count("Question:") == 5
     assert prompt.count("Answer: Let's think step by step.") == 5
     assert prompt.count("####") == 4 and prompt.endswith("Answer: Let's think step by step.\n")
-    assert Task(resolve_task("gsm8k"), "fixture", num_fewshot=0).examples(limit=1)[0].prompt.count("Question:") == 1
+    assert (
+        Task(resolve_task("gsm8k"), "fixture", num_fewshot=0).examples(limit=1)[0].prompt.count("Question:")
+        == 1
+    )
 
 
 def test_summarisation_prompts():
@@ -134,12 +137,27 @@ def test_score_command_and_ids(tmp_path):
     rows = read_table(fixture_dir("mbpp") / "test.jsonl")
     preds = tmp_path / "preds.jsonl"
     preds.write_text(
-        json.dumps({"example_id": rows[0]["task_id"], "completion": rows[0]["code"]}) + "\n"
-        + json.dumps({"example_id": rows[1]["task_id"], "completion": "def nothing():\n    pass"}) + "\n"
+        json.dumps({"example_id": rows[0]["task_id"], "completion": rows[0]["code"]})
+        + "\n"
+        + json.dumps({"example_id": rows[1]["task_id"], "completion": "def nothing():\n    pass"})
+        + "\n"
     )
     out = subprocess.run(
-        [sys.executable, "-m", "bench", "score", "--task", "mbpp", "--data", "fixture", "--predictions", str(preds)],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "score",
+            "--task",
+            "mbpp",
+            "--data",
+            "fixture",
+            "--predictions",
+            str(preds),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert out.returncode == 0, out.stderr
     assert "examples=2" in out.stdout and "pass@1=0.5" in out.stdout
@@ -154,8 +172,22 @@ def test_unreachable_hub_answers_fast_with_one_line(tmp_path):
     env.update(HF_ENDPOINT="http://127.0.0.1:9", HF_HOME=str(tmp_path / "hf"))  # closed local port
     start = time.monotonic()
     out = subprocess.run(
-        [sys.executable, "-m", "bench", "score", "--task", "gsm8k", "--data", "hub", "--predictions", str(preds)],
-        capture_output=True, text=True, timeout=120, env=env,
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "score",
+            "--task",
+            "gsm8k",
+            "--data",
+            "hub",
+            "--predictions",
+            str(preds),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
     )
     assert time.monotonic() - start < 60
     assert out.returncode == 2
@@ -191,7 +223,10 @@ def test_gold_mbpp_programs_pass_the_sandbox(shared_data):
 
 
 def test_rouge_of_real_references_against_themselves(shared_data):
-    for name, file, field in (("xsum", "xsum_test.jsonl", "summary"), ("cnndm", "cnndm_test.jsonl", "highlights")):
+    for name, file, field in (
+        ("xsum", "xsum_test.jsonl", "summary"),
+        ("cnndm", "cnndm_test.jsonl", "highlights"),
+    ):
         task = Task(resolve_task(name), str(shared_data / file), num_fewshot=0)
         for doc in task.rows()[:20]:
             assert task.score(doc, doc[field])["rouge2"] == pytest.approx(100.0)

@@ -12,9 +12,17 @@ from bench.train import Rollout, TrainConfig, Trainer, reinforce_loss, reinforce
 def fake_rollout(t=5, hidden=4, seed=0):
     g = torch.Generator().manual_seed(seed)
     p, q = torch.rand(t, generator=g), torch.rand(t, generator=g)
-    return Rollout(list(range(t)), torch.randn(t, hidden, generator=g), torch.randn(t, hidden, generator=g),
-                   p, q, torch.rand(t, generator=g), 0.5 * (p + q), torch.zeros(t, dtype=torch.bool),
-                   torch.zeros(t, dtype=torch.bool))
+    return Rollout(
+        list(range(t)),
+        torch.randn(t, hidden, generator=g),
+        torch.randn(t, hidden, generator=g),
+        p,
+        q,
+        torch.rand(t, generator=g),
+        0.5 * (p + q),
+        torch.zeros(t, dtype=torch.bool),
+        torch.zeros(t, dtype=torch.bool),
+    )
 
 
 def test_fresh_head_is_one_half():
@@ -32,7 +40,9 @@ def test_reinforce_loss_matches_the_formula():
     w = torch.sigmoid(torch.tensor(0.3))
     pg = sum(a * torch.log(w * r.p_y + (1 - w) * r.q_y).sum() for a, r in zip(adv, rollouts)) / 3
     acc = sum((1 - w * r.tv).sum() for r in rollouts) / 3
-    assert reinforce_loss(head, rollouts, adv, lam).item() == pytest.approx((-pg - lam * acc).item(), rel=1e-5)
+    assert reinforce_loss(head, rollouts, adv, lam).item() == pytest.approx(
+        (-pg - lam * acc).item(), rel=1e-5
+    )
 
 
 @pytest.mark.parametrize("loss_fn", ["reinforce", "reinforce++"])
@@ -41,15 +51,26 @@ def test_regulariser_pushes_w_down(loss_fn):
     head = WeightHead(4, 4)
     rollouts = [fake_rollout(seed=s) for s in range(4)]
     zero = torch.zeros(4)
-    loss = reinforce_loss(head, rollouts, zero, 1.0) if loss_fn == "reinforce" else reinforce_pp_loss(head, rollouts, zero, 1.0, 0.2)
+    loss = (
+        reinforce_loss(head, rollouts, zero, 1.0)
+        if loss_fn == "reinforce"
+        else reinforce_pp_loss(head, rollouts, zero, 1.0, 0.2)
+    )
     loss.backward()
     assert head.linear.bias.grad.item() > 0  # gradient descent lowers the bias, so w falls
 
 
 def mean_w_after(tiny_pair, reward, algorithm="reinforce", steps=8):
     task = Task(resolve_task("gsm8k"), "fixture", split="train", num_fewshot=0)
-    cfg = TrainConfig(algorithm=algorithm, lr=0.05, batch_size=4, epochs=steps, num_prompts=4, reg_weight=0.0,
-                      rollout_tokens=24)
+    cfg = TrainConfig(
+        algorithm=algorithm,
+        lr=0.05,
+        batch_size=4,
+        epochs=steps,
+        num_prompts=4,
+        reg_weight=0.0,
+        rollout_tokens=24,
+    )
     import tempfile
     from pathlib import Path
 
@@ -91,7 +112,9 @@ def test_checkpoint_resume_gives_the_uninterrupted_head(tiny_pair, tmp_path):
     cfg = TrainConfig(lr=0.05, batch_size=2, epochs=2, num_prompts=4, rollout_tokens=12)
     whole = Trainer(tiny_pair, task, cfg, tmp_path / "whole", reward=match_target)
     whole.train()
-    Trainer(tiny_pair, task, cfg, tmp_path / "cut", reward=match_target).train(until=2)  # "killed" after 2 steps
+    Trainer(tiny_pair, task, cfg, tmp_path / "cut", reward=match_target).train(
+        until=2
+    )  # "killed" after 2 steps
     resumed = Trainer(tiny_pair, task, cfg, tmp_path / "cut", reward=match_target)
     assert resumed.step == 2
     resumed.train()

@@ -74,7 +74,9 @@ def test_emitted_token_follows_the_verification_law(method, params, weight):
     expected = law.double() * DRAWS
     keep = expected > 0
     assert counts[~keep].sum() == 0, "emitted a token the law gives probability 0"
-    chi2 = stats.chisquare(counts[keep].numpy(), expected[keep].numpy() * counts.sum().item() / expected.sum().item())
+    chi2 = stats.chisquare(
+        counts[keep].numpy(), expected[keep].numpy() * counts.sum().item() / expected.sum().item()
+    )
     assert chi2.pvalue > 1e-3, f"{method}: emitted tokens do not follow pi (p = {chi2.pvalue:.2e})"
 
     measured = verdict.accepted.double().mean().item()

@@ -2,9 +2,35 @@
 ``bench.registry.pairs``. In a source checkout they live at the repository root, so that root
 joins this package's search path."""
 
+from importlib import resources
 from pathlib import Path
+from typing import Any
+
+from bench.errors import BenchError
 
 _here = Path(__file__).resolve().parent
 _root = _here.parents[1]
 if not (_here / "tasks").is_dir() and (_root / "tasks" / "__init__.py").is_file():
     __path__.append(str(_root))
+
+
+def entries(kind: str) -> dict[str, Any]:
+    """Registry files of one kind (``tasks`` or ``pairs``) by name."""
+    folder = resources.files(f"bench.registry.{kind}")
+    return {f.name[: -len(".yaml")]: f for f in folder.iterdir() if f.name.endswith(".yaml")}
+
+
+def find(kind: str, name_or_path: str) -> Any:
+    """A registry entry by name, or a user's YAML file by path."""
+    registry = entries(kind)
+    if name_or_path in registry:
+        return registry[name_or_path]
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") and path.is_file():
+        return path
+    what = kind.rstrip("s")
+    if path.suffix in (".yaml", ".yml"):
+        raise BenchError(f"{what} file {path} does not exist")
+    raise BenchError(
+        f"unknown {what} {name_or_path!r}; choose one of {', '.join(sorted(registry))} or give a {what} YAML path"
+    )
