@@ -146,6 +146,31 @@ def run(
     from bench.runner import Runner
 
     if grid:
+        given = {
+            "--task": task != PAPER_TASKS,
+            "--pair": pair != "tiny",
+            "--method": method != ALL_METHODS,
+            "--target-weight": target_weight != "0.7",
+            "--lenience": lenience != "0.5",
+            "--cascade-rule": cascade_rule != "opt",
+            "--cascade-alpha": cascade_alpha != "0.5",
+            "--head": bool(head),
+            "--mix": mix != "prob",
+            "--data": data is not None,
+            "--seed": seed != 0,
+            "--draft-len": draft_len != 5,
+            "--temperature": temperature != 1.0,
+            "--max-new-tokens": max_new_tokens is not None,
+            "--num-fewshot": num_fewshot is not None,
+            "--split": split is not None,
+            "--chat-template": chat_template,
+        }
+        clash = [flag for flag, set_ in given.items() if set_]
+        if clash:
+            raise BenchError(
+                f"--grid sets tasks, pairs, methods and their settings; drop {', '.join(clash)} or edit the "
+                "grid file (only --limit, --device, --dtype, --output-dir and --shard combine with --grid)"
+            )
         configs, limit = configs_from_grid(grid, device=device, dtype=dtype, limit=limit)
     else:
         methods = _list(method)

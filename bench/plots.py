@@ -77,13 +77,13 @@ def plot_pareto(summary: pd.DataFrame, pair: str, qualities: dict[str, str], out
                 alpha=0.7,
                 label="static ensemble (w sweep)",
             )
-            for _, r in ens.iterrows():
+            for i, (_, r) in enumerate(ens.iterrows()):
                 ax.annotate(
                     f"w={r['target_weight']:g}",
                     (r["normalised_time"], r["quality"]),
                     fontsize=7,
                     textcoords="offset points",
-                    xytext=(4, -9),
+                    xytext=(4, -11 if i % 2 else 6),
                     color="tab:green",
                 )
             pts = ens[["normalised_time", "quality"]].dropna().to_numpy(float)
@@ -141,7 +141,8 @@ def plot_acceptance_vs_weight(summary: pd.DataFrame, pair: str, out: Path) -> li
         if len(sd):
             tv = 1 - float(sd["per_token_acceptance"].iloc[0])
             w = np.linspace(0, 1, 50)
-            ax.plot(w, 1 - w * tv, "--", color="tab:blue", label=f"theory 1 - w TV, TV = {tv:.2f} (from sd)")
+            ax.plot(w, 1 - w * tv, "--", color="tab:blue", label="theory 1 - w TV(p, q), TV from sd")
+            ax.text(0.03, 0.05, f"TV(p, q) = {tv:.3f}", transform=ax.transAxes, fontsize=8)
         ax.set_xlim(0, 1.02)
         ax.set_ylim(0, 1.02)
         ax.set_title(TASK_TITLES.get(task, task))

@@ -244,6 +244,8 @@ def test_bad_cli_input_is_one_line(tmp_path):
         (["--pair", "mistral"], "unknown pair"),
         (["--method", "ensemble", "--target-weight", "1.5"], "(0, 1]"),
         (["--method", "diversed", "--head", str(tmp_path / "nohead")], "no head at"),
+        (["--grid", "tiny", "--max-new-tokens", "8"], "drop --max-new-tokens"),
+        (["--task", "gsm8k", "--method", "ar", "--chat-template"], "no chat template"),
     ):
         out = subprocess.run(
             [
