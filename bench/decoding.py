@@ -45,6 +45,16 @@ class DecodeStats:
     bias_sum: list[float] = field(default_factory=list)
     weights: list[float] = field(default_factory=list)
 
+    def record_round(self, drafted: int, accepted: int) -> None:
+        """Count one round of ``drafted`` tokens of which the first ``accepted`` were kept."""
+        self.rounds += 1
+        self.drafted_tokens += drafted
+        self.accepted_tokens += accepted
+        for i in range(drafted):
+            self.drafted_per_position[i] += 1
+            self.accepted_per_position[i] += i < accepted
+            self.reached_per_position[i] += i <= accepted
+
     @property
     def acceptance_rate(self) -> float:
         """vLLM's draft acceptance rate: accepted / drafted."""
@@ -128,6 +138,22 @@ class SpeculativeDecoder:
     def _pick(self, probs: Tensor, generator: torch.Generator) -> Tensor:
         return probs.argmax(-1) if self.sampling.greedy else sample(probs, generator)
 
+    def _draft(
+        self, draft_in: Tensor, cache: DynamicCache, n: int, generator: torch.Generator
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+        """Draft n >= 1 tokens: (tokens [1, n], q [1, n, V], q logits, draft hidden states or None)."""
+        hidden = self.verifier.needs_hidden
+        xs, qs, q_logits, states = [], [], [], []
+        for _ in range(n):
+            logits, h = model_step(self.draft, draft_in, cache, keep=1, hidden=hidden)
+            q_logits.append(logits[:, -1])
+            qs.append(process(logits[:, -1], self.sampling))
+            draft_in = self._pick(qs[-1], generator).view(1, 1)
+            xs.append(draft_in)
+            states.append(h)
+        h_draft = torch.cat(states, dim=1) if hidden else None
+        return torch.cat(xs, dim=1), torch.stack(qs, dim=1), torch.stack(q_logits, dim=1), h_draft
+
     @torch.inference_mode()
     def generate(self, prompt_ids: Sequence[int], max_new_tokens: int, seed: int = 0) -> Generation:
         """Decode up to ``max_new_tokens`` tokens; EOS ends generation wherever it lands."""
@@ -168,19 +194,12 @@ class SpeculativeDecoder:
         out: list[int] = []
         while len(out) < max_new_tokens:
             n = min(n_max, max_new_tokens - len(out) - 1)
-            draft_in = seq[:, cached[-1] :]
-            xs, q_logits, qs, h_draft = [], [], [], []
-            for _ in range(n):
-                logits, h = model_step(self.draft, draft_in, caches[1], keep=1, hidden=hidden)
-                cached[1] += draft_in.shape[1]
-                q_logits.append(logits[:, -1])
-                qs.append(process(logits[:, -1], self.sampling))
-                draft_in = self._pick(qs[-1], generator).view(1, 1)
-                xs.append(draft_in)
-                if hidden:
-                    h_draft.append(h)
-            stats.draft_forwards += n
-            drafted = torch.cat(xs, dim=1) if n else seq.new_empty(1, 0)
+            drafted = seq.new_empty(1, 0)
+            if n:
+                draft_in = seq[:, cached[1] :]
+                cached[1] += draft_in.shape[1] + n - 1  # the last drafted token is not fed back
+                drafted, q, q_logits, h_draft = self._draft(draft_in, caches[1], n, generator)
+                stats.draft_forwards += n
 
             target_in = torch.cat([seq[:, cached[0] :], drafted], dim=1)
             p_logits, h_target = model_step(self.target, target_in, caches[0], keep=n + 1, hidden=hidden)
@@ -194,12 +213,12 @@ class SpeculativeDecoder:
             if n:
                 round_ = Round(
                     draft=drafted,
-                    q=torch.stack(qs, dim=1),
+                    q=q,
                     p=p[:, :n],
-                    q_logits=torch.stack(q_logits, dim=1),
+                    q_logits=q_logits,
                     p_logits=p_logits[:, :n],
                     temperature=self.sampling.temperature,
-                    weights=self.head(torch.cat(h_draft, 1), h_target[:, :n]) if hidden else None,
+                    weights=self.head(h_draft, h_target[:, :n]) if hidden else None,
                 )
                 verdict = verify(self.verifier, round_, p[:, n], generator)
                 reached = (torch.arange(n, device=device) <= verdict.accepted).float()
@@ -214,13 +233,7 @@ class SpeculativeDecoder:
             host = torch.cat([accepted_t, next_t, drafted[0]]).tolist()
             accepted, new = host[0], host[2 : 2 + host[0]] + [host[1]]
 
-            stats.rounds += 1
-            stats.drafted_tokens += n
-            stats.accepted_tokens += accepted
-            for i in range(n):
-                stats.drafted_per_position[i] += 1
-                stats.accepted_per_position[i] += i < accepted
-                stats.reached_per_position[i] += i <= accepted
+            stats.record_round(n, accepted)
             eos_at = next((i for i, t in enumerate(new) if t in self.eos), None)
             if eos_at is not None:
                 out.extend(new[: eos_at + 1])
