@@ -1,0 +1,36 @@
+"""The installed package (not the source tree) carries its registries, fixtures and grids."""
+
+import os
+import subprocess
+import sys
+
+CHECK = """
+import bench
+from bench.data import fixture_dir
+from bench.grid import load_grid
+from bench.pairs import pair_names
+from bench.tasks import task_names
+assert task_names() == ["cnndm", "gsm8k", "humaneval", "mbpp", "xsum"], task_names()
+assert "tiny" in pair_names() and "llama3" in pair_names()
+for task in ("gsm8k", "cnndm", "xsum", "mbpp"):
+    assert (fixture_dir(task) / "test.jsonl").is_file() and (fixture_dir(task) / "train.jsonl").is_file()
+assert load_grid("paper")["pairs"] == ["llama3", "qwen3", "gemma3"]
+print(bench.__file__)
+"""
+
+
+def test_installed_package_has_its_data_files(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run(
+        [sys.executable, "-c", CHECK], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    cli = subprocess.run(
+        [sys.executable, "-m", "bench", "list"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert cli.returncode == 0 and "humaneval" in cli.stdout
