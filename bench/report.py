@@ -124,20 +124,19 @@ def _cell(value: float, ci: tuple[float, float], percent: bool, digits: int = 1)
 
 
 def _panels(summary: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
-    """One panel per pair, temperature and draft length; ar joins every panel of its pair."""
+    """One panel per pair, temperature, draft length, seed and data source; the ``ar`` run of the
+    same pair, temperature, seed and data joins each panel as its reference row."""
     panels = []
+    shared = ["pair", "temperature", "seed", "data"]
     spec = summary[summary["method"] != "ar"]
-    keys = spec[["pair", "temperature", "draft_len"]].drop_duplicates().itertuples(index=False)
-    for pair, temp, n in keys:
-        part = summary[
-            (summary["pair"] == pair)
-            & (summary["temperature"] == temp)
-            & ((summary["draft_len"] == n) | (summary["method"] == "ar"))
-        ]
-        panels.append((f"{pair}: temperature {temp:g}, draft length {n}", part))
+    for key in spec[[*shared, "draft_len"]].drop_duplicates().itertuples(index=False):
+        pair, temp, seed, data, n = key
+        same = (summary[shared] == pd.Series(dict(zip(shared, key[:4], strict=True)))).all(axis=1)
+        part = summary[same & ((summary["draft_len"] == n) | (summary["method"] == "ar"))]
+        panels.append((f"{pair}: temperature {temp:g}, draft length {n}, seed {seed}, data {data}", part))
     if not panels:
-        for (pair, temp), part in summary.groupby(["pair", "temperature"]):
-            panels.append((f"{pair}: temperature {temp:g}", part))
+        for (pair, temp, seed, data), part in summary.groupby(shared):
+            panels.append((f"{pair}: temperature {temp:g}, seed {seed}, data {data}", part))
     return panels
 
 

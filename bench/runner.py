@@ -71,6 +71,8 @@ class RunConfig:
         }
         params = {k: v for k, v in self.params.items() if not (k == "mix" and v == "prob")}
         parts = [f"{shown.get(k, k)}={v}" if shown.get(k, k) else str(v) for k, v in params.items()]
+        if self.head:  # heads trained on different tasks sit side by side in the cross-task table
+            parts.append(f"head={Path(self.head).name}")
         return self.method + (f" ({', '.join(parts)})" if parts else "")
 
 
