@@ -7,7 +7,6 @@ alternatives.
 from __future__ import annotations
 
 import json
-import os
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -37,20 +36,22 @@ def read_table(path: Path | Any) -> list[dict[str, Any]]:
 
 
 def _load_hub(dataset: dict[str, Any], split: str) -> list[dict[str, Any]]:
-    os.environ.setdefault("HF_HUB_ETAG_TIMEOUT", "5")
-    os.environ.setdefault("HF_HUB_DOWNLOAD_TIMEOUT", "10")
-    path, name = dataset["path"], dataset.get("name")
-    try:
-        import datasets
+    from bench.hub import hub_access
 
-        datasets.logging.set_verbosity_error()
-        rows = datasets.load_dataset(path, name, split=split)
-    except Exception as exc:  # datasets raises many types for an unreachable hub
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-        raise BenchError(
-            f"cannot load dataset {path} ({name or 'default'}, split {split}) from the hub: {first}; "
-            "use --data fixture for the shipped examples or --data PATH for a local copy"
-        ) from None
+    path, name = dataset["path"], dataset.get("name")
+    with hub_access() as online:
+        try:
+            import datasets
+
+            datasets.logging.set_verbosity_error()
+            rows = datasets.load_dataset(path, name, split=split)
+        except Exception as exc:  # datasets raises many types for an unreachable hub
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            where = "the hub" if online else "the local cache (the hub is unreachable)"
+            raise BenchError(
+                f"cannot load dataset {path} ({name or 'default'}, split {split}) from {where}: {first}; "
+                "use --data fixture for the shipped examples or --data PATH for a local copy"
+            ) from None
     return [dict(r) for r in rows]
 
 

@@ -6,7 +6,6 @@ to a user's own YAML file with the same fields.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -150,10 +149,11 @@ def check_same_tokenizer(a: PreTrainedTokenizerBase, b: PreTrainedTokenizerBase,
 
 def _load_hub_pair(spec: PairSpec, device: torch.device, dtype: torch.dtype) -> Pair:
     """Load both models from the hub (or the local HF cache). Needs network or a warm cache."""
-    os.environ.setdefault("HF_HUB_ETAG_TIMEOUT", "5")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    def load(model_id: str) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    from bench.hub import hub_access
+
+    def load(model_id: str, online: bool) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
         try:
             tok = AutoTokenizer.from_pretrained(model_id)
             model = AutoModelForCausalLM.from_pretrained(
@@ -161,14 +161,16 @@ def _load_hub_pair(spec: PairSpec, device: torch.device, dtype: torch.dtype) -> 
             )
         except OSError as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            where = "the Hugging Face hub" if online else "the local cache (the hub is unreachable)"
             raise BenchError(
-                f"cannot load {model_id} from the Hugging Face hub or local cache ({first}); "
+                f"cannot load {model_id} from {where} ({first[:200]}); "
                 "check network access and `huggingface-cli login`, or run offline with --pair tiny"
             ) from None
         return model.to(device).eval(), tok
 
-    target, tok_t = load(spec.target)  # type: ignore[arg-type]
-    draft, tok_d = load(spec.draft)  # type: ignore[arg-type]
+    with hub_access() as online:
+        target, tok_t = load(spec.target, online)  # type: ignore[arg-type]
+        draft, tok_d = load(spec.draft, online)  # type: ignore[arg-type]
     check_same_tokenizer(tok_t, tok_d, spec.name)
     vt, vd = target.get_output_embeddings().weight.shape[0], draft.get_output_embeddings().weight.shape[0]
     if vt != vd:

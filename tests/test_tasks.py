@@ -189,10 +189,11 @@ def test_unreachable_hub_answers_fast_with_one_line(tmp_path):
         timeout=120,
         env=env,
     )
-    assert time.monotonic() - start < 60
+    assert time.monotonic() - start < 20  # the libraries' own retries took 25 s here
     assert out.returncode == 2
     lines = [line for line in out.stderr.splitlines() if line.strip()]
     assert lines[-1].startswith("error: cannot load dataset openai/gsm8k") and "--data fixture" in lines[-1]
+    assert "the hub is unreachable" in lines[-1]
     assert "Traceback" not in out.stderr
 
 
