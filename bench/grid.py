@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -38,15 +39,16 @@ def configs_from_flags(
     tasks: list[str],
     pairs: list[str],
     methods: list[str],
-    heads: list[str],
-    target_weights: list[float],
-    lenience: list[float],
-    cascade_rules: list[str],
-    cascade_alphas: list[float],
-    mix: str,
+    heads: Sequence[str] = (),
+    target_weights: Sequence[float] = (0.7,),
+    lenience: Sequence[float] = (0.5,),
+    cascade_rules: Sequence[str] = ("opt",),
+    cascade_alphas: Sequence[float] = (0.5,),
+    mix: str = "prob",
     **shared: Any,
 ) -> list[RunConfig]:
-    """Every task x pair x method configuration; heads may name {task} and {pair}."""
+    """Every task x pair x method configuration; heads may name {task} and {pair}. ``shared``
+    holds the other fields of RunConfig (draft_len, temperature, seed, device...)."""
     out = []
     for pair in pairs:
         for task in tasks:

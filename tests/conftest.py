@@ -5,6 +5,8 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
+import subprocess  # noqa: E402
+import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
@@ -25,3 +27,14 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip("../shared/data is not present")
     return SHARED_DATA
+
+
+def bench_cli(*args: str, env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+    """Run ``python -m bench ARGS`` offline in a subprocess, capturing text output."""
+    return subprocess.run(
+        [sys.executable, "-m", "bench", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env or {**os.environ, "HF_HUB_OFFLINE": "1"},
+    )

@@ -1,11 +1,10 @@
 """Pair registry: the shipped files, a user's own file, tokenizer checks, fast hub failures."""
 
 import os
-import subprocess
-import sys
 import time
 
 import pytest
+from conftest import bench_cli
 
 from bench.errors import BenchError
 from bench.pairs import check_same_tokenizer, load_pair, pair_names, resolve_pair
@@ -51,13 +50,7 @@ def test_unreachable_hub_pair_fails_fast_with_one_line(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))}
     env.update(HF_ENDPOINT="http://127.0.0.1:9", HF_HOME=str(tmp_path / "hf"))  # closed local port
     start = time.monotonic()
-    out = subprocess.run(
-        [sys.executable, "-m", "bench", "generate", "hello", "--pair", "qwen3", "--device", "cpu"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-    )
+    out = bench_cli("generate", "hello", "--pair", "qwen3", "--device", "cpu", env=env, timeout=120)
     assert time.monotonic() - start < 20  # the libraries' own retries took 53 s here
     assert out.returncode == 2 and "Traceback" not in out.stderr
     last = out.stderr.strip().splitlines()[-1]

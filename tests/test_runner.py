@@ -9,6 +9,7 @@ import time
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import bench_cli
 
 from bench.grid import configs_from_flags, load_grid
 from bench.report import summarise, write_table
@@ -48,27 +49,8 @@ REQUIRED = [
 
 
 def configs(tasks, methods, **kw):
-    base = dict(
-        pairs=["tiny"],
-        heads=["init"],
-        target_weights=[0.3, 0.9],
-        lenience=[0.5],
-        cascade_rules=["opt"],
-        cascade_alphas=[0.5],
-        mix="prob",
-        data=None,
-        seed=0,
-        draft_len=4,
-        temperature=1.0,
-        max_new_tokens=32,
-        num_fewshot=None,
-        split=None,
-        chat_template=False,
-        device="cpu",
-        dtype=None,
-    )
-    base.update(kw)
-    return configs_from_flags(tasks=tasks, methods=methods, **base)
+    settings = dict(pairs=["tiny"], heads=["init"], target_weights=[0.3, 0.9], draft_len=4, max_new_tokens=32)
+    return configs_from_flags(tasks=tasks, methods=methods, device="cpu", **{**settings, **kw})
 
 
 @pytest.fixture(scope="module")
@@ -209,29 +191,20 @@ def test_paper_grid_ships_and_expands():
 
 
 def test_diversed_without_head_is_loud(tmp_path):
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench",
-            "run",
-            "--task",
-            "gsm8k",
-            "--method",
-            "ar,diversed",
-            "--limit",
-            "1",
-            "--max-new-tokens",
-            "8",
-            "--no-report",
-            "--no-progress",
-            "--output-dir",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    out = bench_cli(
+        "run",
+        "--task",
+        "gsm8k",
+        "--method",
+        "ar,diversed",
+        "--limit",
+        "1",
+        "--max-new-tokens",
+        "8",
+        "--no-report",
+        "--no-progress",
+        "--output-dir",
+        str(tmp_path),
     )
     assert out.returncode == 0
     assert "diversed: skipped, no --head given" in out.stderr and "diversed-bench train" in out.stderr
@@ -247,24 +220,8 @@ def test_bad_cli_input_is_one_line(tmp_path):
         (["--grid", "tiny", "--max-new-tokens", "8"], "drop --max-new-tokens"),
         (["--task", "gsm8k", "--method", "ar", "--chat-template"], "no chat template"),
     ):
-        out = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "bench",
-                "run",
-                "--limit",
-                "1",
-                "--no-report",
-                "--no-progress",
-                "--output-dir",
-                str(tmp_path),
-                *argv,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        out = bench_cli(
+            "run", "--limit", "1", "--no-report", "--no-progress", "--output-dir", str(tmp_path), *argv
         )
         assert out.returncode == 2, out.stderr
         assert "Traceback" not in out.stderr and needle in out.stderr.strip().splitlines()[-1]

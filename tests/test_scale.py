@@ -39,22 +39,11 @@ def grid():
         tasks=["gsm8k", "mbpp", "xsum"],
         pairs=["tiny"],
         methods=["ar", "sd", "ensemble", "cascade"],
-        heads=[],
         target_weights=[0.5, 0.9],
-        lenience=[0.5],
         cascade_rules=["chow", "token"],
-        cascade_alphas=[0.5],
-        mix="prob",
-        data=None,
-        seed=0,
         draft_len=3,
-        temperature=1.0,
         max_new_tokens=8,
-        num_fewshot=None,
-        split=None,
-        chat_template=False,
         device="cpu",
-        dtype=None,
     )
 
 

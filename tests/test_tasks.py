@@ -2,11 +2,10 @@
 
 import json
 import os
-import subprocess
-import sys
 import time
 
 import pytest
+from conftest import bench_cli
 
 from bench.data import fixture_dir, read_table
 from bench.errors import BenchError
@@ -142,23 +141,7 @@ def test_score_command_and_ids(tmp_path):
         + json.dumps({"example_id": rows[1]["task_id"], "completion": "def nothing():\n    pass"})
         + "\n"
     )
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench",
-            "score",
-            "--task",
-            "mbpp",
-            "--data",
-            "fixture",
-            "--predictions",
-            str(preds),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    out = bench_cli("score", "--task", "mbpp", "--data", "fixture", "--predictions", str(preds), timeout=120)
     assert out.returncode == 0, out.stderr
     assert "examples=2" in out.stdout and "pass@1=0.5" in out.stdout
     scored = read_table(tmp_path / "preds.scores.jsonl")
@@ -171,23 +154,8 @@ def test_unreachable_hub_answers_fast_with_one_line(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))}
     env.update(HF_ENDPOINT="http://127.0.0.1:9", HF_HOME=str(tmp_path / "hf"))  # closed local port
     start = time.monotonic()
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench",
-            "score",
-            "--task",
-            "gsm8k",
-            "--data",
-            "hub",
-            "--predictions",
-            str(preds),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
+    out = bench_cli(
+        "score", "--task", "gsm8k", "--data", "hub", "--predictions", str(preds), env=env, timeout=120
     )
     assert time.monotonic() - start < 20  # the libraries' own retries took 25 s here
     assert out.returncode == 2
