@@ -36,6 +36,7 @@ def generate(
     temperature: float = typer.Option(1.0, help="0 = greedy."),
     max_new_tokens: int = typer.Option(64),
     target_weight: float = typer.Option(0.7, help="ensemble: weight of the target."),
+    head: Optional[str] = typer.Option(None, help="diversed: trained head folder, or 'init' (w = 0.5)."),
     seed: int = typer.Option(0),
     device: str = typer.Option("auto"),
 ) -> None:
@@ -45,14 +46,18 @@ def generate(
     """
     from bench.decoding import SpeculativeDecoder
     from bench.distributions import Sampling
-    from bench.head import WeightHead
+    from bench.head import required_head
     from bench.pairs import load_pair
     from bench.verifiers import make_verifier
 
     params = {"target_weight": target_weight} if method == "ensemble" else {}
     verifier = make_verifier(method, **params)
     loaded = load_pair(pair, device=device)
-    head = WeightHead(*loaded.hidden_sizes).to(loaded.device) if verifier.needs_hidden else None
+    weight_head = (
+        required_head(head, method, loaded.spec.name, loaded.hidden_sizes, loaded.device)
+        if verifier.needs_hidden
+        else None
+    )
     decoder = SpeculativeDecoder(
         loaded.target,
         loaded.draft,
@@ -60,7 +65,7 @@ def generate(
         draft_len=draft_len,
         sampling=Sampling(temperature),
         eos_token_ids=loaded.eos_token_ids,
-        head=head,
+        head=weight_head,
     )
     gen = decoder.generate(loaded.tokenizer(prompt).input_ids, max_new_tokens, seed=seed)
     s = gen.stats

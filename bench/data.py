@@ -13,8 +13,6 @@ from typing import Any
 
 from bench.errors import BenchError
 
-SOURCES = ("hub", "fixture")
-
 
 def fixture_dir(task: str) -> Any:
     return resources.files("bench.registry.tasks") / "fixtures" / task

@@ -70,3 +70,12 @@ def load_head(path: str, pair_name: str, hidden_sizes: tuple[int, int]) -> tuple
     head = WeightHead(*hidden_sizes)
     head.load_state_dict(load_file(str(folder / HEAD_FILE)))
     return head, card
+
+
+def required_head(
+    path: str | None, method: str, pair_name: str, hidden_sizes: tuple[int, int], device: torch.device
+) -> WeightHead:
+    """The head a head-reading method runs with; never a silent default when none is given."""
+    if path is None:
+        raise BenchError(f"{method}: needs --head PATH (or --head init for an untrained w = 0.5 head)")
+    return load_head(path, pair_name, hidden_sizes)[0].to(device)

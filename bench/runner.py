@@ -24,7 +24,7 @@ import torch
 from bench.decoding import DecodeStats, SpeculativeDecoder
 from bench.distributions import Sampling
 from bench.errors import BenchError
-from bench.head import load_head
+from bench.head import required_head
 from bench.pairs import Pair, load_pair, resolve_pair
 from bench.store import ResultStore
 from bench.tasks import Example, Task, default_data, resolve_task
@@ -247,11 +247,7 @@ class Runner:
         verifier = make_verifier(cfg.method, **cfg.params)
         head = None
         if verifier.needs_hidden:
-            if cfg.head is None:
-                raise BenchError(
-                    f"{cfg.method}: needs --head PATH (or --head init for an untrained w = 0.5 head)"
-                )
-            head = load_head(cfg.head, pair.spec.name, pair.hidden_sizes)[0].to(pair.device)
+            head = required_head(cfg.head, cfg.method, pair.spec.name, pair.hidden_sizes, pair.device)
         decoder = SpeculativeDecoder(
             pair.target,
             pair.draft,

@@ -85,10 +85,6 @@ class Verifier(ABC):
     def greedy_target(self, r: Round) -> Tensor:
         """The distribution whose argmax a drafted token must equal under greedy decoding."""
 
-    def params(self) -> dict[str, Any]:
-        """The method's parameters, as logged in every results row."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}  # type: ignore[arg-type]
-
 
 class MixtureVerifier(Verifier):
     """A verifier defined by its verification distribution pi (SPEC section 2's template)."""

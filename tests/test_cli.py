@@ -21,3 +21,10 @@ def test_list_shows_tasks_pairs_and_methods_with_defaults():
         assert name in out
     assert "target_weight=0.7" in out and "lenience=0.5" in out and "cascade_rule=opt" in out
     assert "needs --head" in out
+
+
+def test_generate_refuses_diversed_without_a_head():
+    from bench.errors import BenchError
+
+    result = CliRunner().invoke(app, ["generate", "hi", "--method", "diversed", "--device", "cpu"])
+    assert isinstance(result.exception, BenchError) and "--head" in str(result.exception)
