@@ -217,7 +217,7 @@ class SpeculativeDecoder:
                     p=p[:, :n],
                     q_logits=q_logits,
                     p_logits=p_logits[:, :n],
-                    temperature=self.sampling.temperature,
+                    sampling=self.sampling,
                     weights=self.head(h_draft, h_target[:, :n]) if hidden else None,
                 )
                 verdict = verify(self.verifier, round_, p[:, n], generator)

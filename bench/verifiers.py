@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from bench.distributions import normalise, sample, tv
+from bench.distributions import Sampling, normalise, sample, tv
 from bench.errors import BenchError
 
 
@@ -35,10 +35,11 @@ from bench.errors import BenchError
 class Round:
     """What a verifier may read about one round of N drafted tokens, batched over B.
 
-    ``p`` and ``q`` are processed the same way (temperature, top-k/top-p); under greedy decoding
-    they are the temperature-1 softmax. ``p_logits``/``q_logits`` give the raw scores for rules that
-    read temperature-1 probabilities (SpecCascade's deferral). ``weights`` are per-token target
-    weights from a DIVERSED head, when one runs.
+    ``p`` and ``q`` are processed the same way (``sampling``: temperature, top-k/top-p); under
+    greedy decoding they are the temperature-1 softmax. ``p_logits``/``q_logits`` give the raw
+    scores for rules that read temperature-1 probabilities (SpecCascade's deferral) or mix before
+    processing (logit mixing). ``weights`` are per-token target weights from a DIVERSED head, when
+    one runs.
     """
 
     draft: Tensor  # [B, N] drafted token ids
@@ -46,8 +47,12 @@ class Round:
     p: Tensor  # [B, N, V] at the drafted positions (the bonus row is not here)
     q_logits: Tensor  # [B, N, V]
     p_logits: Tensor  # [B, N, V]
-    temperature: float
+    sampling: Sampling
     weights: Tensor | None = None  # [B, N]
+
+    @property
+    def temperature(self) -> float:
+        return self.sampling.temperature
 
     @cached_property
     def q1(self) -> Tensor:

@@ -6,7 +6,7 @@ import pytest
 import torch
 from scipy import stats
 
-from bench.distributions import normalise, tv
+from bench.distributions import Sampling, normalise, tv
 from bench.errors import BenchError
 from bench.verifiers import (
     LossySD,
@@ -31,7 +31,7 @@ def batched_round(p, q, *, weights=None, temperature=1.0, seed=0):
     expand = lambda d: d.view(1, 1, -1).expand(DRAWS, 1, -1)  # noqa: E731
     w = None if weights is None else torch.full((DRAWS, 1), weights)
     return (
-        Round(draft, expand(q), expand(p), expand(q.log()), expand(p.log()), temperature, w),
+        Round(draft, expand(q), expand(p), expand(q.log()), expand(p.log()), Sampling(temperature), w),
         g,
     )
 
@@ -125,7 +125,7 @@ def test_multi_token_round_stops_at_the_first_rejection():
     p = torch.stack([P, Q, P, Q]).unsqueeze(0).expand(DRAWS, n, v)
     q = torch.stack([Q, Q, Q, P]).unsqueeze(0).expand(DRAWS, n, v)
     draft = torch.multinomial(q.reshape(-1, v), 1, generator=g).view(DRAWS, n)
-    r = Round(draft, q, p, q.log(), p.log(), 1.0)
+    r = Round(draft, q, p, q.log(), p.log(), Sampling(1.0))
     verdict = verify(make_verifier("sd"), r, BONUS.expand(DRAWS, -1), g)
     alpha = 1 - tv(p[0], q[0])  # per-position acceptance, independent of context here
     for k in range(n + 1):
@@ -136,7 +136,7 @@ def test_multi_token_round_stops_at_the_first_rejection():
 
 def greedy_round(p, q, draft):
     one = lambda d: d.view(1, 1, -1)  # noqa: E731
-    return Round(torch.tensor([[draft]]), one(q), one(p), one(q.log()), one(p.log()), 0.0)
+    return Round(torch.tensor([[draft]]), one(q), one(p), one(q.log()), one(p.log()), Sampling(0.0))
 
 
 def test_greedy_rules():
@@ -192,7 +192,7 @@ def test_cascade_deferral_reads_temperature_one_probabilities():
     q1, p1 = torch.tensor([0.6, 0.4]), torch.tensor([0.5, 0.5])
     q_t = (q1.log() / 0.5).softmax(-1)
     one = lambda d: d.view(1, 1, -1)  # noqa: E731
-    r = Round(torch.tensor([[0]]), one(q_t), one(p1), one(q1.log()), one(p1.log()), 0.5)
+    r = Round(torch.tensor([[0]]), one(q_t), one(p1), one(q1.log()), one(p1.log()), Sampling(0.5))
     cascade = SpecCascade(cascade_rule="chow", cascade_alpha=0.35)  # keep iff max q >= 0.65
     assert q_t.max() > 0.65
     torch.testing.assert_close(cascade.pi(r)[0, 0], p1)
