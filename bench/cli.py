@@ -140,7 +140,9 @@ def run(
     ),
     shard: str = typer.Option("0/1", help="Run only share i of k of every configuration's examples."),
     report: bool = typer.Option(True, help="Print the table and write the plots at the end."),
-    progress: bool = typer.Option(True, help="Show a progress bar."),
+    progress: bool = typer.Option(
+        True, help="Show progress: a bar on a terminal, one line per configuration in a log or pipe."
+    ),
 ) -> None:
     """Decode every example with every method; rows are flushed as they finish, and re-running
     the same command resumes where it stopped.
@@ -293,16 +295,16 @@ def table(
 @app.command()
 def plot(
     results: Path = typer.Argument(Path("results"), help="Results directory."),
-    output: Path = typer.Option(Path("plots"), help="Folder for PNG and PDF files."),
+    output_dir: Path = typer.Option(Path("plots"), help="Folder for PNG and PDF files."),
 ) -> None:
     """Write the Pareto frontier, acceptance vs weight, acceptance per position (and DIVERSED
     weights) as PNG and PDF.
 
-    Example: diversed-bench plot results --output plots
+    Example: diversed-bench plot results --output-dir plots
     """
     from bench.plots import write_plots
 
-    paths = write_plots(results, output)
+    paths = write_plots(results, output_dir)
     typer.echo("\n".join(str(p) for p in paths))
 
 
@@ -319,7 +321,7 @@ def train(
     temperature: float = typer.Option(1.0, help="Rollout temperature (> 0)."),
     rollout_tokens: int = typer.Option(128, help="Tokens per rollout."),
     data: Optional[str] = typer.Option(None, help="hub, fixture or a local folder with train.jsonl."),
-    output: Optional[Path] = typer.Option(
+    output_dir: Optional[Path] = typer.Option(
         None, help="Head folder (default: heads/TASK-PAIR); resumed if it holds a checkpoint."
     ),
     seed: int = typer.Option(0),
@@ -352,7 +354,7 @@ def train(
     source = data or default_data(spec.name, resolve_pair(pair).kind)
     train_task = Task(spec, source, split=spec.dataset["fewshot_split"])
     loaded = load_pair(pair, device=device, dtype=dtype)
-    folder = output or Path("heads") / f"{spec.name}-{loaded.spec.name}"
+    folder = output_dir or Path("heads") / f"{spec.name}-{loaded.spec.name}"
     trainer = Trainer(loaded, train_task, cfg, folder, data=source, log=lambda r: typer.echo(describe(r)))
     trainer.train()
     typer.echo(
@@ -416,17 +418,17 @@ def speed(
 @app.command()
 def merge(
     sources: list[Path] = typer.Argument(..., help="Results directories to combine (e.g. one per job)."),
-    output: Path = typer.Option(..., help="The combined results directory."),
+    output_dir: Path = typer.Option(..., help="The combined results directory."),
 ) -> None:
     """Combine shards into one results directory, refusing shards that ran different settings
     (seed, draft length) or library versions for one configuration.
 
-    Example: diversed-bench merge shards/job0 shards/job1 shards/job2 --output results
+    Example: diversed-bench merge shards/job0 shards/job1 shards/job2 --output-dir results
     """
     from bench.store import merge as merge_dirs
 
-    rows = merge_dirs(sources, output)
-    typer.echo(f"{rows} rows from {len(sources)} directories in {output}")
+    rows = merge_dirs(sources, output_dir)
+    typer.echo(f"{rows} rows from {len(sources)} directories in {output_dir}")
 
 
 @app.command()

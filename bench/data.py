@@ -29,8 +29,23 @@ def read_table(path: Path | Any) -> list[dict[str, Any]]:
         import pandas as pd
 
         return pd.read_parquet(str(path)).to_dict(orient="records")
+    rows = []
     with path.open() as f:
-        return [json.loads(line) for line in f if line.strip()]
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise BenchError(
+                    f"{path} line {number}: not valid JSON ({exc.msg}); fix or remove that line"
+                ) from None
+            if not isinstance(row, dict):
+                raise BenchError(
+                    f"{path} line {number}: expected a JSON object per line, got {type(row).__name__}"
+                )
+            rows.append(row)
+    return rows
 
 
 def _load_hub(dataset: dict[str, Any], split: str) -> list[dict[str, Any]]:
@@ -42,7 +57,7 @@ def _load_hub(dataset: dict[str, Any], split: str) -> list[dict[str, Any]]:
             import datasets
 
             datasets.logging.set_verbosity_error()
-            rows = datasets.load_dataset(path, name, split=split)
+            rows = datasets.load_dataset(path if online else _snapshot(path), name, split=split)
         except Exception as exc:  # datasets raises many types for an unreachable hub
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
             where = "the hub" if online else "the local cache (the hub is unreachable)"
@@ -51,6 +66,19 @@ def _load_hub(dataset: dict[str, Any], split: str) -> list[dict[str, Any]]:
                 "use --data fixture for the shipped examples or --data PATH for a local copy"
             ) from None
     return [dict(r) for r in rows]
+
+
+def _snapshot(repo: str) -> str:
+    """The dataset repo's files in the local hub cache (what `hf download REPO --repo-type dataset`
+    leaves). Offline, `datasets` reads only its own processed cache, so a downloaded snapshot is read
+    as a local folder; without one, the repo id goes to `datasets` and its cache answers or fails."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        return snapshot_download(repo, repo_type="dataset", local_files_only=True)
+    except LocalEntryNotFoundError:
+        return repo
 
 
 def _load_human_eval() -> list[dict[str, Any]]:

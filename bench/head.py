@@ -55,10 +55,15 @@ def load_head(path: str, pair_name: str, hidden_sizes: tuple[int, int]) -> tuple
     from safetensors.torch import load_file
 
     folder = Path(path)
+    if folder.is_file():
+        raise BenchError(
+            f"--head {folder} is a file; give the folder that holds {HEAD_FILE} and {CARD_FILE} "
+            f"(here: --head {folder.parent})"
+        )
     if not (folder / HEAD_FILE).is_file() or not (folder / CARD_FILE).is_file():
         raise BenchError(
             f"no head at {folder} (expected {HEAD_FILE} and {CARD_FILE}); train one with "
-            f"`diversed-bench train --task TASK --pair {pair_name} --output {folder}`"
+            f"`diversed-bench train --task TASK --pair {pair_name} --output-dir {folder}`"
         )
     card = json.loads((folder / CARD_FILE).read_text())
     if card.get("pair") != pair_name or (card.get("draft_hidden"), card.get("target_hidden")) != hidden_sizes:

@@ -7,6 +7,7 @@ fails at once. The data and models are the same either way; only the waiting dif
 from __future__ import annotations
 
 import os
+import functools
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -15,8 +16,9 @@ from contextlib import contextmanager
 PROBE_TIMEOUT_S = 3.0
 
 
+@functools.cache
 def reachable(timeout: float = PROBE_TIMEOUT_S) -> bool:
-    """True when the hub endpoint answers at all (any HTTP status counts)."""
+    """True when the hub endpoint answers at all (any HTTP status counts); probed once a process."""
     endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
     try:
         urllib.request.urlopen(endpoint, timeout=timeout).close()

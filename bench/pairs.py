@@ -31,6 +31,9 @@ class PairSpec:
     draft: str | None = None
     dtype: dict[str, str] = field(default_factory=lambda: {"cuda": "bfloat16", "cpu": "float32"})
     attn_implementation: str = "sdpa"
+    # hub pairs: None loads each model whole onto the run's device; "auto" spreads a model over every
+    # visible GPU (a target too big for one); a dict maps module names to devices, as in transformers.
+    device_map: dict[str, Any] | str | None = None
     tiny: dict[str, Any] = field(default_factory=dict)
     synthetic: dict[str, Any] = field(default_factory=dict)
 
@@ -157,7 +160,10 @@ def _load_hub_pair(spec: PairSpec, device: torch.device, dtype: torch.dtype) -> 
         try:
             tok = AutoTokenizer.from_pretrained(model_id)
             model = AutoModelForCausalLM.from_pretrained(
-                model_id, dtype=dtype, attn_implementation=spec.attn_implementation
+                model_id,
+                dtype=dtype,
+                attn_implementation=spec.attn_implementation,
+                device_map=spec.device_map or device,  # straight onto the device, no CPU copy first
             )
         except OSError as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -166,16 +172,30 @@ def _load_hub_pair(spec: PairSpec, device: torch.device, dtype: torch.dtype) -> 
                 f"cannot load {model_id} from {where} ({first[:200]}); "
                 "check network access and `huggingface-cli login`, or run offline with --pair tiny"
             ) from None
-        return model.to(device).eval(), tok
+        return model.eval(), tok
 
     with hub_access() as online:
         target, tok_t = load(spec.target, online)  # type: ignore[arg-type]
         draft, tok_d = load(spec.draft, online)  # type: ignore[arg-type]
     check_same_tokenizer(tok_t, tok_d, spec.name)
-    vt, vd = target.get_output_embeddings().weight.shape[0], draft.get_output_embeddings().weight.shape[0]
-    if vt != vd:
-        raise BenchError(f"pair {spec.name}: target and draft output {vt} and {vd} logits; they must match")
+    share_output_rows(target, draft, len(tok_t), spec.name)
     return Pair(spec, target, draft, tok_t)
+
+
+def share_output_rows(target: PreTrainedModel, draft: PreTrainedModel, tokens: int, pair: str) -> None:
+    """Make both models output the same rows when one pads its vocabulary (Qwen2.5-7B has 152064
+    output rows, 0.5B 151936, for the same tokenizer): rows past the shorter head are no token of the
+    tokenizer, so both are compared on the rows they share."""
+    rows = {m: m.get_output_embeddings().weight.shape[0] for m in (target, draft)}
+    shared = min(rows.values())
+    if tokens > shared:
+        raise BenchError(
+            f"pair {pair}: the tokenizer has {tokens} tokens but a model outputs only {shared} logits; "
+            "pick models of one family"
+        )
+    for model, n in rows.items():
+        if n > shared:
+            model.get_output_embeddings().register_forward_hook(lambda m, i, out: out[..., :shared])
 
 
 def load_pair(name_or_spec: str | PairSpec, device: str = "auto", dtype: str | None = None) -> Pair:

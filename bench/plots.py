@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from bench.report import METHOD_ORDER, TASK_ORDER, TASK_TITLES, quality_metrics, summarise  # noqa: E402
+from bench.report import METHOD_ORDER, TASK_ORDER, TASK_TITLES, Panel, panels, quality_metrics, summarise  # noqa: E402
 from bench.store import load_results  # noqa: E402
 
 STYLE = {
@@ -60,8 +60,17 @@ def pareto_frontier(points: np.ndarray) -> np.ndarray:
     return np.array(keep)
 
 
-def plot_pareto(summary: pd.DataFrame, pair: str, qualities: dict[str, str], out: Path) -> list[Path]:
-    part = summary[summary["pair"] == pair]
+PARETO_AXES = {
+    "normalised_time": ("pareto", "Quality vs time", "normalised time (vs ar, same examples)"),
+    "acceptance_rate": ("pareto_acceptance", "Quality vs acceptance", "acceptance rate (accepted / drafted)"),
+}
+
+
+def plot_pareto(panel: Panel, qualities: dict[str, str], out: Path, x: str = "normalised_time") -> list[Path]:
+    """Quality against ``x`` (normalised time or acceptance rate), the ensemble's weight sweep as a
+    line; a method above that line beats the static frontier."""
+    part = panel.part
+    name, title, x_label = PARETO_AXES[x]
     tasks = _tasks(part)
     fig, axes = _grid(len(tasks))
     for ax, task in zip(axes, tasks):
@@ -69,7 +78,7 @@ def plot_pareto(summary: pd.DataFrame, pair: str, qualities: dict[str, str], out
         ens = rows[rows["method"] == "ensemble"].sort_values("target_weight")
         if len(ens):
             ax.plot(
-                ens["normalised_time"],
+                ens[x],
                 ens["quality"],
                 "-o",
                 color="tab:green",
@@ -80,15 +89,19 @@ def plot_pareto(summary: pd.DataFrame, pair: str, qualities: dict[str, str], out
             for i, (_, r) in enumerate(ens.iterrows()):
                 ax.annotate(
                     f"w={r['target_weight']:g}",
-                    (r["normalised_time"], r["quality"]),
+                    (r[x], r["quality"]),
                     fontsize=7,
                     textcoords="offset points",
                     xytext=(4, -11 if i % 2 else 6),
                     color="tab:green",
                 )
-            pts = ens[["normalised_time", "quality"]].dropna().to_numpy(float)
+            pts = ens[[x, "quality"]].dropna().to_numpy(float)
+            if x == "acceptance_rate":  # more acceptance is better: mirror to reuse the time frontier
+                pts[:, 0] = -pts[:, 0]
             if len(pts) > 1:
                 front = pareto_frontier(pts)
+                if x == "acceptance_rate":
+                    front[:, 0] = -front[:, 0]
                 ax.step(
                     front[:, 0],
                     front[:, 1],
@@ -103,23 +116,23 @@ def plot_pareto(summary: pd.DataFrame, pair: str, qualities: dict[str, str], out
                 continue
             for _, r in rows[rows["method"] == method].iterrows():
                 ax.plot(
-                    r["normalised_time"],
+                    r[x],
                     r["quality"],
                     ls="none",
                     label=r["label"],
                     **{"markersize": 9, **STYLE[method]},
                 )
         ax.set_title(TASK_TITLES.get(task, task))
-        ax.set_xlabel("normalised time (vs ar, same examples)")
+        ax.set_xlabel(x_label)
         ax.set_ylabel(qualities.get(task, "quality"))
         ax.grid(alpha=0.3)
     _legend(fig, axes)
-    fig.suptitle(f"Quality vs time, pair {pair}", y=1.02)
-    return _save(fig, out, f"pareto_{pair}")
+    fig.suptitle(f"{title}, {panel.title}", y=1.02)
+    return _save(fig, out, f"{name}_{panel.slug}")
 
 
-def plot_acceptance_vs_weight(summary: pd.DataFrame, pair: str, out: Path) -> list[Path]:
-    part = summary[summary["pair"] == pair]
+def plot_acceptance_vs_weight(panel: Panel, out: Path) -> list[Path]:
+    part = panel.part
     tasks = [t for t in _tasks(part) if (part[(part["task"] == t)]["method"] == "ensemble").any()]
     if not tasks:
         return []
@@ -150,12 +163,17 @@ def plot_acceptance_vs_weight(summary: pd.DataFrame, pair: str, out: Path) -> li
         ax.set_ylabel("per-token acceptance")
         ax.grid(alpha=0.3)
     _legend(fig, axes)
-    fig.suptitle(f"Static ensemble acceptance vs weight, pair {pair}", y=1.02)
-    return _save(fig, out, f"acceptance_vs_weight_{pair}")
+    fig.suptitle(f"Static ensemble acceptance vs weight, {panel.title}", y=1.02)
+    return _save(fig, out, f"acceptance_vs_weight_{panel.slug}")
 
 
-def plot_acceptance_per_position(rows: pd.DataFrame, pair: str, out: Path) -> list[Path]:
-    part = rows[(rows["pair"] == pair) & (rows["method"] != "ar")]
+def _panel_rows(rows: pd.DataFrame, panel: Panel) -> pd.DataFrame:
+    return rows[rows["config_id"].isin(panel.part["config_id"])]
+
+
+def plot_acceptance_per_position(rows: pd.DataFrame, panel: Panel, out: Path) -> list[Path]:
+    part = _panel_rows(rows, panel)
+    part = part[part["method"] != "ar"]
     tasks = _tasks(part)
     if not tasks:
         return []
@@ -181,12 +199,13 @@ def plot_acceptance_per_position(rows: pd.DataFrame, pair: str, out: Path) -> li
         ax.set_ylim(0, 1.02)
         ax.grid(alpha=0.3)
     _legend(fig, axes)
-    fig.suptitle(f"Acceptance per draft position, pair {pair}", y=1.02)
-    return _save(fig, out, f"acceptance_per_position_{pair}")
+    fig.suptitle(f"Acceptance per draft position, {panel.title}", y=1.02)
+    return _save(fig, out, f"acceptance_per_position_{panel.slug}")
 
 
-def plot_weights(rows: pd.DataFrame, pair: str, out: Path) -> list[Path]:
-    part = rows[(rows["pair"] == pair) & (rows["method"] == "diversed")]
+def plot_weights(rows: pd.DataFrame, panel: Panel, out: Path) -> list[Path]:
+    part = _panel_rows(rows, panel)
+    part = part[part["method"] == "diversed"]
     if part.empty:
         return []
     tasks = _tasks(part)
@@ -199,8 +218,8 @@ def plot_weights(rows: pd.DataFrame, pair: str, out: Path) -> list[Path]:
         ax.set_xlabel("per-token target weight w_t")
         ax.set_ylabel("tokens")
     _legend(fig, axes)
-    fig.suptitle(f"DIVERSED weights, pair {pair}", y=1.02)
-    return _save(fig, out, f"diversed_weights_{pair}")
+    fig.suptitle(f"DIVERSED weights, {panel.title}", y=1.02)
+    return _save(fig, out, f"diversed_weights_{panel.slug}")
 
 
 def _legend(fig: plt.Figure, axes: list[plt.Axes]) -> None:
@@ -226,9 +245,10 @@ def write_plots(results: Path, out: Path) -> list[Path]:
     summary = summarise(rows)
     qualities = quality_metrics(summary)
     paths: list[Path] = []
-    for pair in summary["pair"].unique():
-        paths += plot_pareto(summary, pair, qualities, out)
-        paths += plot_acceptance_vs_weight(summary, pair, out)
-        paths += plot_acceptance_per_position(rows, pair, out)
-        paths += plot_weights(rows, pair, out)
+    for panel in panels(summary):
+        for x in PARETO_AXES:
+            paths += plot_pareto(panel, qualities, out, x)
+        paths += plot_acceptance_vs_weight(panel, out)
+        paths += plot_acceptance_per_position(rows, panel, out)
+        paths += plot_weights(rows, panel, out)
     return paths

@@ -1,12 +1,14 @@
 """Results -> per-configuration summaries -> Table 1 in the paper's layout.
 
 Normalised time is paired: the mean time of a configuration over the examples it shares with the
-``ar`` run of the same task, pair, temperature, seed and budget, divided by ``ar``'s mean time on
-those same examples (SPEC section 7). Intervals are 95% percentile bootstraps over examples.
+``ar`` run of the same settings (``SHARED_SETTINGS``: task, pair, temperature, budget, seed, data,
+prompt options, device, dtype), divided by ``ar``'s mean time on those same examples (SPEC section
+7). Intervals are 95% percentile bootstraps over examples.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from bench.errors import BenchError
+from bench.store import SHARED_SETTINGS
 
 METHOD_ORDER = ["ar", "sd", "lossy", "cascade", "ensemble", "diversed"]
 PERCENT_METRICS = {"exact_flexible", "exact_strict", "pass@1"}
@@ -21,8 +24,8 @@ TASK_ORDER = ["gsm8k", "cnndm", "xsum", "mbpp", "humaneval"]
 TASK_TITLES = {"gsm8k": "GSM8K", "cnndm": "CNNDM", "xsum": "XSum", "mbpp": "MBPP", "humaneval": "HumanEval"}
 FORMATS = ("markdown", "latex", "csv")
 BOOTSTRAP = 1000
-# The ar run that a configuration is paired with shares these settings.
-PAIRING = ["task", "pair", "temperature", "seed", "max_new_tokens", "data"]
+# A panel of the table holds the configurations that share these settings (tasks are its columns).
+PANEL = [k for k in SHARED_SETTINGS if k != "task"]
 
 
 def bootstrap(stat: Any, *arrays: np.ndarray, seed: int = 0) -> tuple[float, float]:
@@ -60,20 +63,15 @@ def summarise(rows: pd.DataFrame) -> pd.DataFrame:
             **{
                 k: first[k]
                 for k in [
-                    "task",
-                    "pair",
+                    *SHARED_SETTINGS,
                     "method",
                     "label",
                     "draft_len",
-                    "temperature",
                     "target_weight",
                     "lenience",
                     "cascade_rule",
                     "cascade_alpha",
                     "head",
-                    "seed",
-                    "max_new_tokens",
-                    "data",
                 ]
             },
             "examples": len(g),
@@ -94,9 +92,12 @@ def summarise(rows: pd.DataFrame) -> pd.DataFrame:
             "weight_mean": float(np.nanmean(g["weight_mean"])) if g["weight_mean"].notna().any() else np.nan,
             "wall_time_s": g["wall_time_s"].mean(),
         }
-        ref = ar
-        for key in PAIRING:
-            ref = ref[ref[key] == first[key]]
+        ref = ar[(ar[list(SHARED_SETTINGS)] == first[list(SHARED_SETTINGS)]).all(axis=1)]
+        if ref["config_id"].nunique() > 1:
+            raise BenchError(
+                f"{first['label']} ({config_id}) matches {ref['config_id'].nunique()} ar runs with the same "
+                "settings; the results directory mixes runs of different harness versions: use a fresh one"
+            )
         shared = g.merge(ref[["example_id", "wall_time_s"]], on="example_id", suffixes=("", "_ar"))
         if len(shared):
             t, t_ar = shared["wall_time_s"].to_numpy(float), shared["wall_time_s_ar"].to_numpy(float)
@@ -123,21 +124,42 @@ def _cell(value: float, ci: tuple[float, float], percent: bool, digits: int = 1)
     return body if np.isnan(half) else f"{body} ±{half:.{digits}f}"
 
 
-def _panels(summary: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
-    """One panel per pair, temperature, draft length, seed and data source; the ``ar`` run of the
-    same pair, temperature, seed and data joins each panel as its reference row."""
-    panels = []
-    shared = ["pair", "temperature", "seed", "data"]
+@dataclass(frozen=True)
+class Panel:
+    """Configurations compared with each other: one table panel, one set of figures."""
+
+    title: str
+    slug: str  # for file names; unique among the panels of one results directory
+    part: pd.DataFrame  # summary rows, the ar reference included
+
+
+def _describe(key: dict[str, Any]) -> str:
+    shots = f"{key['num_fewshot']}-shot"
+    chat = ", chat template" if key["chat_template"] else ""
+    n = f", draft length {key['draft_len']}" if "draft_len" in key else ""
+    return (
+        f"{key['pair']}: temperature {key['temperature']:g}{n}, {key['max_new_tokens']} tokens, seed "
+        f"{key['seed']}, data {key['data']} ({key['split']}, {shots}{chat}), {key['device']} {key['dtype']}"
+    )
+
+
+def panels(summary: pd.DataFrame) -> list[Panel]:
+    """One panel per combination of shared settings and draft length; the ``ar`` run of the same
+    shared settings joins each panel as its reference row."""
     spec = summary[summary["method"] != "ar"]
-    for key in spec[[*shared, "draft_len"]].drop_duplicates().itertuples(index=False):
-        pair, temp, seed, data, n = key
-        same = (summary[shared] == pd.Series(dict(zip(shared, key[:4], strict=True)))).all(axis=1)
-        part = summary[same & ((summary["draft_len"] == n) | (summary["method"] == "ar"))]
-        panels.append((f"{pair}: temperature {temp:g}, draft length {n}, seed {seed}, data {data}", part))
-    if not panels:
-        for (pair, temp, seed, data), part in summary.groupby(shared):
-            panels.append((f"{pair}: temperature {temp:g}, seed {seed}, data {data}", part))
-    return panels
+    keys = [*PANEL, "draft_len"] if len(spec) else PANEL
+    found = (spec if len(spec) else summary)[keys].drop_duplicates().to_dict("records")
+    out = []
+    for key in found:
+        same = (summary[PANEL] == pd.Series({k: key[k] for k in PANEL})).all(axis=1)
+        if "draft_len" in key:
+            same &= (summary["draft_len"] == key["draft_len"]) | (summary["method"] == "ar")
+        out.append(Panel(_describe(key), str(key["pair"]), summary[same]))
+    for pair in {p.slug for p in out}:
+        mine = [p for p in out if p.slug == pair]
+        for i, p in enumerate(mine[1:], start=1):
+            out[out.index(p)] = Panel(p.title, f"{pair}_{i}", p.part)
+    return out
 
 
 def table_frames(
@@ -145,7 +167,8 @@ def table_frames(
 ) -> list[tuple[str, pd.DataFrame, pd.DataFrame]]:
     """(title, Table 1 frame, speed frame) per panel, with formatted cells."""
     result = []
-    for title, part in _panels(summary):
+    for panel in panels(summary):
+        title, part = panel.title, panel.part
         tasks = sorted(part["task"].unique(), key=lambda t: TASK_ORDER.index(t) if t in TASK_ORDER else 99)
         labels = list(dict.fromkeys(part["label"]))
         quality, speed = {}, {}

@@ -15,7 +15,7 @@ import platform
 import subprocess
 import zlib
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +25,9 @@ from bench.decoding import DecodeStats, SpeculativeDecoder
 from bench.distributions import Sampling
 from bench.errors import BenchError
 from bench.head import required_head
-from bench.pairs import Pair, load_pair, resolve_pair
-from bench.store import ResultStore
+from bench.progress import Progress
+from bench.pairs import Pair, load_pair, pick_device, pick_dtype, resolve_pair
+from bench.store import SCHEMA, SHARED_SETTINGS, ResultStore
 from bench.tasks import Example, Task, default_data, resolve_task
 from bench.verifiers import make_verifier, verifier_class
 
@@ -35,7 +36,11 @@ PARAM_COLUMNS = ("target_weight", "lenience", "cascade_rule", "cascade_alpha", "
 
 @dataclass(frozen=True)
 class RunConfig:
-    """One configuration: the unit that is resumed, skipped, compared and merged."""
+    """One configuration: the unit that is resumed, skipped, compared and merged.
+
+    ``None`` fields take the task's, pair's or machine's default; ``resolve`` makes them concrete,
+    so that the id, the rows and the pairing with ``ar`` see the values that actually ran.
+    """
 
     task: str
     pair: str
@@ -47,16 +52,43 @@ class RunConfig:
     max_new_tokens: int | None = None  # None: the task file's
     seed: int = 0
     data: str | None = None  # None: fixtures for the tiny pair, the hub otherwise
-    num_fewshot: int | None = None
+    num_fewshot: int | None = None  # None: the task file's
     split: str | None = None  # None: the task file's evaluation split
     chat_template: bool = False
     device: str = "auto"
-    dtype: str | None = None
+    dtype: str | None = None  # None: the pair file's for the device
+
+    def resolve(self) -> RunConfig:
+        """Defaults made concrete, and settings the method does not read dropped (``ar`` has no
+        draft length; only head-reading methods have a head)."""
+        spec, pair = resolve_task(self.task), resolve_pair(self.pair)
+        device = pick_device(self.device)
+        cls = verifier_class(self.method)
+        if self.max_new_tokens is not None and self.max_new_tokens < 1:
+            raise BenchError(f"--max-new-tokens must be >= 1, got {self.max_new_tokens}")
+        if cls.uses_draft and self.draft_len < 1:
+            raise BenchError(f"--draft-len must be >= 1 for {cls.name}, got {self.draft_len}")
+        if self.temperature < 0:
+            raise BenchError(f"--temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        if self.seed < 0:
+            raise BenchError(f"--seed must be >= 0, got {self.seed}")
+        return replace(
+            self,
+            draft_len=self.draft_len if cls.uses_draft else 0,
+            head=self.head if cls.needs_hidden else None,
+            max_new_tokens=self.max_new_tokens or spec.max_new_tokens,
+            data=self.data or default_data(spec.name, pair.kind),
+            num_fewshot=spec.num_fewshot if self.num_fewshot is None else self.num_fewshot,
+            split=self.split or spec.dataset["split"],
+            device=device.type,
+            dtype=str(pick_dtype(pair, device, self.dtype)).removeprefix("torch."),
+        )
 
     @property
     def config_id(self) -> str:
+        """A hash of every setting (call on a resolved configuration)."""
         settings = json.dumps(asdict(self), sort_keys=True, default=str)
-        digest = hashlib.sha1(settings.encode()).hexdigest()[:10]
+        digest = hashlib.sha1(f"{SCHEMA}|{settings}".encode()).hexdigest()[:10]
         return f"{Path(self.task).stem}-{Path(self.pair).stem}-{self.method.replace(':', '.')}-{digest}"
 
     @property
@@ -72,7 +104,7 @@ class RunConfig:
         params = {k: v for k, v in self.params.items() if not (k == "mix" and v == "prob")}
         parts = [f"{shown.get(k, k)}={v}" if shown.get(k, k) else str(v) for k, v in params.items()]
         if self.head:  # heads trained on different tasks sit side by side in the cross-task table
-            parts.append(f"head={Path(self.head).name}")
+            parts.append(f"head={self.head}")
         return self.method + (f" ({', '.join(parts)})" if parts else "")
 
 
@@ -194,6 +226,8 @@ class Runner:
         progress: bool = True,
         log: Any = print,
     ) -> None:
+        if limit is not None and limit < 1:
+            raise BenchError(f"--limit must be >= 1 (or left out for every example), got {limit}")
         self.store = ResultStore(output_dir, writer=f"{partition[0]}of{partition[1]}")
         self.limit, self.partition, self.device, self.progress, self.log = (
             limit,
@@ -214,11 +248,10 @@ class Runner:
         return self._pairs[key]
 
     def task(self, cfg: RunConfig) -> Task:
-        data = cfg.data or default_data(cfg.task, resolve_pair(cfg.pair).kind)
-        key = (cfg.task, data, cfg.num_fewshot, cfg.split)
+        key = (cfg.task, cfg.data, cfg.num_fewshot, cfg.split)
         if key not in self._tasks:
             self._tasks[key] = Task(
-                resolve_task(cfg.task), data, num_fewshot=cfg.num_fewshot, split=cfg.split
+                resolve_task(cfg.task), cfg.data, num_fewshot=cfg.num_fewshot, split=cfg.split
             )
         return self._tasks[key]
 
@@ -233,7 +266,9 @@ class Runner:
         return out
 
     def run(self, configs: list[RunConfig]) -> None:
-        for cfg, mine in self.assignments(configs):
+        resolved = (replace(c, device=self.device or c.device).resolve() for c in configs)
+        unique = list({c.config_id: c for c in resolved}.values())  # e.g. ar once for a draft-length sweep
+        for cfg, mine in self.assignments(unique):
             done = self.store.done_ids(cfg.config_id)
             pending = [e for e in mine if e.example_id not in done]
             if not pending:
@@ -257,7 +292,7 @@ class Runner:
             eos_token_ids=pair.eos_token_ids,
             head=head,
         )
-        budget = cfg.max_new_tokens or task.spec.max_new_tokens
+        budget = cfg.max_new_tokens
         self.store.write_manifest(
             cfg.config_id,
             {
@@ -270,23 +305,19 @@ class Runner:
         )
         fixed = {
             "config_id": cfg.config_id,
+            **{k: getattr(cfg, k) for k in SHARED_SETTINGS},
             "task": task.name,
             "pair": pair.spec.name,
             "method": verifier_class(cfg.method).name,
             "label": cfg.label,
-            "draft_len": decoder.draft_len,
-            "temperature": cfg.temperature,
+            "draft_len": cfg.draft_len,
             **{k: cfg.params.get(k) for k in PARAM_COLUMNS},
             "head": cfg.head,
-            "seed": cfg.seed,
-            "data": task.data,
-            "max_new_tokens": budget,
+            "schema": SCHEMA,
         }
         prompts = {e.example_id: self.encode(pair, e.prompt, cfg.chat_template) for e in pending}
         decoder.generate(prompts[pending[0].example_id], budget, seed=0)  # warm-up, not recorded
-        bar = self._bar(len(pending), f"{task.name} | {pair.spec.name} | {cfg.label}")
-        drafted = accepted = tokens = 0
-        seconds = 0.0
+        progress = Progress(len(pending), f"{task.name} | {pair.spec.name} | {cfg.label}", self.log)
         for example in pending:
             gen = decoder.generate(
                 prompts[example.example_id], budget, seed=example_seed(cfg.seed, example.example_id)
@@ -296,15 +327,10 @@ class Runner:
             row.update(task.score(example.doc, completion))
             row.update(stats_columns(gen.stats))
             self.store.append(row)
-            drafted, accepted = drafted + gen.stats.drafted_tokens, accepted + gen.stats.accepted_tokens
-            tokens, seconds = tokens + gen.stats.new_tokens, seconds + gen.stats.wall_time_s
-            if bar is not None:
-                bar.set_postfix(
-                    acc=f"{accepted / drafted:.3f}" if drafted else "-", tok_s=f"{tokens / seconds:.0f}"
-                )
-                bar.update()
-        if bar is not None:
-            bar.close()
+            if self.progress:
+                progress.update(gen.stats)
+        if self.progress:
+            progress.close()
         self.store.compact(cfg.config_id)
 
     @staticmethod
@@ -319,10 +345,3 @@ class Runner:
             )
             return list(pair.tokenizer(text, add_special_tokens=False).input_ids)
         return list(pair.tokenizer(prompt).input_ids)
-
-    def _bar(self, total: int, desc: str) -> Any:
-        if not self.progress:
-            return None
-        from tqdm.auto import tqdm
-
-        return tqdm(total=total, desc=desc, unit="ex", dynamic_ncols=True)

@@ -20,6 +20,8 @@ def score_predictions(
     task = Task(resolve_task(task_name), data, split=split)
     docs = task.examples_by_id()
     rows = read_table(predictions)
+    if not rows:
+        raise BenchError(f"{predictions} holds no predictions; write one JSON object per line")
     scored = []
     for i, row in enumerate(rows):
         if "example_id" not in row or "completion" not in row:

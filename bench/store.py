@@ -22,6 +22,23 @@ import pandas as pd
 from bench.errors import BenchError
 
 KEY = ["config_id", "example_id"]
+# Settings every configuration of one comparison shares: rows are paired with their ar run, and
+# grouped into report panels, on all of them. Each row carries them as columns.
+SHARED_SETTINGS = (
+    "task",
+    "pair",
+    "temperature",
+    "max_new_tokens",
+    "seed",
+    "data",
+    "num_fewshot",
+    "split",
+    "chat_template",
+    "device",
+    "dtype",
+)
+# Version of the rows' columns and of the configuration ids; results of another are refused.
+SCHEMA = 2
 
 
 def _atomic_write_parquet(frame: pd.DataFrame, path: Path) -> None:
@@ -127,16 +144,36 @@ def check_consistency(root: Path) -> None:
                 )
 
 
+def _read_rows(path: Path) -> pd.DataFrame:
+    """One results file, refused with the reason when it is not ours or from another schema."""
+    try:
+        frame = pd.read_parquet(path)
+    except Exception as exc:  # pyarrow raises several types for a file that is not parquet
+        raise BenchError(
+            f"{path} is not a readable parquet file ({type(exc).__name__}); move it out of the results directory"
+        ) from None
+    schema = frame["schema"].unique().tolist() if "schema" in frame else []
+    if schema != [SCHEMA]:
+        found = "no schema column" if not schema else f"schema {schema}"
+        raise BenchError(
+            f"{path} holds rows of another diversed-bench version ({found}, this one reads schema {SCHEMA}: "
+            "configuration ids and columns changed, see README 'Results'); re-run into a new --output-dir"
+        )
+    return frame
+
+
 def load_results(root: Path | str) -> pd.DataFrame:
     """Every row of a results directory (all shards, compacted or not), without duplicates."""
     root = Path(root)
+    if root.is_file():
+        raise BenchError(f"{root} is a file; give the results directory (the --output-dir of `run`)")
     if not root.is_dir():
         raise BenchError(f"results directory {root} does not exist; run `diversed-bench run` first")
     files = sorted(root.glob("*.parquet")) + sorted(root.glob("parts/*/*/*.parquet"))
     if not files:
         raise BenchError(f"no results in {root}; run `diversed-bench run --output-dir {root}` first")
     check_consistency(root)
-    frame = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
+    frame = pd.concat([_read_rows(f) for f in files], ignore_index=True)
     return frame.drop_duplicates(subset=KEY, keep="first").reset_index(drop=True)
 
 

@@ -206,7 +206,7 @@ class Trainer:
             state = torch.load(self.ckpt, map_location=pair.device)
             if state["config"] != asdict(cfg):
                 raise BenchError(
-                    f"{self.ckpt} was written with other settings; use another --output or delete it"
+                    f"{self.ckpt} was written with other settings; use another --output-dir or delete it"
                 )
             self.head.load_state_dict(state["head"])
             self.opt.load_state_dict(state["optimizer"])

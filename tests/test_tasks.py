@@ -199,3 +199,23 @@ def test_rouge_of_real_references_against_themselves(shared_data):
         task = Task(resolve_task(name), str(shared_data / file), num_fewshot=0)
         for doc in task.rows()[:20]:
             assert task.score(doc, doc[field])["rouge2"] == pytest.approx(100.0)
+
+
+def test_rouge_equals_evaluates_rouge_with_the_stemmer(shared_data):
+    """evaluate's rouge module is fetched from the hub; this runs wherever a warm cache has it."""
+    evaluate = pytest.importorskip("evaluate")
+    try:
+        module = evaluate.load("rouge")
+    except Exception as exc:  # offline without a cached module
+        pytest.skip(f"evaluate's rouge module is not available offline ({type(exc).__name__})")
+    from bench.data import read_table
+    from bench.metrics import rouge
+
+    rows = read_table(shared_data / "xsum_test.jsonl")
+    preds = [" ".join(r["document"].split()[:30]) for r in rows]
+    refs = [r["summary"] for r in rows]
+    theirs = module.compute(predictions=preds, references=refs, use_stemmer=True, use_aggregator=False)
+    for i, (p, t) in enumerate(zip(preds, refs)):
+        ours = rouge(p, {"reference": t}, None)
+        for key in ("rouge1", "rouge2", "rougeL"):
+            assert ours[key] == pytest.approx(100 * theirs[key][i], abs=1e-9)
