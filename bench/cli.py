@@ -113,7 +113,13 @@ def run(
     head: str = typer.Option(
         "", help="diversed: trained head folder(s), or 'init' for an untrained w = 0.5 head."
     ),
-    mix: str = typer.Option("prob", help="ensemble/diversed mixing: prob (paper) or logit (authors' code)."),
+    mix: str = typer.Option("prob", help="ensemble mixing: prob (paper) or logit (authors' code)."),
+    param: Optional[list[str]] = typer.Option(
+        None,
+        "--param",
+        help="Any method's parameter by its name (see `list`), name=value[,value...] sweeps; repeatable. "
+        "E.g. --param posterior_alpha=0.3,0.5 --param relaxed_topk=10.",
+    ),
     data: Optional[str] = typer.Option(
         None, help="hub, fixture or a local path (default: fixture for tiny, hub otherwise)."
     ),
@@ -150,7 +156,7 @@ def run(
     Example: diversed-bench run --task cnndm --pair qwen3 --method ar,sd,ensemble --target-weight 0.5,0.7,0.9
     """
     from bench.grid import configs_from_grid, configs_from_flags
-    from bench.runner import Runner
+    from bench.runner import Runner, parse_params
 
     if grid:
         given = {
@@ -163,6 +169,7 @@ def run(
             "--cascade-alpha": cascade_alpha != "0.5",
             "--head": bool(head),
             "--mix": mix != "prob",
+            "--param": bool(param),
             "--data": data is not None,
             "--seed": seed != 0,
             "--draft-len": draft_len != 5,
@@ -199,6 +206,7 @@ def run(
             cascade_alphas=_floats(cascade_alpha, "--cascade-alpha"),
             heads=heads,
             mix=mix,
+            params=parse_params(param or []),
             data=data,
             seed=seed,
             draft_len=draft_len,

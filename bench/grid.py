@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,7 @@ GRID_KEYS = {
     "cascade_alpha",
     "head",
     "mix",
+    "params",
     "data",
     "max_new_tokens",
     "num_fewshot",
@@ -45,6 +46,7 @@ def configs_from_flags(
     cascade_rules: Sequence[str] = ("opt",),
     cascade_alphas: Sequence[float] = (0.5,),
     mix: str = "prob",
+    params: Mapping[str, Sequence[Any]] | None = None,
     **shared: Any,
 ) -> list[RunConfig]:
     """Every task x pair x method configuration; heads may name {task} and {pair}. ``shared``
@@ -60,6 +62,7 @@ def configs_from_flags(
                 cascade_alphas=cascade_alphas,
                 heads=[h.format(task=task, pair=pair) for h in heads],
                 mix=mix,
+                params=params,
             )
             out += [
                 RunConfig(task=task, pair=pair, method=m, params=p, head=h, **shared) for m, p, h in expanded
@@ -99,6 +102,7 @@ def configs_from_grid(
         cascade_rules=_as_list(g.get("cascade_rule", "opt")),
         cascade_alphas=_as_list(g.get("cascade_alpha", 0.5)),
         mix=g.get("mix", "prob"),
+        params={k: _as_list(v) for k, v in (g.get("params") or {}).items()},
         data=g.get("data"),
         seed=g.get("seed", 0),
         draft_len=g.get("draft_len", 5),

@@ -23,6 +23,9 @@ STYLE = {
     "cascade": dict(marker="D", color="tab:purple"),
     "ensemble": dict(marker=".", color="tab:green"),
     "diversed": dict(marker="*", color="tab:red", markersize=16, markeredgecolor="black", zorder=5),
+    "typical": dict(marker="P", color="tab:brown"),
+    "threshold": dict(marker="X", color="tab:pink"),
+    "relaxed": dict(marker="h", color="tab:olive"),
 }
 
 

@@ -18,7 +18,7 @@ import pandas as pd
 from bench.errors import BenchError
 from bench.store import SHARED_SETTINGS
 
-METHOD_ORDER = ["ar", "sd", "lossy", "cascade", "ensemble", "diversed"]
+METHOD_ORDER = ["ar", "sd", "lossy", "cascade", "ensemble", "diversed", "typical", "threshold", "relaxed"]
 PERCENT_METRICS = {"exact_flexible", "exact_strict", "pass@1"}
 TASK_ORDER = ["gsm8k", "cnndm", "xsum", "mbpp", "humaneval"]
 TASK_TITLES = {"gsm8k": "GSM8K", "cnndm": "CNNDM", "xsum": "XSum", "mbpp": "MBPP", "humaneval": "HumanEval"}

@@ -13,9 +13,10 @@ import json
 import math
 import platform
 import subprocess
+import typing
 import zlib
-from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -100,12 +101,62 @@ class RunConfig:
             "cascade_rule": "",
             "cascade_alpha": "a",
             "mix": "mix",
+            "posterior_threshold": "eps",
+            "posterior_alpha": "alpha",
+            "speculative_accept_threshold_single": "single",
+            "speculative_accept_threshold_acc": "acc",
+            "relaxed_topk": "topk",
+            "relaxed_delta": "delta",
         }
         params = {k: v for k, v in self.params.items() if not (k == "mix" and v == "prob")}
         parts = [f"{shown.get(k, k)}={v}" if shown.get(k, k) else str(v) for k, v in params.items()]
         if self.head:  # heads trained on different tasks sit side by side in the cross-task table
             parts.append(f"head={self.head}")
         return self.method + (f" ({', '.join(parts)})" if parts else "")
+
+
+def parse_params(texts: Iterable[str]) -> dict[str, list[str]]:
+    """``--param name=value[,value...]`` (repeatable) -> {name: [values]}."""
+    out: dict[str, list[str]] = {}
+    for text in texts:
+        name, sep, values = text.partition("=")
+        name = name.strip()
+        if not sep or not name or not values.strip():
+            raise BenchError(
+                f"--param takes name=value[,value...] (e.g. posterior_alpha=0.3,0.5), got {text!r}"
+            )
+        out.setdefault(name, []).extend(v.strip() for v in values.split(",") if v.strip())
+    return out
+
+
+def _coerce(method: str, name: str, kind: Any, raw: Any) -> Any:
+    """A --param value as the type the verifier's field declares."""
+    try:
+        if kind is int:
+            return int(str(raw))
+        if kind is float:
+            return float(raw)
+    except ValueError:
+        raise BenchError(
+            f"{method}: {name} takes {'an integer' if kind is int else 'a number'}, got {raw!r}"
+        ) from None
+    return raw
+
+
+def _with_params(
+    method: str, base: dict[str, Any], params: Mapping[str, Sequence[Any]]
+) -> list[dict[str, Any]]:
+    """Every combination of the --param values that ``method``'s verifier has as fields."""
+    cls = verifier_class(method)
+    kinds = typing.get_type_hints(cls)
+    combos = [dict(base)]
+    for f in fields(cls):  # type: ignore[arg-type]
+        if f.name in params and f.name in base:
+            raise BenchError(f"--param {f.name}: it has its own option, use --{f.name.replace('_', '-')}")
+        if f.name in params:
+            values = [_coerce(cls.name, f.name, kinds.get(f.name), v) for v in params[f.name]]
+            combos = [{**c, f.name: v} for c in combos for v in values]
+    return combos
 
 
 def expand_methods(
@@ -117,8 +168,20 @@ def expand_methods(
     cascade_alphas: Iterable[float] = (0.5,),
     heads: Iterable[str] = (),
     mix: str = "prob",
+    params: Mapping[str, Sequence[Any]] | None = None,
 ) -> list[tuple[str, dict[str, Any], str | None]]:
-    """(method, params, head) for every method and every value of its swept parameters."""
+    """(method, params, head) for every method and every value of its swept parameters.
+
+    ``params`` ({name: values}, from ``--param``) reaches any verifier's dataclass fields; a name
+    that no selected method has is refused."""
+    methods = list(methods)
+    params = params or {}
+    known = {f.name for m in methods for f in fields(verifier_class(m))}  # type: ignore[arg-type]
+    stray = sorted(set(params) - known)
+    if stray:
+        raise BenchError(
+            f"--param {', '.join(stray)}: no selected method takes it; their parameters: {', '.join(sorted(known)) or 'none'}"
+        )
     out: list[tuple[str, dict[str, Any], str | None]] = []
     for m in methods:
         if m == "ensemble":
@@ -135,8 +198,9 @@ def expand_methods(
             out += [(m, {"mix": mix}, h) for h in heads]
         else:
             out.append((m, {}, None))
-    for method, params, _ in out:
-        make_verifier(method, **params)  # validate every value before any model loads
+    out = [(m, combo, h) for m, p, h in out for combo in _with_params(m, p, params)]
+    for method, chosen, _ in out:
+        make_verifier(method, **chosen)  # validate every value before any model loads
     return out
 
 
@@ -312,6 +376,7 @@ class Runner:
             "label": cfg.label,
             "draft_len": cfg.draft_len,
             **{k: cfg.params.get(k) for k in PARAM_COLUMNS},
+            "params": json.dumps(cfg.params, sort_keys=True),
             "head": cfg.head,
             "schema": SCHEMA,
         }

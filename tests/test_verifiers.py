@@ -6,7 +6,7 @@ import pytest
 import torch
 from scipy import stats
 
-from bench.distributions import Sampling, normalise, tv
+from bench.distributions import Sampling, normalise, process, tv
 from bench.errors import BenchError
 from bench.verifiers import (
     LossySD,
@@ -201,13 +201,33 @@ def test_cascade_deferral_reads_temperature_one_probabilities():
 # --- Mixtures --------------------------------------------------------------------------------
 
 
+def logit_round(lp, lq, sampling):
+    one = lambda d: d.view(1, 1, -1)  # noqa: E731
+    p, q = process(lp, sampling), process(lq, sampling)
+    return Round(torch.tensor([[0]]), one(q), one(p), one(lq), one(lp), sampling)
+
+
 def test_logit_mix_is_the_authors_formula():
     t = 0.7
     lp, lq = torch.randn(10), torch.randn(10)
-    p, q = (lp / t).softmax(-1), (lq / t).softmax(-1)
     w = 0.6
     authors = (w * lp / t + (1 - w) * lq / t**2).softmax(-1)  # m = w*z_p + (1-w)*(z_q/T), z = l/T
-    torch.testing.assert_close(mixture(p, q, w, "logit", t), authors)
+    r = logit_round(lp, lq, Sampling(t))
+    torch.testing.assert_close(mixture(r, w, "logit")[0, 0], authors)
+
+
+def test_logit_mix_truncates_the_mixed_scores_not_p_and_q():
+    # The authors applied top-k/top-p to the mixed logits. Here p's and q's top-1 differ from the
+    # mixture's top-1, so truncating p and q first would leave pi no mass on the mixture's choice.
+    lp = torch.tensor([3.0, 0.0, 2.5, -2.0])
+    lq = torch.tensor([0.0, 3.0, 2.5, -2.0])
+    w, t = 0.5, 1.0
+    for sampling in (Sampling(t, top_k=1), Sampling(t, top_p=0.3)):
+        r = logit_round(lp, lq, sampling)
+        pi = make_verifier("ensemble", target_weight=w, mix="logit").pi(r)[0, 0]
+        authors = process(w * lp / t + (1 - w) * lq / t**2, Sampling(1.0, sampling.top_k, sampling.top_p))
+        torch.testing.assert_close(pi, authors)
+        assert pi.argmax().item() == 2 and pi[2].item() == pytest.approx(1.0)
 
 
 def test_ensemble_weight_one_is_sd():
@@ -228,6 +248,7 @@ def test_ensemble_weight_one_is_sd():
         ("lossy", {"lenience": 2.0}, "(0, 1]"),
         ("cascade", {"cascade_rule": "vote"}, "chow, diff, opt, token"),
         ("cascade", {"cascade_alpha": -0.1}, "[0, 1]"),
+        ("diversed", {"mix": "logit"}, "--mix prob"),
         ("medusa", {}, "ar, sd, lossy, cascade, ensemble, diversed"),
         ("sd", {"target_weight": 0.5}, "unknown parameter"),
         ("no_such_module:Thing", {}, "module:attr"),

@@ -1,6 +1,6 @@
-"""Verifiers: pure functions of tensors that decide which drafted tokens to keep.
+"""The verifier template: one round in, a verdict out, and the registry of methods by name.
 
-Every method of the harness is one small class here. A verifier sees one round (drafted tokens,
+A verifier is a pure function of tensors that decides which drafted tokens to keep. It sees one round (drafted tokens,
 draft distributions ``q``, target distributions ``p``) and returns the accepted mass ``m`` and the
 residual ``r`` per drafted position. The shared ``verify`` function then accepts drafted ``x`` with
 probability ``m(x) / q(x)`` left to right, samples the first rejected position from ``norm(r)`` and
@@ -145,156 +145,6 @@ def verify(
 
 
 # ---------------------------------------------------------------------------------------------
-# The six methods
-
-
-def _check_unit(method: str, param: str, value: float, *, closed_low: bool = False) -> None:
-    lo_ok = value >= 0 if closed_low else value > 0
-    if not (lo_ok and value <= 1):
-        interval = "[0, 1]" if closed_low else "(0, 1]"
-        raise BenchError(f"{method}: {param} must be in {interval}, got {value}")
-
-
-def mixture(p: Tensor, q: Tensor, w: Tensor | float, mix: str, temperature: float) -> Tensor:
-    """Ensemble of target and draft with target weight ``w`` (a float or [B, N]).
-
-    ``prob`` is the paper's rule ``w*p + (1-w)*q``. ``logit`` reproduces the authors' experiment
-    code, which mixed log-scores and applied the temperature to the draft part twice:
-    ``softmax(w*log p + (1-w)*log q / T)``.
-    """
-    if isinstance(w, Tensor):
-        w = w.unsqueeze(-1)
-    elif w == 1:
-        return p
-    if mix == "prob":
-        return w * p + (1 - w) * q
-    t = temperature if temperature > 0 else 1.0
-    tiny = torch.finfo(p.dtype).tiny
-    return (w * p.clamp_min(tiny).log() + (1 - w) * q.clamp_min(tiny).log() / t).softmax(-1)
-
-
-MIX_MODES = ("prob", "logit")
-
-
-def _check_mix(method: str, mix: str) -> None:
-    if mix not in MIX_MODES:
-        raise BenchError(f"{method}: mix must be one of {', '.join(MIX_MODES)}, got {mix!r}")
-
-
-@dataclass(frozen=True)
-class Autoregressive(MixtureVerifier):
-    """The target alone: every round drafts nothing and emits one token from p."""
-
-    name: ClassVar[str] = "ar"
-    uses_draft: ClassVar[bool] = False
-
-    def pi(self, r: Round) -> Tensor:
-        return r.p
-
-
-@dataclass(frozen=True)
-class SpeculativeDecoding(MixtureVerifier):
-    """Lossless speculative decoding (Leviathan et al. 2023): pi = p."""
-
-    name: ClassVar[str] = "sd"
-
-    def pi(self, r: Round) -> Tensor:
-        return r.p
-
-
-@dataclass(frozen=True)
-class LossySD(Verifier):
-    """Leviathan's lenience: accept with min(1, p / (l q)), residual norm(max(0, p - q))."""
-
-    name: ClassVar[str] = "lossy"
-    lenience: float = 0.5
-
-    def __post_init__(self) -> None:
-        _check_unit("lossy", "lenience", self.lenience)
-
-    def rule(self, r: Round) -> tuple[Tensor, Tensor]:
-        return torch.minimum(r.q, r.p / self.lenience), (r.p - r.q).clamp_min(0)
-
-    def greedy_target(self, r: Round) -> Tensor:
-        return r.p
-
-
-CASCADE_RULES = ("chow", "diff", "opt", "token")
-
-
-@dataclass(frozen=True)
-class SpecCascade(MixtureVerifier):
-    """SpecCascade (Narasimhan et al., ICLR 2025): keep the draft's distribution or defer to p.
-
-    Deferral reads temperature-1 probabilities; the mixture uses the processed ones.
-    """
-
-    name: ClassVar[str] = "cascade"
-    cascade_rule: str = "opt"
-    cascade_alpha: float = 0.5
-
-    def __post_init__(self) -> None:
-        if self.cascade_rule not in CASCADE_RULES:
-            raise BenchError(
-                f"cascade: cascade_rule must be one of {', '.join(CASCADE_RULES)}, got {self.cascade_rule!r}"
-            )
-        _check_unit("cascade", "cascade_alpha", self.cascade_alpha, closed_low=True)
-
-    def keep_draft(self, p1: Tensor, q1: Tensor) -> Tensor:
-        """[B, N] bool: True where the deferral rule keeps the draft (chow, diff, opt)."""
-        max_q, max_p = q1.max(-1).values, p1.max(-1).values
-        if self.cascade_rule == "chow":
-            return max_q >= 1 - self.cascade_alpha
-        if self.cascade_rule == "diff":
-            return max_q >= max_p - self.cascade_alpha
-        return max_q >= max_p - self.cascade_alpha * tv(p1, q1)
-
-    def token_accept_set(self, p1: Tensor) -> Tensor:
-        """[B, N, V] bool: the token rule's set A = {v : p(v) >= (1 - alpha) max p}."""
-        return p1 >= (1 - self.cascade_alpha) * p1.max(-1, keepdim=True).values
-
-    def pi(self, r: Round) -> Tensor:
-        if self.cascade_rule == "token":
-            a = self.token_accept_set(r.p1)
-            kept = r.q * a
-            return kept + (1 - kept.sum(-1, keepdim=True)) * r.p
-        return torch.where(self.keep_draft(r.p1, r.q1).unsqueeze(-1), r.q, r.p)
-
-
-@dataclass(frozen=True)
-class StaticEnsemble(MixtureVerifier):
-    """Static ensemble: pi = w p + (1 - w) q. Acceptance 1 - w TV(p, q), bias (1 - w) TV(p, q)."""
-
-    name: ClassVar[str] = "ensemble"
-    target_weight: float = 0.7
-    mix: str = "prob"
-
-    def __post_init__(self) -> None:
-        _check_unit("ensemble", "target_weight", self.target_weight)
-        _check_mix("ensemble", self.mix)
-
-    def pi(self, r: Round) -> Tensor:
-        return mixture(r.p, r.q, self.target_weight, self.mix, r.temperature)
-
-
-@dataclass(frozen=True)
-class Diversed(MixtureVerifier):
-    """DIVERSED: pi = w_t p + (1 - w_t) q with a per-token weight w_t from a trained head."""
-
-    name: ClassVar[str] = "diversed"
-    needs_hidden: ClassVar[bool] = True
-    mix: str = "prob"
-
-    def __post_init__(self) -> None:
-        _check_mix("diversed", self.mix)
-
-    def pi(self, r: Round) -> Tensor:
-        if r.weights is None:
-            raise BenchError("diversed: no per-token weights; pass a weight head (--head PATH)")
-        return mixture(r.p, r.q, r.weights, self.mix, r.temperature)
-
-
-# ---------------------------------------------------------------------------------------------
 # Registry
 
 VERIFIERS: dict[str, type[Verifier]] = {}
@@ -304,10 +154,6 @@ def register(cls: type[Verifier]) -> type[Verifier]:
     """Make a verifier class available by its ``name`` (usable as a class decorator)."""
     VERIFIERS[cls.name] = cls
     return cls
-
-
-for _cls in (Autoregressive, SpeculativeDecoding, LossySD, SpecCascade, StaticEnsemble, Diversed):
-    register(_cls)
 
 
 def verifier_class(name: str) -> type[Verifier]:

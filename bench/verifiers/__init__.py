@@ -1,0 +1,63 @@
+"""Verifiers: the template and ``verify`` (base), the paper's six methods (paper) and the serving
+engines' lossy acceptance rules (engines), all reachable by name through one registry."""
+
+from bench.verifiers.base import (
+    VERIFIERS,
+    MixtureVerifier,
+    Round,
+    Verdict,
+    Verifier,
+    make_verifier,
+    register,
+    verifier_class,
+    verify,
+)
+from bench.verifiers.engines import RelaxedAcceptance, ThresholdAcceptance, TypicalAcceptance
+from bench.verifiers.paper import (
+    CASCADE_RULES,
+    MIX_MODES,
+    Autoregressive,
+    Diversed,
+    LossySD,
+    SpecCascade,
+    SpeculativeDecoding,
+    StaticEnsemble,
+    mixture,
+)
+
+for _cls in (
+    Autoregressive,
+    SpeculativeDecoding,
+    LossySD,
+    SpecCascade,
+    StaticEnsemble,
+    Diversed,
+    TypicalAcceptance,
+    ThresholdAcceptance,
+    RelaxedAcceptance,
+):
+    register(_cls)
+
+__all__ = [
+    "CASCADE_RULES",
+    "MIX_MODES",
+    "VERIFIERS",
+    "Autoregressive",
+    "Diversed",
+    "LossySD",
+    "MixtureVerifier",
+    "RelaxedAcceptance",
+    "Round",
+    "SpecCascade",
+    "SpeculativeDecoding",
+    "StaticEnsemble",
+    "ThresholdAcceptance",
+    "TypicalAcceptance",
+    "Verdict",
+    "Verifier",
+    "make_verifier",
+    "mixture",
+    "register",
+    "verifier_class",
+    "verify",
+]

@@ -1,0 +1,173 @@
+"""The six methods of the paper's comparison: ar, sd, lossy SD, SpecCascade, static ensemble, DIVERSED."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from torch import Tensor
+
+from bench.distributions import Sampling, process, tv
+from bench.errors import BenchError
+from bench.verifiers.base import MixtureVerifier, Round, Verifier
+
+
+def check_unit(method: str, param: str, value: float, *, closed_low: bool = False) -> None:
+    lo_ok = value >= 0 if closed_low else value > 0
+    if not (lo_ok and value <= 1):
+        interval = "[0, 1]" if closed_low else "(0, 1]"
+        raise BenchError(f"{method}: {param} must be in {interval}, got {value}")
+
+
+def mixture(r: Round, w: Tensor | float, mix: str) -> Tensor:
+    """Ensemble of target and draft with target weight ``w`` (a float or [B, N]).
+
+    ``prob`` is the paper's rule ``w*p + (1-w)*q`` on the processed distributions. ``logit``
+    reproduces the authors' experiment code: it mixes the temperature-scaled logits, applying the
+    temperature to the draft part twice (``w*l_p/T + (1-w)*l_q/T^2``), and only then applies
+    top-k/top-p to the mixed scores. Truncating p and q before mixing would give another policy
+    (TV up to 1 between the two).
+    """
+    if isinstance(w, Tensor):
+        w = w.unsqueeze(-1)
+    elif w == 1:
+        return r.p
+    if mix == "prob":
+        return w * r.p + (1 - w) * r.q
+    s = r.sampling
+    if s.greedy:
+        return (w * r.p_logits.float() + (1 - w) * r.q_logits.float()).softmax(-1)
+    t = s.temperature
+    mixed = w * r.p_logits.float() / t + (1 - w) * r.q_logits.float() / t**2
+    return process(mixed, Sampling(1.0, s.top_k, s.top_p))
+
+
+MIX_MODES = ("prob", "logit")
+
+
+def _check_mix(method: str, mix: str) -> None:
+    if mix not in MIX_MODES:
+        raise BenchError(f"{method}: mix must be one of {', '.join(MIX_MODES)}, got {mix!r}")
+
+
+@dataclass(frozen=True)
+class Autoregressive(MixtureVerifier):
+    """The target alone: every round drafts nothing and emits one token from p."""
+
+    name: ClassVar[str] = "ar"
+    uses_draft: ClassVar[bool] = False
+
+    def pi(self, r: Round) -> Tensor:
+        return r.p
+
+
+@dataclass(frozen=True)
+class SpeculativeDecoding(MixtureVerifier):
+    """Lossless speculative decoding (Leviathan et al. 2023): pi = p."""
+
+    name: ClassVar[str] = "sd"
+
+    def pi(self, r: Round) -> Tensor:
+        return r.p
+
+
+@dataclass(frozen=True)
+class LossySD(Verifier):
+    """Leviathan's lenience: accept with min(1, p / (l q)), residual norm(max(0, p - q))."""
+
+    name: ClassVar[str] = "lossy"
+    lenience: float = 0.5
+
+    def __post_init__(self) -> None:
+        check_unit("lossy", "lenience", self.lenience)
+
+    def rule(self, r: Round) -> tuple[Tensor, Tensor]:
+        return torch.minimum(r.q, r.p / self.lenience), (r.p - r.q).clamp_min(0)
+
+    def greedy_target(self, r: Round) -> Tensor:
+        return r.p
+
+
+CASCADE_RULES = ("chow", "diff", "opt", "token")
+
+
+@dataclass(frozen=True)
+class SpecCascade(MixtureVerifier):
+    """SpecCascade (Narasimhan et al., ICLR 2025): keep the draft's distribution or defer to p.
+
+    Deferral reads temperature-1 probabilities; the mixture uses the processed ones.
+    """
+
+    name: ClassVar[str] = "cascade"
+    cascade_rule: str = "opt"
+    cascade_alpha: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.cascade_rule not in CASCADE_RULES:
+            raise BenchError(
+                f"cascade: cascade_rule must be one of {', '.join(CASCADE_RULES)}, got {self.cascade_rule!r}"
+            )
+        check_unit("cascade", "cascade_alpha", self.cascade_alpha, closed_low=True)
+
+    def keep_draft(self, p1: Tensor, q1: Tensor) -> Tensor:
+        """[B, N] bool: True where the deferral rule keeps the draft (chow, diff, opt)."""
+        max_q, max_p = q1.max(-1).values, p1.max(-1).values
+        if self.cascade_rule == "chow":
+            return max_q >= 1 - self.cascade_alpha
+        if self.cascade_rule == "diff":
+            return max_q >= max_p - self.cascade_alpha
+        return max_q >= max_p - self.cascade_alpha * tv(p1, q1)
+
+    def token_accept_set(self, p1: Tensor) -> Tensor:
+        """[B, N, V] bool: the token rule's set A = {v : p(v) >= (1 - alpha) max p}."""
+        return p1 >= (1 - self.cascade_alpha) * p1.max(-1, keepdim=True).values
+
+    def pi(self, r: Round) -> Tensor:
+        if self.cascade_rule == "token":
+            a = self.token_accept_set(r.p1)
+            kept = r.q * a
+            return kept + (1 - kept.sum(-1, keepdim=True)) * r.p
+        return torch.where(self.keep_draft(r.p1, r.q1).unsqueeze(-1), r.q, r.p)
+
+
+@dataclass(frozen=True)
+class StaticEnsemble(MixtureVerifier):
+    """Static ensemble: pi = w p + (1 - w) q. Acceptance 1 - w TV(p, q), bias (1 - w) TV(p, q)."""
+
+    name: ClassVar[str] = "ensemble"
+    target_weight: float = 0.7
+    mix: str = "prob"
+
+    def __post_init__(self) -> None:
+        check_unit("ensemble", "target_weight", self.target_weight)
+        _check_mix("ensemble", self.mix)
+
+    def pi(self, r: Round) -> Tensor:
+        return mixture(r, self.target_weight, self.mix)
+
+
+@dataclass(frozen=True)
+class Diversed(MixtureVerifier):
+    """DIVERSED: pi = w_t p + (1 - w_t) q with a per-token weight w_t from a trained head.
+
+    Only the probability mixture: the head is trained on it (bench.train), so a logit-mixed
+    policy would run weights learned for another policy.
+    """
+
+    name: ClassVar[str] = "diversed"
+    needs_hidden: ClassVar[bool] = True
+    mix: str = "prob"
+
+    def __post_init__(self) -> None:
+        _check_mix("diversed", self.mix)
+        if self.mix != "prob":
+            raise BenchError(
+                "diversed: mix=logit is refused, the weight head is trained on the probability mixture "
+                "w*p + (1-w)*q and would run a policy it was not trained for; use --mix prob"
+            )
+
+    def pi(self, r: Round) -> Tensor:
+        if r.weights is None:
+            raise BenchError("diversed: no per-token weights; pass a weight head (--head PATH)")
+        return mixture(r, r.weights, self.mix)
