@@ -141,6 +141,9 @@ def run(
     shard: str = typer.Option("0/1", help="Run only share i of k of every configuration's examples."),
     report: bool = typer.Option(True, help="Print the table and write the plots at the end."),
     progress: bool = typer.Option(True, help="Show a progress bar."),
+    sandbox: str = typer.Option(
+        "bwrap", help="Jail for generated code: bwrap, or guard (weaker; only where bwrap cannot run)."
+    ),
 ) -> None:
     """Decode every example with every method; rows are flushed as they finish, and re-running
     the same command resumes where it stopped.
@@ -149,6 +152,9 @@ def run(
     """
     from bench.grid import configs_from_grid, configs_from_flags
     from bench.runner import Runner
+    from bench.sandbox import use_sandbox
+
+    use_sandbox(sandbox)
 
     if grid:
         given = {
@@ -440,12 +446,18 @@ def score(
     output: Optional[Path] = typer.Option(
         None, help="Per-example scores (default: PREDICTIONS.scores.jsonl)."
     ),
+    sandbox: str = typer.Option(
+        "bwrap", help="Jail for generated code: bwrap, or guard (weaker; only where bwrap cannot run)."
+    ),
 ) -> None:
     """Score completions made elsewhere with the task's metrics.
 
     Example: diversed-bench score --task gsm8k --data fixture --predictions preds.jsonl
     """
+    from bench.sandbox import use_sandbox
     from bench.scoring import score_predictions
+
+    use_sandbox(sandbox)
 
     out = output or predictions.with_suffix(".scores.jsonl")
     summary = score_predictions(task, data, predictions, out, split=split)

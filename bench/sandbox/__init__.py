@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Collection
 from functools import lru_cache
 from pathlib import Path
 
@@ -55,14 +56,15 @@ def _limits_source(limits: Limits) -> str:
     return "import resource\n" + body
 
 
-def run_tests(code: str, tests: str, limits: Limits = Limits()) -> Outcome:
-    """Pass only if ``tests`` run to their end, here, against ``code`` running in the jail."""
+def run_tests(code: str, tests: str, provides: Collection[str], limits: Limits = Limits()) -> Outcome:
+    """Pass only if ``tests`` run to their end, here, against ``code`` running in the jail;
+    ``provides``: the names the tests may take from the program (its functions and classes)."""
     jail = _jail(_chosen)
     with tempfile.TemporaryFile() as stderr:
         with jail.process(_limits_source(limits), _WORKER, stderr) as proc:
             channel = judge.Channel(proc, time.monotonic() + limits.timeout_s)
             try:
-                judge.run_tests(channel, code, tests)
+                judge.run_tests(channel, code, tests, provides)
                 return Outcome(True, "passed", jail.name)
             except judge.Timeout:
                 return Outcome(False, "timeout", jail.name, f"killed after {limits.timeout_s:g} s")

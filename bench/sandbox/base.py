@@ -35,7 +35,9 @@ class Jail(Protocol):
     def check(self) -> None:
         """Raise ``BenchError`` saying what to do when this jail cannot run here."""
 
-    def process(self, limits: str, worker: str, stderr: IO[bytes]) -> AbstractContextManager[subprocess.Popen]:
+    def process(
+        self, limits: str, worker: str, stderr: IO[bytes]
+    ) -> AbstractContextManager[subprocess.Popen]:
         """The running worker; leaving the context kills it and everything it started."""
 
 

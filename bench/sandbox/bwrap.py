@@ -52,7 +52,9 @@ def seccomp_filter(machine: str) -> bytes:
     foreign ABIs (x32, 32-bit) are killed because their syscall numbers differ.
     """
     if machine not in _ARCHES:
-        raise BenchError(f"the bwrap sandbox has no seccomp filter for {machine}; {INSTALL_HINT.split(', or ')[1]}")
+        raise BenchError(
+            f"the bwrap sandbox has no seccomp filter for {machine}; {INSTALL_HINT.split(', or ')[1]}"
+        )
     arch, forks, clone, clone3, x32 = _ARCHES[machine]
     ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
     head = [_bpf(ld, 4), _bpf(jeq, arch, 1, 0), _bpf(ret, _RET_KILL), _bpf(ld, 0)]

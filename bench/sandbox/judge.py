@@ -19,6 +19,7 @@ import select
 import subprocess
 import sys
 import time
+from collections.abc import Collection
 from types import CodeType
 from typing import Any
 
@@ -150,20 +151,22 @@ def _names(code: CodeType) -> set[str]:
     return names
 
 
-def run_tests(channel: Channel, code: str, tests: str) -> None:
-    """Load the candidate's code in the worker, then run ``tests`` here; raises if they fail."""
+def run_tests(channel: Channel, code: str, tests: str, provides: Collection[str]) -> None:
+    """Load the candidate's code in the worker, then run ``tests`` here; raises if they fail.
+
+    The tests see, of what the program defined, only the names in ``provides`` (those the
+    reference solution defines), so a program cannot hand them its own ``abs`` or ``sorted``.
+    """
     compiled = compile(tests, "tests.py", "exec")
     exports = channel.request({"op": "load", "code": code})
     if type(exports) is not dict:
         raise WorkerGone("the program's process broke the protocol")
-    wanted = _names(compiled)
     namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
-    for name, value in exports.items():
-        if type(value) is dict and set(value) == {"m"}:
-            # A module the candidate imported and the tests use unimported (MBPP does this):
-            # the same standard-library module, imported here.
-            if name in wanted and name in sys.stdlib_module_names:
-                namespace[name] = importlib.import_module(name)
-        else:
-            namespace[str(name)] = decode(value, channel)
+    for name in _names(compiled) & set(exports):
+        if name in provides:
+            namespace[name] = decode(exports[name], channel)
+        elif name in sys.stdlib_module_names:
+            # MBPP's asserts use modules the program imported (math.isclose): the real module,
+            # imported here, whatever the program bound to that name.
+            namespace[name] = importlib.import_module(name)
     exec(compiled, namespace)

@@ -49,7 +49,7 @@ def main() -> None:
             return [decode(v) for v in value]
         if not isinstance(value, dict):
             return value
-        (tag, body), = value.items()
+        ((tag, body),) = value.items()
         if tag == "r":
             return handles[body]
         if tag == "d":
