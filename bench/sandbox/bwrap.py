@@ -1,7 +1,8 @@
 """The operating-system jail: bubblewrap namespaces plus a seccomp filter against new processes.
 
-Inside, the worker sees a read-only ``/usr`` and Python's own install, a fresh ``/proc`` and
-``/dev``, and a small private tmpfs at ``/tmp`` as the only writable place. It has its own user,
+Inside, the worker sees a read-only ``/usr`` and Python's own install, a fresh ``/proc`` and a
+read-only minimal ``/dev``, on a read-only root; a small private tmpfs at ``/tmp`` is the only
+writable place. It has its own user,
 PID, network (loopback only, none of the host's), IPC, UTS and cgroup namespaces, no capabilities,
 no environment beyond PATH/HOME/LANG, and dies with its parent. The seccomp filter makes fork,
 vfork and process-creating clone fail with EPERM (threads stay allowed), which also holds for
@@ -103,7 +104,7 @@ class BwrapJail:
 
     def command(self, argv: list[str], seccomp_fd: int) -> list[str]:
         return [
-            "bwrap",
+            _bwrap(),
             "--unshare-all",
             "--die-with-parent",
             "--new-session",
@@ -111,7 +112,9 @@ class BwrapJail:
             *_system_view(),
             "--proc", "/proc",
             "--dev", "/dev",
+            "--remount-ro", "/dev",
             "--size", str(TMPFS_BYTES), "--tmpfs", "/tmp",
+            "--remount-ro", "/",
             "--chdir", "/tmp",
             "--hostname", "sandbox",
             "--clearenv",
@@ -136,6 +139,7 @@ class BwrapJail:
                 stdout=subprocess.PIPE,
                 stderr=stderr,
                 pass_fds=(read,),
+                env={},  # bwrap's own process stays in the jail as PID 1: it must hold no secrets
                 start_new_session=True,
             )
         finally:
@@ -146,18 +150,24 @@ class BwrapJail:
         _probe()
 
 
+def _bwrap() -> str:
+    path = shutil.which("bwrap")
+    if path is None:
+        raise BenchError(f"generated code is not run: bubblewrap (bwrap) is not installed; {INSTALL_HINT}")
+    return path
+
+
 @lru_cache(maxsize=1)
 def _probe() -> None:
     """Once per process: bwrap exists and can build this jail here; else say what to do."""
-    if shutil.which("bwrap") is None:
-        raise BenchError(f"generated code is not run: bubblewrap (bwrap) is not installed; {INSTALL_HINT}")
+    _bwrap()
     jail = BwrapJail()
     with open(os.devnull, "wb") as devnull:
         with jail.process("", "pass", devnull) as proc:
             proc.communicate()
     if proc.returncode != 0:
         err = subprocess.run(
-            ["bwrap", "--unshare-all", "--ro-bind", "/", "/", "true"], capture_output=True, text=True
+            [_bwrap(), "--unshare-all", "--ro-bind", "/", "/", "true"], capture_output=True, text=True
         ).stderr.strip()
         raise BenchError(
             f"generated code is not run: bubblewrap cannot build its jail here ({err or 'exit code '}"

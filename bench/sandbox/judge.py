@@ -77,7 +77,8 @@ class Channel:
 
 class Remote:
     """A value that stays in the worker: it can be called, iterated, passed back and have its
-    attributes read or set, all by asking the worker; it is equal only to itself."""
+    attributes read or set, all by asking the worker; it is equal only to itself and has no truth
+    value, since its ``__eq__`` and ``__bool__`` would be the candidate's."""
 
     def __init__(self, channel: Channel, ref: int, kind: str) -> None:
         object.__setattr__(self, "_channel", channel)
@@ -99,6 +100,9 @@ class Remote:
 
     def __iter__(self) -> Any:
         return iter(decode(self._channel.request({"op": "list", "ref": self._ref}), self._channel))
+
+    def __bool__(self) -> bool:
+        raise TypeError(f"a {self._kind} from the sandbox has no truth value here; return a bool")
 
     def __repr__(self) -> str:
         return f"<{self._kind} in the sandbox>"
