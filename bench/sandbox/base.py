@@ -13,9 +13,17 @@ from typing import IO, Protocol
 
 @dataclass(frozen=True)
 class Limits:
+    """``timeout_s`` is CPU time, fair on a loaded machine; a program blocked without using CPU
+    (sleeping, waiting on a pipe) is stopped by the wall clock, ``wall_s`` (default: 3 x that)."""
+
     timeout_s: float = 10.0
+    wall_s: float | None = None
     memory_bytes: int = 2 * 1024**3
     file_bytes: int = 8 * 1024**2
+
+    @property
+    def wall(self) -> float:
+        return self.wall_s if self.wall_s is not None else 3 * self.timeout_s
 
 
 @dataclass(frozen=True)
