@@ -97,6 +97,18 @@ def test_without_bubblewrap_no_code_runs_and_the_error_says_what_to_do(monkeypat
         sandbox._jail.cache_clear()
 
 
+def test_a_bwrap_that_cannot_build_the_jail_is_refused(monkeypatch):
+    monkeypatch.setattr("bench.sandbox.bwrap._bwrap", lambda: "/bin/false")
+    _probe.cache_clear()
+    sandbox._jail.cache_clear()
+    try:
+        with pytest.raises(BenchError, match=r"cannot build its jail here \(exit code 1\).*--sandbox guard"):
+            run_tests("def f():\n    return True\n", "assert f()\n", {"f"}, FAST)
+    finally:
+        _probe.cache_clear()
+        sandbox._jail.cache_clear()
+
+
 def test_seccomp_filter_is_refused_for_unknown_machines():
     assert len(seccomp_filter("x86_64")) % 8 == 0
     with pytest.raises(BenchError, match="no seccomp filter for sparc"):

@@ -24,7 +24,7 @@ from bench.sandbox.base import Jail, Limits, Outcome
 from bench.sandbox.bwrap import BwrapJail
 from bench.sandbox.guard import GuardJail
 
-__all__ = ["Limits", "Outcome", "SANDBOXES", "active_sandbox", "run_tests", "use_sandbox"]
+__all__ = ["Limits", "Outcome", "SANDBOXES", "run_tests", "use_sandbox"]
 
 SANDBOXES: dict[str, type] = {"bwrap": BwrapJail, "guard": GuardJail}
 _WORKER = Path(__file__).with_name("worker.py").read_text()
@@ -37,10 +37,6 @@ def use_sandbox(name: str) -> None:
     if name not in SANDBOXES:
         raise BenchError(f"unknown sandbox {name!r}; choose one of {', '.join(SANDBOXES)}")
     _chosen = name
-
-
-def active_sandbox() -> str:
-    return _chosen
 
 
 @lru_cache(maxsize=None)

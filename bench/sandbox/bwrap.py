@@ -17,6 +17,7 @@ import shutil
 import struct
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
@@ -26,10 +27,8 @@ from typing import IO
 from bench.errors import BenchError
 from bench.sandbox.base import reap
 
-INSTALL_HINT = (
-    "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap), "
-    "or pass --sandbox guard to accept the weaker in-process guard"
-)
+GUARD_HINT = "or pass --sandbox guard to accept the weaker in-process guard"
+INSTALL_HINT = f"install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap), {GUARD_HINT}"
 TMPFS_BYTES = 64 * 1024**2
 
 # struct seccomp_data: nr at 0, arch at 4, args[0] (low half, little-endian) at 16.
@@ -53,9 +52,7 @@ def seccomp_filter(machine: str) -> bytes:
     foreign ABIs (x32, 32-bit) are killed because their syscall numbers differ.
     """
     if machine not in _ARCHES:
-        raise BenchError(
-            f"the bwrap sandbox has no seccomp filter for {machine}; {INSTALL_HINT.split(', or ')[1]}"
-        )
+        raise BenchError(f"the bwrap sandbox has no seccomp filter for {machine}; {GUARD_HINT}")
     arch, forks, clone, clone3, x32 = _ARCHES[machine]
     ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
     head = [_bpf(ld, 4), _bpf(jeq, arch, 1, 0), _bpf(ret, _RET_KILL), _bpf(ld, 0)]
@@ -161,15 +158,14 @@ def _bwrap() -> str:
 def _probe() -> None:
     """Once per process: bwrap exists and can build this jail here; else say what to do."""
     _bwrap()
-    jail = BwrapJail()
-    with open(os.devnull, "wb") as devnull:
-        with jail.process("", "pass", devnull) as proc:
+    with tempfile.TemporaryFile() as err:
+        with BwrapJail().process("", "pass", err) as proc:
             proc.communicate()
-    if proc.returncode != 0:
-        err = subprocess.run(
-            [_bwrap(), "--unshare-all", "--ro-bind", "/", "/", "true"], capture_output=True, text=True
-        ).stderr.strip()
-        raise BenchError(
-            f"generated code is not run: bubblewrap cannot build its jail here ({err or 'exit code '}"
-            f"{'' if err else proc.returncode}); allow user namespaces, or {INSTALL_HINT.split(', or ')[1]}"
-        )
+        if proc.returncode != 0:
+            err.seek(0)
+            said = err.read().decode(errors="replace").strip().splitlines()
+            reason = said[-1] if said else f"exit code {proc.returncode}"
+            raise BenchError(
+                f"generated code is not run: bubblewrap cannot build its jail here ({reason}); "
+                f"allow unprivileged user namespaces, {GUARD_HINT}"
+            )
