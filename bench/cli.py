@@ -149,6 +149,9 @@ def run(
     progress: bool = typer.Option(
         True, help="Show progress: a bar on a terminal, one line per configuration in a log or pipe."
     ),
+    sandbox: str = typer.Option(
+        "bwrap", help="Jail for generated code: bwrap, or guard (weaker; only where bwrap cannot run)."
+    ),
 ) -> None:
     """Decode every example with every method; rows are flushed as they finish, and re-running
     the same command resumes where it stopped.
@@ -157,6 +160,9 @@ def run(
     """
     from bench.grid import configs_from_grid, configs_from_flags
     from bench.runner import Runner, parse_params
+    from bench.sandbox import use_sandbox
+
+    use_sandbox(sandbox)
 
     if grid:
         given = {
@@ -450,12 +456,18 @@ def score(
     output: Optional[Path] = typer.Option(
         None, help="Per-example scores (default: PREDICTIONS.scores.jsonl)."
     ),
+    sandbox: str = typer.Option(
+        "bwrap", help="Jail for generated code: bwrap, or guard (weaker; only where bwrap cannot run)."
+    ),
 ) -> None:
     """Score completions made elsewhere with the task's metrics.
 
     Example: diversed-bench score --task gsm8k --data fixture --predictions preds.jsonl
     """
+    from bench.sandbox import use_sandbox
     from bench.scoring import score_predictions
+
+    use_sandbox(sandbox)
 
     out = output or predictions.with_suffix(".scores.jsonl")
     summary = score_predictions(task, data, predictions, out, split=split)

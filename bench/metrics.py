@@ -3,15 +3,16 @@ dataset row to a dict of scores; the task file names the primary one (``quality:
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
 from bench.errors import BenchError
-from bench.sandbox import run_program
+from bench.sandbox import run_tests
 
-Metric = Callable[[str, dict[str, Any], str | None], dict[str, float]]
+Metric = Callable[[str, dict[str, Any], str | None], dict[str, float | str]]
 METRICS: dict[str, Metric] = {}
 
 
@@ -96,20 +97,34 @@ def extract_code(completion: str) -> str:
     return match.group(1) if match else completion
 
 
-def mbpp_program(code: str, doc: dict[str, Any]) -> str:
-    tests = "\n".join(doc["test_list"])
-    return f"{code}\n\n{doc.get('test_setup_code') or ''}\n{tests}\n"
+def defined_names(code: str) -> set[str]:
+    """The functions, classes and variables ``code`` defines at top level: what tests may use."""
+    names = set()
+    for node in ast.parse(code).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return names
 
 
-def humaneval_program(completion: str, doc: dict[str, Any]) -> str:
-    return f"{doc['prompt']}{completion}\n\n{doc['test']}\n\ncheck({doc['entry_point']})\n"
+def mbpp_tests(doc: dict[str, Any]) -> str:
+    return f"{doc.get('test_setup_code') or ''}\n" + "\n".join(doc["test_list"]) + "\n"
+
+
+def humaneval_tests(doc: dict[str, Any]) -> str:
+    return f"{doc['test']}\n\ncheck({doc['entry_point']})\n"
 
 
 @metric("mbpp")
-def mbpp(completion: str, doc: dict[str, Any], reference_field: str | None) -> dict[str, float]:
-    return {"pass@1": float(run_program(mbpp_program(extract_code(completion), doc)).passed)}
+def mbpp(completion: str, doc: dict[str, Any], reference_field: str | None) -> dict[str, float | str]:
+    """pass@1, and the ``sandbox`` that ran the code (a text column, left out of means)."""
+    outcome = run_tests(extract_code(completion), mbpp_tests(doc), defined_names(doc["code"]))
+    return {"pass@1": float(outcome.passed), "sandbox": outcome.sandbox}
 
 
 @metric("humaneval")
-def humaneval(completion: str, doc: dict[str, Any], reference_field: str | None) -> dict[str, float]:
-    return {"pass@1": float(run_program(humaneval_program(completion, doc)).passed)}
+def humaneval(completion: str, doc: dict[str, Any], reference_field: str | None) -> dict[str, float | str]:
+    outcome = run_tests(doc["prompt"] + completion, humaneval_tests(doc), defined_names(doc["prompt"]))
+    return {"pass@1": float(outcome.passed), "sandbox": outcome.sandbox}

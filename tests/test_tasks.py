@@ -177,20 +177,6 @@ def test_gold_gsm8k_solutions_score_100_percent(shared_data):
         assert scores["exact_strict"] == scores["exact_flexible"] == 1.0, doc["answer"]
 
 
-def test_gold_mbpp_programs_pass_the_sandbox(shared_data):
-    from concurrent.futures import ThreadPoolExecutor
-
-    from bench.metrics import mbpp_program
-    from bench.sandbox import run_program
-
-    rows = read_table(shared_data / "mbpp_test.jsonl")
-    assert len(rows) == 500
-    with ThreadPoolExecutor(4) as pool:
-        outcomes = list(pool.map(lambda d: run_program(mbpp_program(d["code"], d)), rows))
-    failed = {d["task_id"]: o.detail for d, o in zip(rows, outcomes) if not o.passed}
-    assert len(failed) <= 5, f"gold programs failing: {failed}"
-
-
 def test_rouge_of_real_references_against_themselves(shared_data):
     for name, file, field in (
         ("xsum", "xsum_test.jsonl", "summary"),

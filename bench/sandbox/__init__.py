@@ -1,0 +1,90 @@
+"""Running model-written code against its tests: the candidate in a jail, the verdict outside it.
+
+``run_tests(code, tests)`` starts a worker in the chosen jail (``bwrap``, the default and the
+only one that isolates; ``guard`` only when asked for), loads the candidate's code there, and runs
+the dataset's tests in this process against proxies of what the code defined (see ``judge``).
+The outcome names the jail, so scored rows can record it. There is no silent downgrade: without
+a usable bubblewrap no code runs and the error says how to install it or how to ask for the guard.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Collection
+from functools import lru_cache
+from pathlib import Path
+
+from bench.errors import BenchError
+from bench.sandbox import judge
+from bench.sandbox.base import Jail, Limits, Outcome
+from bench.sandbox.bwrap import BwrapJail
+from bench.sandbox.guard import GuardJail
+
+__all__ = ["Limits", "Outcome", "SANDBOXES", "run_tests", "use_sandbox"]
+
+SANDBOXES: dict[str, type] = {"bwrap": BwrapJail, "guard": GuardJail}
+_WORKER = Path(__file__).with_name("worker.py").read_text()
+_chosen = "bwrap"
+
+
+def use_sandbox(name: str) -> None:
+    """Choose the jail for every later ``run_tests`` in this process (the CLI's ``--sandbox``)."""
+    global _chosen
+    if name not in SANDBOXES:
+        raise BenchError(f"unknown sandbox {name!r}; choose one of {', '.join(SANDBOXES)}")
+    _chosen = name
+
+
+@lru_cache(maxsize=None)
+def _jail(name: str) -> Jail:
+    jail = SANDBOXES[name]()
+    jail.check()
+    return jail
+
+
+def _limits_source(limits: Limits) -> str:
+    """Set by the worker's first lines, before any candidate code exists; hard limits, so the
+    candidate (without CAP_SYS_RESOURCE) cannot raise them again."""
+    cpu = math.ceil(limits.timeout_s)
+    pairs = [("CPU", cpu, cpu + 1), ("AS", limits.memory_bytes, limits.memory_bytes)]
+    pairs += [("FSIZE", limits.file_bytes, limits.file_bytes), ("CORE", 0, 0)]
+    body = "".join(f"resource.setrlimit(resource.RLIMIT_{k}, ({s}, {h}))\n" for k, s, h in pairs)
+    return "import resource\n" + body
+
+
+def _killed_by_cpu_limit(proc: subprocess.Popen) -> bool:
+    """SIGXCPU at the soft limit, SIGKILL at the hard one; bwrap reports them as 128 + signal."""
+    try:
+        code = proc.wait(timeout=1)
+    except subprocess.TimeoutExpired:
+        return False
+    return code in (-signal.SIGXCPU, -signal.SIGKILL, 128 + signal.SIGXCPU, 128 + signal.SIGKILL)
+
+
+def run_tests(code: str, tests: str, provides: Collection[str], limits: Limits = Limits()) -> Outcome:
+    """Pass only if ``tests`` run to their end, here, against ``code`` running in the jail;
+    ``provides``: the names the tests may take from the program (its functions and classes)."""
+    jail = _jail(_chosen)
+    with tempfile.TemporaryFile() as stderr:
+        with jail.process(_limits_source(limits), _WORKER, stderr) as proc:
+            wall = limits.wall
+            channel = judge.Channel(proc, time.monotonic() + wall)
+            try:
+                judge.run_tests(channel, code, tests, provides)
+                return Outcome(True, "passed", jail.name)
+            except judge.Timeout:
+                return Outcome(False, "timeout", jail.name, f"killed after {wall:g} s of wall-clock time")
+            except judge.WorkerGone as exc:
+                failure = str(exc)
+                if _killed_by_cpu_limit(proc):
+                    return Outcome(False, "timeout", jail.name, f"over {limits.timeout_s:g} s of CPU time")
+            except Exception as exc:  # the tests failed: an assert, or an error they raised
+                return Outcome(False, "failed", jail.name, f"{type(exc).__name__}: {exc}"[:300])
+        stderr.seek(0, 2)
+        stderr.seek(max(0, stderr.tell() - 300))
+        lines = stderr.read().decode(errors="replace").strip().splitlines()
+        return Outcome(False, "failed", jail.name, f"{failure}; {lines[-1] if lines else ''}"[:300])

@@ -1,0 +1,176 @@
+"""The trusted side: runs the dataset's tests here, against the candidate's code over there.
+
+The candidate's code lives in a jailed worker process (``worker.py``). The tests run in this
+process, in a fresh namespace where every name the candidate defined is a proxy: calling it sends
+the arguments to the worker and brings back the result. Results come back as JSON and are rebuilt
+here only as plain builtin values (numbers, strings, bytes, lists, tuples, dicts, sets) or as
+opaque handles, so the comparisons in the asserts are Python's own, never the candidate's
+``__eq__``. The verdict is "the tests ran to their end here without raising": nothing the worker
+can write, exit with or read out of memory changes it.
+"""
+
+from __future__ import annotations
+
+import builtins
+import importlib
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+from collections.abc import Collection
+from types import CodeType
+from typing import Any
+
+MAX_REPLY_BYTES = 16 * 1024**2
+
+
+class Timeout(Exception):
+    """The worker did not answer before the program's deadline."""
+
+
+class WorkerGone(Exception):
+    """The worker died, closed its pipe or broke the protocol."""
+
+
+class Channel:
+    """One JSON line out, one JSON line back, within a deadline and a size cap."""
+
+    def __init__(self, proc: subprocess.Popen, deadline: float) -> None:
+        self.proc, self.deadline, self.buffer = proc, deadline, b""
+
+    def request(self, message: dict[str, Any]) -> Any:
+        try:
+            self.proc.stdin.write(json.dumps(message).encode() + b"\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError) as exc:
+            raise WorkerGone("the program's process is gone") from exc
+        reply = json.loads(self._line())
+        if not isinstance(reply, dict):
+            raise WorkerGone("the program's process broke the protocol")
+        if "error" in reply:
+            name, message_text = reply["error"]
+            kind = getattr(builtins, str(name), None)
+            if not (isinstance(kind, type) and issubclass(kind, Exception)):
+                kind = RuntimeError
+            raise kind(f"{name}: {message_text}" if kind is RuntimeError else message_text)
+        return reply["ok"]
+
+    def _line(self) -> bytes:
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self.buffer:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise Timeout
+            if not select.select([fd], [], [], left)[0]:
+                raise Timeout
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                raise WorkerGone("the program's process exited before the tests finished")
+            self.buffer += chunk
+            if len(self.buffer) > MAX_REPLY_BYTES:
+                raise WorkerGone(f"a reply exceeded {MAX_REPLY_BYTES} bytes")
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return line
+
+
+class Remote:
+    """A value that stays in the worker: it can be called, iterated, passed back and have its
+    attributes read or set, all by asking the worker; it is equal only to itself and has no truth
+    value, since its ``__eq__`` and ``__bool__`` would be the candidate's."""
+
+    def __init__(self, channel: Channel, ref: int, kind: str) -> None:
+        object.__setattr__(self, "_channel", channel)
+        object.__setattr__(self, "_ref", ref)
+        object.__setattr__(self, "_kind", kind)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        message = {"op": "call", "ref": self._ref, "args": [encode(a) for a in args]}
+        message["kwargs"] = {str(k): encode(v) for k, v in kwargs.items()}
+        return decode(self._channel.request(message), self._channel)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return decode(self._channel.request({"op": "getattr", "ref": self._ref, "name": name}), self._channel)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self._channel.request({"op": "setattr", "ref": self._ref, "name": name, "value": encode(value)})
+
+    def __iter__(self) -> Any:
+        return iter(decode(self._channel.request({"op": "list", "ref": self._ref}), self._channel))
+
+    def __bool__(self) -> bool:
+        raise TypeError(f"a {self._kind} from the sandbox has no truth value here; return a bool")
+
+    def __repr__(self) -> str:
+        return f"<{self._kind} in the sandbox>"
+
+
+def encode(value: Any) -> Any:
+    """Arguments for the worker: plain values by content, ``Remote`` handles by reference."""
+    if value is None or type(value) in (bool, int, float, str):
+        return value
+    if isinstance(value, Remote):
+        return {"r": value._ref}
+    for tag, kind in (("l", list), ("t", tuple), ("s", set), ("f", frozenset)):
+        if isinstance(value, kind):
+            return {tag: [encode(v) for v in value]}
+    if isinstance(value, dict):
+        return {"d": [[encode(k), encode(v)] for k, v in value.items()]}
+    if isinstance(value, (bytes, bytearray)):
+        return {"b": bytes(value).hex()}
+    if isinstance(value, complex):
+        return {"c": [value.real, value.imag]}
+    raise TypeError(f"a {type(value).__name__} cannot be passed into the sandbox")
+
+
+def decode(value: Any, channel: Channel) -> Any:
+    """A worker's reply rebuilt from builtin types only: nothing of the candidate's runs here."""
+    if value is None or type(value) in (bool, int, float, str):
+        return value
+    if type(value) is dict and set(value) == {"r", "n"}:
+        return Remote(channel, int(value["r"]), str(value["n"]))
+    if type(value) is not dict or len(value) != 1:
+        raise WorkerGone("the program's process broke the protocol")
+    ((tag, body),) = value.items()
+    if tag == "d":
+        return {decode(k, channel): decode(v, channel) for k, v in body}
+    if tag == "b":
+        return bytes.fromhex(body)
+    if tag == "c":
+        return complex(float(body[0]), float(body[1]))
+    kinds = {"l": list, "t": tuple, "s": set, "f": frozenset}
+    if tag not in kinds or type(body) is not list:
+        raise WorkerGone("the program's process broke the protocol")
+    return kinds[tag](decode(v, channel) for v in body)
+
+
+def _names(code: CodeType) -> set[str]:
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, CodeType):
+            names |= _names(const)
+    return names
+
+
+def run_tests(channel: Channel, code: str, tests: str, provides: Collection[str]) -> None:
+    """Load the candidate's code in the worker, then run ``tests`` here; raises if they fail.
+
+    The tests see, of what the program defined, only the names in ``provides`` (those the
+    reference solution defines), so a program cannot hand them its own ``abs`` or ``sorted``.
+    """
+    compiled = compile(tests, "tests.py", "exec")
+    exports = channel.request({"op": "load", "code": code})
+    if type(exports) is not dict:
+        raise WorkerGone("the program's process broke the protocol")
+    namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
+    for name in _names(compiled) & set(exports):
+        if name in provides:
+            namespace[name] = decode(exports[name], channel)
+        elif name in sys.stdlib_module_names:
+            # MBPP's asserts use modules the program imported (math.isclose): the real module,
+            # imported here, whatever the program bound to that name.
+            namespace[name] = importlib.import_module(name)
+    exec(compiled, namespace)
