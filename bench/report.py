@@ -47,6 +47,12 @@ def _mean_ratio(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return a.mean(-1) / b.mean(-1)
 
 
+def _agrees(frame: pd.DataFrame, values: pd.Series) -> pd.Series:
+    """Rows whose columns ``values.index`` equal ``values``; a setting left unset (NA) matches NA."""
+    part = frame[list(values.index)]
+    return ((part == values) | (part.isna() & values.isna())).all(axis=1)
+
+
 def summarise(rows: pd.DataFrame) -> pd.DataFrame:
     """One row per configuration with its headline numbers and their intervals."""
     if rows.empty:
@@ -92,7 +98,7 @@ def summarise(rows: pd.DataFrame) -> pd.DataFrame:
             "weight_mean": float(np.nanmean(g["weight_mean"])) if g["weight_mean"].notna().any() else np.nan,
             "wall_time_s": g["wall_time_s"].mean(),
         }
-        ref = ar[(ar[list(SHARED_SETTINGS)] == first[list(SHARED_SETTINGS)]).all(axis=1)]
+        ref = ar[_agrees(ar, first[list(SHARED_SETTINGS)])]
         if ref["config_id"].nunique() > 1:
             raise BenchError(
                 f"{first['label']} ({config_id}) matches {ref['config_id'].nunique()} ar runs with the same "
@@ -151,7 +157,7 @@ def panels(summary: pd.DataFrame) -> list[Panel]:
     found = (spec if len(spec) else summary)[keys].drop_duplicates().to_dict("records")
     out = []
     for key in found:
-        same = (summary[PANEL] == pd.Series({k: key[k] for k in PANEL})).all(axis=1)
+        same = _agrees(summary, pd.Series({k: key[k] for k in PANEL}))
         if "draft_len" in key:
             same &= (summary["draft_len"] == key["draft_len"]) | (summary["method"] == "ar")
         out.append(Panel(_describe(key), str(key["pair"]), summary[same]))
