@@ -65,7 +65,7 @@ def test_arith_data_is_deterministic_disjoint_and_gradable():
 def test_packaged_pair_shares_one_tokenizer_and_the_draft_is_smaller(ref_pair):
     draft_hidden, target_hidden = ref_pair.hidden_sizes
     assert draft_hidden < target_hidden
-    assert ref_pair.draft.config.num_hidden_layers < ref_pair.target.config.num_hidden_layers
+    assert ref_pair.draft.num_parameters() < ref_pair.target.num_parameters() / 2
     assert ref_pair.target.config.vocab_size == ref_pair.draft.config.vocab_size == len(ref_pair.tokenizer)
 
 
@@ -77,7 +77,7 @@ def test_shipped_target_is_accurate_and_the_draft_clearly_weaker(ref_pair, arith
         ref_pair, arith_task, examples, decode(ref_pair, "ar", examples, 1.0, draft_as_target=True)
     )
     assert target_greedy >= 0.9 and target_sampled >= 0.9, (target_greedy, target_sampled)
-    assert draft_sampled <= target_sampled - 0.3, (draft_sampled, target_sampled)
+    assert draft_sampled <= target_sampled - 0.2, (draft_sampled, target_sampled)
 
 
 def test_greedy_sd_equals_ar_on_the_reference_pair(ref_pair, arith_task):
@@ -100,4 +100,4 @@ def test_training_script_runs_and_writes_a_loadable_pair(tmp_path):
         tokenizer=str(tmp_path / "tokenizer"),
     )
     pair = load_pair(spec, device="cpu")
-    assert pair.hidden_sizes == (32, 96)
+    assert pair.hidden_sizes == (64, 96)
