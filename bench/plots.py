@@ -60,7 +60,23 @@ def pareto_frontier(points: np.ndarray) -> np.ndarray:
     return np.array(keep)
 
 
-def plot_pareto(summary: pd.DataFrame, pair: str, qualities: dict[str, str], out: Path) -> list[Path]:
+# x axes of the Pareto plots: (column, axis label, title, file prefix, whether larger x is better)
+PARETO_AXES = {
+    "normalised_time": ("normalised time (vs ar, same examples)", "Quality vs time", "pareto", False),
+    "acceptance_rate": (
+        "acceptance rate (accepted / drafted)",
+        "Quality vs acceptance",
+        "pareto_acceptance",
+        True,
+    ),
+}
+
+
+def plot_pareto(
+    summary: pd.DataFrame, pair: str, qualities: dict[str, str], out: Path, x: str = "normalised_time"
+) -> list[Path]:
+    """Quality against ``x`` (normalised time, or acceptance rate: ar has none and is left out)."""
+    xlabel, title, prefix, larger_better = PARETO_AXES[x]
     part = summary[summary["pair"] == pair]
     tasks = _tasks(part)
     fig, axes = _grid(len(tasks))
@@ -69,7 +85,7 @@ def plot_pareto(summary: pd.DataFrame, pair: str, qualities: dict[str, str], out
         ens = rows[rows["method"] == "ensemble"].sort_values("target_weight")
         if len(ens):
             ax.plot(
-                ens["normalised_time"],
+                ens[x],
                 ens["quality"],
                 "-o",
                 color="tab:green",
@@ -80,15 +96,15 @@ def plot_pareto(summary: pd.DataFrame, pair: str, qualities: dict[str, str], out
             for i, (_, r) in enumerate(ens.iterrows()):
                 ax.annotate(
                     f"w={r['target_weight']:g}",
-                    (r["normalised_time"], r["quality"]),
+                    (r[x], r["quality"]),
                     fontsize=7,
                     textcoords="offset points",
                     xytext=(4, -11 if i % 2 else 6),
                     color="tab:green",
                 )
-            pts = ens[["normalised_time", "quality"]].dropna().to_numpy(float)
+            pts = ens[[x, "quality"]].dropna().to_numpy(float) * ([-1, 1] if larger_better else [1, 1])
             if len(pts) > 1:
-                front = pareto_frontier(pts)
+                front = pareto_frontier(pts) * ([-1, 1] if larger_better else [1, 1])
                 ax.step(
                     front[:, 0],
                     front[:, 1],
@@ -103,19 +119,19 @@ def plot_pareto(summary: pd.DataFrame, pair: str, qualities: dict[str, str], out
                 continue
             for _, r in rows[rows["method"] == method].iterrows():
                 ax.plot(
-                    r["normalised_time"],
+                    r[x],
                     r["quality"],
                     ls="none",
                     label=r["label"],
                     **{"markersize": 9, **STYLE[method]},
                 )
         ax.set_title(TASK_TITLES.get(task, task))
-        ax.set_xlabel("normalised time (vs ar, same examples)")
+        ax.set_xlabel(xlabel)
         ax.set_ylabel(qualities.get(task, "quality"))
         ax.grid(alpha=0.3)
     _legend(fig, axes)
-    fig.suptitle(f"Quality vs time, pair {pair}", y=1.02)
-    return _save(fig, out, f"pareto_{pair}")
+    fig.suptitle(f"{title}, pair {pair}", y=1.02)
+    return _save(fig, out, f"{prefix}_{pair}")
 
 
 def plot_acceptance_vs_weight(summary: pd.DataFrame, pair: str, out: Path) -> list[Path]:
@@ -228,6 +244,7 @@ def write_plots(results: Path, out: Path) -> list[Path]:
     paths: list[Path] = []
     for pair in summary["pair"].unique():
         paths += plot_pareto(summary, pair, qualities, out)
+        paths += plot_pareto(summary, pair, qualities, out, x="acceptance_rate")
         paths += plot_acceptance_vs_weight(summary, pair, out)
         paths += plot_acceptance_per_position(rows, pair, out)
         paths += plot_weights(rows, pair, out)
