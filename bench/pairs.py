@@ -190,7 +190,7 @@ def _load_packaged_pair(spec: PairSpec, device: torch.device, dtype: torch.dtype
         path = resources.files("bench") / relative
         if not (path / "config.json").is_file() and not (path / "tokenizer.json").is_file():
             raise BenchError(
-                f"pair {spec.name}: no model files in the package at bench/{relative}; "
+                f"pair {spec.name}: no model files at {path}; "
                 "reinstall the package, or rebuild them with `python -m bench.reference.train`"
             )
         return str(path)

@@ -101,3 +101,12 @@ def test_training_script_runs_and_writes_a_loadable_pair(tmp_path):
     )
     pair = load_pair(spec, device="cpu")
     assert pair.hidden_sizes == (64, 96)
+
+
+def test_a_packaged_pair_with_missing_files_is_one_clear_error(tmp_path):
+    from bench.errors import BenchError
+    from bench.pairs import PairSpec
+
+    spec = PairSpec(name="gone", kind="packaged", target=str(tmp_path / "t"), draft=str(tmp_path / "d"))
+    with pytest.raises(BenchError, match="no model files at .*python -m bench.reference.train"):
+        load_pair(spec, device="cpu")
