@@ -279,7 +279,10 @@ def list_() -> None:
     typer.echo("pairs:")
     for name in pair_names():
         spec = resolve_pair(name)
-        what = f"{spec.target} / {spec.draft}" if spec.kind == "hub" else "built in code, offline"
+        what = {
+            "hub": f"{spec.target} / {spec.draft}",
+            "packaged": f"bench/{spec.target} / bench/{spec.draft}, shipped in the package, offline",
+        }.get(spec.kind, "built in code, offline")
         typer.echo(f"  {name:<10} {what}")
     typer.echo("methods:")
     for name, cls in VERIFIERS.items():

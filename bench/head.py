@@ -48,13 +48,26 @@ def save_head(head: WeightHead, folder: Path, card: dict[str, Any]) -> None:
     (folder / CARD_FILE).write_text(json.dumps(card, indent=2, sort_keys=True))
 
 
+PACKAGED = "bench:"
+
+
+def head_folder(path: str) -> Path:
+    """A folder path, or ``bench:RELATIVE`` for a head shipped inside the package (the reference
+    pair's), so that the demo's grid works from any directory."""
+    if path.startswith(PACKAGED):
+        from importlib import resources
+
+        return Path(str(resources.files("bench") / path[len(PACKAGED) :]))
+    return Path(path)
+
+
 def load_head(path: str, pair_name: str, hidden_sizes: tuple[int, int]) -> tuple[WeightHead, dict[str, Any]]:
     """A trained head for this pair, or ``init`` for a fresh one (w = 0.5 everywhere)."""
     if path == "init":
         return WeightHead(*hidden_sizes), {"pair": pair_name, "trained": False}
     from safetensors.torch import load_file
 
-    folder = Path(path)
+    folder = head_folder(path)
     if folder.is_file():
         raise BenchError(
             f"--head {folder} is a file; give the folder that holds {HEAD_FILE} and {CARD_FILE} "

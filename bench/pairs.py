@@ -18,7 +18,7 @@ from bench.errors import BenchError
 from bench.registry import entries, find
 from bench.tiny import TinyConfig, build_synthetic_pair, build_tiny_pair
 
-PAIR_KINDS = ("tiny", "hub", "synthetic")
+PAIR_KINDS = ("tiny", "hub", "synthetic", "packaged")
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,7 @@ class PairSpec:
     kind: str
     target: str | None = None
     draft: str | None = None
+    tokenizer: str | None = None  # packaged pairs: the tokenizer's folder (default: the target's)
     dtype: dict[str, str] = field(default_factory=lambda: {"cuda": "bfloat16", "cpu": "float32"})
     attn_implementation: str = "sdpa"
     # hub pairs: None loads each model whole onto the run's device; "auto" spreads a model over every
@@ -42,8 +43,8 @@ class PairSpec:
             raise BenchError(
                 f"pair {self.name}: kind must be one of {', '.join(PAIR_KINDS)}, got {self.kind!r}"
             )
-        if self.kind == "hub" and not (self.target and self.draft):
-            raise BenchError(f"pair {self.name}: a hub pair needs both `target` and `draft` model ids")
+        if self.kind in ("hub", "packaged") and not (self.target and self.draft):
+            raise BenchError(f"pair {self.name}: a {self.kind} pair needs both `target` and `draft` models")
 
     @classmethod
     def from_file(cls, path: Path | Any) -> PairSpec:
@@ -198,6 +199,32 @@ def share_output_rows(target: PreTrainedModel, draft: PreTrainedModel, tokens: i
             model.get_output_embeddings().register_forward_hook(lambda m, i, out: out[..., :shared])
 
 
+def _load_packaged_pair(spec: PairSpec, device: torch.device, dtype: torch.dtype) -> Pair:
+    """Models shipped inside the package (folders relative to ``bench/``; an absolute path is read as
+    is), loaded with from_pretrained."""
+    from importlib import resources
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    def folder(relative: str) -> str:
+        path = resources.files("bench") / relative
+        if not (path / "config.json").is_file() and not (path / "tokenizer.json").is_file():
+            raise BenchError(
+                f"pair {spec.name}: no model files at {path}; "
+                "reinstall the package, or rebuild them with `python -m bench.reference.train`"
+            )
+        return str(path)
+
+    tok = AutoTokenizer.from_pretrained(folder(spec.tokenizer or spec.target))  # type: ignore[arg-type]
+    target, draft = (
+        AutoModelForCausalLM.from_pretrained(
+            folder(name), dtype=dtype, attn_implementation=spec.attn_implementation, device_map=device
+        ).eval()
+        for name in (spec.target, spec.draft)
+    )
+    return Pair(spec, target, draft, tok)
+
+
 def load_pair(name_or_spec: str | PairSpec, device: str = "auto", dtype: str | None = None) -> Pair:
     """Resolve and load a pair onto a device, in the pair's dtype unless one is given."""
     spec = resolve_pair(name_or_spec) if isinstance(name_or_spec, str) else name_or_spec
@@ -219,4 +246,6 @@ def load_pair(name_or_spec: str | PairSpec, device: str = "auto", dtype: str | N
         except (KeyError, TypeError) as exc:
             raise BenchError(f"pair {spec.name}: bad synthetic settings ({exc})") from None
         return Pair(spec, target, draft, SyntheticTokenizer(target.config.vocab_size))
+    if spec.kind == "packaged":
+        return _load_packaged_pair(spec, dev, torch_dtype)
     return _load_hub_pair(spec, dev, torch_dtype)

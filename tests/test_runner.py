@@ -105,6 +105,7 @@ def test_plots_are_written(full_run, tmp_path):
     names = {p.name for p in paths}
     for stem in (
         "pareto_tiny",
+        "pareto_acceptance_tiny",
         "acceptance_vs_weight_tiny",
         "acceptance_per_position_tiny",
         "diversed_weights_tiny",
