@@ -18,7 +18,7 @@ HUB_IDS = {
 
 
 def test_registry_holds_the_paper_pairs_and_tiny():
-    assert pair_names() == ["gemma3", "llama3", "llama3-shapes", "qwen3", "tiny"]
+    assert pair_names() == ["gemma3", "llama3", "llama3-shapes", "qwen3", "ref", "ref-draft", "tiny"]
     for name, (target, draft) in HUB_IDS.items():
         spec = resolve_pair(name)
         assert (spec.target, spec.draft) == (target, draft)
