@@ -20,8 +20,8 @@ HUB_SCHEMA = {
 }
 
 
-def test_registry_lists_the_five_tasks():
-    assert task_names() == ["cnndm", "gsm8k", "humaneval", "mbpp", "xsum"]
+def test_registry_lists_the_six_tasks():
+    assert task_names() == ["arith", "cnndm", "gsm8k", "humaneval", "mbpp", "xsum"]
 
 
 @pytest.mark.parametrize("name", sorted(HUB_SCHEMA))
