@@ -35,7 +35,7 @@ def test_a_users_own_pair_file(tmp_path):
 
 
 def test_unknown_pair_names_the_choices():
-    with pytest.raises(BenchError, match="gemma3, llama3, llama3-shapes, qwen3, tiny"):
+    with pytest.raises(BenchError, match="gemma3, llama3, llama3-shapes, qwen3, ref, ref-draft, tiny"):
         resolve_pair("mistral")
 
 
