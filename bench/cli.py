@@ -153,7 +153,7 @@ def run(
         16, help="Examples decoded together; their rows carry no time (same tokens as batch 1)."
     ),
     timing_examples: int = typer.Option(
-        10, help="First K examples of every configuration decoded alone and timed, methods interleaved."
+        4, help="First K examples of every configuration decoded alone and timed, methods interleaved."
     ),
     report: bool = typer.Option(True, help="Print the table and write the plots at the end."),
     progress: bool = typer.Option(True, help="Show a progress bar."),

@@ -217,7 +217,7 @@ class Runner:
         partition: tuple[int, int] = (0, 1),
         device: str | None = None,
         batch_size: int = 1,
-        timing_examples: int = 10,
+        timing_examples: int = 4,
         progress: bool = True,
         log: Any = print,
     ) -> None:

@@ -148,3 +148,72 @@ def test_kv_cache_bytes_are_bounded_by_the_batch(tiny_pair):
     )
     bound = len(prompts) * (max(map(len, prompts)) + 20 + 4 + 1) * per_slot
     assert {g.stats.kv_cache_bytes for g in gens} == {bound}
+
+
+def test_training_rollouts_in_a_batch_equal_rollouts_alone(tiny_pair):
+    """DIVERSED rollouts are batched the same way: each row samples from its own generator."""
+    from bench.train import rollouts
+
+    head = random_head(tiny_pair.target, tiny_pair.draft)
+    prompts = mixed_prompts(tiny_pair.target.config.vocab_size, 4)
+
+    def gens(seeds):
+        return [torch.Generator().manual_seed(s) for s in seeds]
+
+    together = rollouts(tiny_pair, head, prompts, 20, 1.0, gens(range(4)))
+    for k, prompt in enumerate(prompts):
+        alone = rollouts(tiny_pair, head, [prompt], 20, 1.0, gens([k]))[0]
+        assert together[k].tokens == alone.tokens
+        assert torch.allclose(together[k].pi_y_old, alone.pi_y_old, atol=1e-5)
+        assert torch.allclose(together[k].h_target, alone.h_target, atol=1e-4)
+    assert len({tuple(r.tokens) for r in together}) == 4
+
+
+def test_batched_run_gives_batch_one_rows_and_times_only_the_timing_pass(tmp_path):
+    import pandas as pd
+
+    from bench.grid import configs_from_flags
+    from bench.report import summarise
+    from bench.runner import Runner
+    from bench.store import load_results
+
+    grid = configs_from_flags(
+        tasks=["gsm8k"], methods=["ar", "sd"], pairs=["tiny"], draft_len=4, max_new_tokens=24, device="cpu"
+    )
+    frames = {}
+    for name, batch in (("alone", 1), ("batched", 4)):
+        Runner(tmp_path / name, limit=6, batch_size=batch, timing_examples=2, progress=False, log=print).run(
+            grid
+        )
+        rows = load_results(tmp_path / name).sort_values(["config_id", "example_id"]).reset_index(drop=True)
+        frames[name] = rows
+    alone, batched = frames["alone"], frames["batched"]
+    timing = ["wall_time_s", "prefill_time_s", "batch_size", "kv_cache_bytes"]
+    pd.testing.assert_frame_equal(
+        alone.drop(
+            columns=timing
+            + ["expected_acceptance", "bias", "expected_acceptance_per_position", "bias_per_position"]
+        ),
+        batched.drop(
+            columns=timing
+            + ["expected_acceptance", "bias", "expected_acceptance_per_position", "bias_per_position"]
+        ),
+    )
+    assert alone["wall_time_s"].notna().all() and (alone["batch_size"] == 1).all()
+    timed = batched[batched["wall_time_s"].notna()]
+    assert len(timed) == 4 and (timed["batch_size"] == 1).all()  # 2 examples x 2 configurations
+    assert (batched.loc[batched["wall_time_s"].isna(), "batch_size"] == 4).all()
+    summary = summarise(batched).set_index("method")
+    assert (summary["timed_examples"] == 2).all()
+    assert summary.loc["sd", "normalised_time"] > 0 and summary.loc["sd", "time_per_token_s"] > 0
+
+
+@pytest.mark.parametrize("value", ["0", "-3"])
+def test_bad_batch_size_is_one_line(tmp_path, value):
+    from conftest import bench_cli
+
+    out = bench_cli(
+        "run", "--batch-size", value, "--no-report", "--no-progress", "--output-dir", str(tmp_path)
+    )
+    assert out.returncode == 2, out.stderr
+    assert "Traceback" not in out.stderr and "--batch-size" in out.stderr.strip().splitlines()[-1]
