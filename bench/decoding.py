@@ -1,22 +1,30 @@
-"""The speculative decoding loop (SPEC section 3), shared by every method.
+"""The speculative decoding loop (SPEC section 3), shared by every method and every batch size.
 
-Batch size 1. Both models keep a KV cache holding every token of the sequence but the last. A
-round drafts N tokens (clipped so the round cannot overshoot ``max_new_tokens``), verifies them
-with ONE target forward, and crops both caches back to the accepted prefix. ``ar`` is the same
-loop with N = 0 and no draft model. One host sync per round: the verdict.
+A batch holds B examples (rows); B = 1 is the latency setting and runs the same code. Each model
+has an engine (``bench.engines``) keeping a KV cache of every token of a row but the last. A round
+drafts n_b = min(N, remaining_b - 1) tokens per row (so no row overshoots its budget), verifies all
+rows with ONE target forward, and rolls each row back to its accepted prefix. Rows accept different
+counts and end at different times; finished rows leave the batch. ``ar`` is the same loop with
+N = 0 and no draft model. One host sync per round: the verdicts.
+
+Each row draws from its own generator, in the order and shapes it would alone (draft samples per
+step, then the verifier's uniforms and its token), so a row's completion does not depend on which
+rows share its batch.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
-from transformers import DynamicCache, PreTrainedModel
+from transformers import PreTrainedModel
 
 from bench.distributions import Sampling, process, sample
+from bench.engines import EagerEngine, ModelEngine
 from bench.errors import BenchError
 from bench.head import WeightHead
 from bench.verifiers import Round, Verifier, verify
@@ -34,12 +42,15 @@ class DecodeStats:
     accepted_tokens: int = 0
     target_forwards: int = 0
     draft_forwards: int = 0
-    wall_time_s: float = 0.0
+    wall_time_s: float = 0.0  # NaN when decoded in a batch of more than one row
     prefill_time_s: float = 0.0
+    batch_size: int = 1
+    kv_cache_bytes: int = 0  # KV caches of both models for the whole batch the row was decoded in
     drafted_per_position: list[int] = field(default_factory=list)
     accepted_per_position: list[int] = field(default_factory=list)
-    # Positions the verifier actually reached (up to and including the first rejection), and the
-    # sums over them of expected acceptance 1 - TV(q, pi) and bias TV(pi, p).
+    # Positions the verifier actually reached (up to and including the first rejection, and never
+    # past an EOS that ended the example), the sums over them of expected acceptance 1 - TV(q, pi)
+    # and bias TV(pi, p), and DIVERSED's weight at each of them.
     reached_per_position: list[int] = field(default_factory=list)
     expected_acceptance_sum: list[float] = field(default_factory=list)
     bias_sum: list[float] = field(default_factory=list)
@@ -92,22 +103,48 @@ def _synchronizer(device: torch.device) -> Callable[[], None]:
     return lambda: None
 
 
-def model_step(
-    model: PreTrainedModel, ids: Tensor, cache: DynamicCache, keep: int, hidden: bool
-) -> tuple[Tensor, Tensor | None]:
-    """Logits of the last ``keep`` positions and, when asked, their last-layer hidden states."""
-    out = model(
-        input_ids=ids,
-        past_key_values=cache,
-        use_cache=True,
-        logits_to_keep=keep,
-        output_hidden_states=hidden,
-    )
-    return out.logits, out.hidden_states[-1][:, -keep:] if hidden else None
+def _padded(rows: Sequence[Sequence[int]], device: torch.device) -> Tensor:
+    """Right-padded [B, max len] token ids; padding is written to slots no real query sees."""
+    width = max(len(r) for r in rows)
+    return torch.tensor([list(r) + [0] * (width - len(r)) for r in rows], device=device)
+
+
+def round_counts(drafted: int, accepted: int, eos_at: int | None) -> tuple[int, int]:
+    """(drafted, accepted) to count for a round, given where in its emitted tokens (accepted
+    drafts, then the verifier's token) an EOS ended the example. Drafted tokens after an accepted
+    EOS were never emitted: the round counts as if the draft had stopped at the EOS."""
+    if eos_at is not None and eos_at < accepted:
+        return eos_at + 1, eos_at + 1
+    return drafted, accepted
+
+
+@dataclass
+class _Row:
+    """One example in flight: its tokens, budget, generator and counters."""
+
+    index: int
+    seq: list[int]
+    budget: int
+    generator: torch.Generator
+    stats: DecodeStats
+    out: list[int] = field(default_factory=list)
+    weights: list[Tensor] = field(default_factory=list)
+    sums: tuple[Tensor, Tensor] | None = None  # expected acceptance and bias sums, once finished
+
+
+@dataclass
+class _Group:
+    """Rows of one round that drafted the same number of tokens, verified together."""
+
+    rows: list[int]
+    n: int
+    expected: Tensor
+    bias: Tensor
+    weights: Tensor | None
 
 
 class SpeculativeDecoder:
-    """Decode one prompt at a time with a draft/target pair and a verifier."""
+    """Decode prompts with a draft/target pair and a verifier, one at a time or in batches."""
 
     def __init__(
         self,
@@ -119,6 +156,7 @@ class SpeculativeDecoder:
         sampling: Sampling = Sampling(),
         eos_token_ids: Sequence[int] = (),
         head: WeightHead | None = None,
+        engine: Callable[[PreTrainedModel], ModelEngine] = EagerEngine,
     ) -> None:
         if verifier.uses_draft and draft is None:
             raise BenchError(f"{verifier.name}: needs a draft model")
@@ -134,121 +172,197 @@ class SpeculativeDecoder:
         self.sampling = sampling
         self.eos = frozenset(eos_token_ids)
         self.head = head
+        self.engines = [engine(target)] + ([engine(draft)] if self.draft_len else [])
 
-    def _pick(self, probs: Tensor, generator: torch.Generator) -> Tensor:
-        return probs.argmax(-1) if self.sampling.greedy else sample(probs, generator)
+    def _pick(self, probs: Tensor, generators: Sequence[torch.Generator | None]) -> Tensor:
+        """A token per row of ``probs`` [B, V]; rows without a generator draw nothing (argmax)."""
+        if self.sampling.greedy:
+            return probs.argmax(-1)
+        drawing = [i for i, g in enumerate(generators) if g is not None]
+        if len(drawing) == len(generators):
+            return sample(probs, generators)
+        tokens = probs.argmax(-1)
+        if drawing:
+            tokens[drawing] = sample(probs[drawing], [generators[i] for i in drawing])
+        return tokens
 
-    def _draft(
-        self, draft_in: Tensor, cache: DynamicCache, n: int, generator: torch.Generator
-    ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
-        """Draft n >= 1 tokens: (tokens [1, n], q [1, n, V], q logits, draft hidden states or None)."""
-        hidden = self.verifier.needs_hidden
+    def _draft(self, rows: list[_Row], ns: list[int], n: int) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+        """Draft n >= 1 tokens for every row; row b draws only its first ns[b].
+
+        Returns (tokens [B, n], q [B, n, V], q logits, draft hidden states or None)."""
+        engine, hidden = self.engines[1], self.verifier.needs_hidden
+        feed = [r.seq[held:] for r, held in zip(rows, engine.lengths)]
+        ids = _padded(feed, self.target.device)
+        last = torch.tensor([len(f) - 1 for f in feed], device=ids.device)
+        every = torch.arange(len(rows), device=ids.device)
+        real = [len(f) if nb else 0 for f, nb in zip(feed, ns)]
         xs, qs, q_logits, states = [], [], [], []
-        for _ in range(n):
-            logits, h = model_step(self.draft, draft_in, cache, keep=1, hidden=hidden)
-            q_logits.append(logits[:, -1])
-            qs.append(process(logits[:, -1], self.sampling))
-            draft_in = self._pick(qs[-1], generator).view(1, 1)
-            xs.append(draft_in)
-            states.append(h)
-        h_draft = torch.cat(states, dim=1) if hidden else None
+        for step in range(n):
+            logits, h = engine.step(ids, real, keep=ids.shape[1], hidden=hidden)
+            pick = last if step == 0 else torch.zeros_like(last)
+            q_logits.append(logits[every, pick])
+            qs.append(process(q_logits[-1], self.sampling))
+            ids = self._pick(qs[-1], [r.generator if step < nb else None for r, nb in zip(rows, ns)])
+            ids = ids.view(-1, 1)
+            xs.append(ids)
+            states.append(h[every, pick] if hidden else None)
+            real = [int(step + 1 < nb) for nb in ns]  # the last drafted token is not fed back
+        h_draft = torch.stack(states, dim=1) if hidden else None
         return torch.cat(xs, dim=1), torch.stack(qs, dim=1), torch.stack(q_logits, dim=1), h_draft
 
-    @torch.inference_mode()
     def generate(self, prompt_ids: Sequence[int], max_new_tokens: int, seed: int = 0) -> Generation:
         """Decode up to ``max_new_tokens`` tokens; EOS ends generation wherever it lands."""
-        if not prompt_ids:
+        return self.generate_batch([prompt_ids], max_new_tokens, [seed])[0]
+
+    @torch.inference_mode()
+    def generate_batch(
+        self, prompts: Sequence[Sequence[int]], max_new_tokens: int, seeds: Sequence[int]
+    ) -> list[Generation]:
+        """Decode all prompts together, one Generation per prompt in order. Row b's completion is
+        the one ``generate(prompts[b], max_new_tokens, seeds[b])`` gives; wall times are measured
+        only for a batch of one (NaN otherwise: a row's latency in a batch means nothing)."""
+        if len(prompts) != len(seeds):
+            raise BenchError(f"{len(prompts)} prompts but {len(seeds)} seeds: give one seed per prompt")
+        if any(len(p) == 0 for p in prompts):
             raise BenchError("empty prompt: nothing to condition on")
+        if not prompts:
+            return []
         device = self.target.device
         sync = _synchronizer(device)
-        generator = torch.Generator(device=device).manual_seed(seed)
-        hidden = self.verifier.needs_hidden
         n_max = self.draft_len
-        stats = DecodeStats(
-            prompt_tokens=len(prompt_ids),
-            draft_len=n_max,
-            drafted_per_position=[0] * n_max,
-            accepted_per_position=[0] * n_max,
-            reached_per_position=[0] * n_max,
-        )
-        expected_sum = torch.zeros(n_max, device=device)
-        bias_sum = torch.zeros(n_max, device=device)
-        weights: list[Tensor] = []
+        rows = [
+            _Row(
+                index=i,
+                seq=list(p),
+                budget=max_new_tokens,
+                generator=torch.Generator(device=device).manual_seed(seed),
+                stats=DecodeStats(
+                    prompt_tokens=len(p),
+                    draft_len=n_max,
+                    batch_size=len(prompts),
+                    drafted_per_position=[0] * n_max,
+                    accepted_per_position=[0] * n_max,
+                    reached_per_position=[0] * n_max,
+                ),
+            )
+            for i, (p, seed) in enumerate(zip(prompts, seeds))
+        ]
+        done: list[_Row] = []
+        longest = max(len(p) for p in prompts) + max(max_new_tokens, 0) + n_max + 1
+        for engine in self.engines:
+            engine.start(len(rows), longest)
+        sums = torch.zeros(2, len(rows), n_max, device=device)  # expected acceptance, bias
 
-        seq = torch.tensor([list(prompt_ids)], device=device)
-        models = [self.target] + ([self.draft] if n_max else [])
-        caches = [DynamicCache(config=m.config) for m in models]
         sync()
         start = time.perf_counter()
-        if seq.shape[1] > 1:
-            for model, cache in zip(models, caches):
-                model_step(model, seq[:, :-1], cache, keep=1, hidden=False)
-            stats.target_forwards += 1
-            stats.draft_forwards += len(models) - 1
-        for cache in caches:
-            cache.activate_past_recording()
-        cached = [seq.shape[1] - 1] * len(models)  # tokens held by each cache
+        held = [len(p) - 1 for p in prompts]
+        if max(held):
+            ids = _padded([p[:-1] for p in prompts], device)
+            for engine in self.engines:
+                engine.step(ids, held, keep=1, hidden=False)
+            for row in rows:
+                row.stats.target_forwards += len(row.seq) > 1
+                row.stats.draft_forwards += (len(self.engines) - 1) * (len(row.seq) > 1)
         sync()
-        stats.prefill_time_s = time.perf_counter() - start
+        prefill = time.perf_counter() - start
 
-        out: list[int] = []
-        while len(out) < max_new_tokens:
-            n = min(n_max, max_new_tokens - len(out) - 1)
-            drafted = seq.new_empty(1, 0)
-            if n:
-                draft_in = seq[:, cached[1] :]
-                cached[1] += draft_in.shape[1] + n - 1  # the last drafted token is not fed back
-                drafted, q, q_logits, h_draft = self._draft(draft_in, caches[1], n, generator)
-                stats.draft_forwards += n
+        cache_bytes = 0
+        while rows:
+            finished = self._round(rows, sums) if max_new_tokens > 0 else set(range(len(rows)))
+            cache_bytes = max(cache_bytes, sum(e.cache_bytes for e in self.engines))
+            for engine in self.engines:
+                engine.truncate([len(r.seq) - 1 for r in rows])
+            if finished:
+                alive = [i for i in range(len(rows)) if i not in finished]
+                for i in finished:
+                    rows[i].sums = (sums[0, i], sums[1, i])
+                    done.append(rows[i])
+                rows = [rows[i] for i in alive]
+                sums = sums[:, alive]
+                for engine in self.engines if rows else ():
+                    engine.select(alive)
 
-            target_in = torch.cat([seq[:, cached[0] :], drafted], dim=1)
-            p_logits, h_target = model_step(self.target, target_in, caches[0], keep=n + 1, hidden=hidden)
-            cached[0] += target_in.shape[1]
-            stats.target_forwards += 1
-            if not n and self.sampling.greedy:  # nothing to verify: the argmax of the logits suffices
-                p = p_logits
-            else:
-                p = process(p_logits, self.sampling)
+        sync()
+        wall = time.perf_counter() - start
+        totals = torch.stack([torch.stack(r.sums) for r in done]).tolist()  # type: ignore[arg-type]
+        out: list[Generation | None] = [None] * len(done)
+        for k, row in enumerate(done):
+            s = row.stats
+            s.wall_time_s = wall if len(prompts) == 1 else math.nan
+            s.prefill_time_s = prefill if len(prompts) == 1 else math.nan
+            s.kv_cache_bytes = cache_bytes
+            s.new_tokens = len(row.out)
+            s.expected_acceptance_sum, s.bias_sum = totals[k]
+            s.weights = torch.cat(row.weights).tolist() if row.weights else []
+            out[row.index] = Generation(row.out, s)
+        return out  # type: ignore[return-value]
 
-            if n:
-                round_ = Round(
-                    draft=drafted,
-                    q=q,
-                    p=p[:, :n],
-                    q_logits=q_logits,
-                    p_logits=p_logits[:, :n],
-                    sampling=self.sampling,
-                    weights=self.head(h_draft, h_target[:, :n]) if hidden else None,
-                )
-                verdict = verify(self.verifier, round_, p[:, n], generator)
-                reached = (torch.arange(n, device=device) <= verdict.accepted).float()
-                expected_sum[:n] += verdict.expected_acceptance[0] * reached
-                bias_sum[:n] += verdict.bias[0] * reached
-                if round_.weights is not None:
-                    weights.append(round_.weights[0])
-                accepted_t, next_t = verdict.accepted, verdict.next_token
-            else:
-                accepted_t = torch.zeros(1, dtype=torch.long, device=device)
-                next_t = self._pick(p[:, 0], generator)
-            host = torch.cat([accepted_t, next_t, drafted[0]]).tolist()
-            accepted, new = host[0], host[2 : 2 + host[0]] + [host[1]]
+    def _round(self, rows: list[_Row], sums: Tensor) -> set[int]:
+        """One round over the batch: draft, one target forward, verify, emit; adds to the per-row
+        expected acceptance and bias ``sums`` [2, B, N]. Returns the rows that finished."""
+        device, hidden, n_max = self.target.device, self.verifier.needs_hidden, self.draft_len
+        ns = [min(n_max, r.budget - len(r.out) - 1) for r in rows]
+        n, count = max(ns), len(rows)
+        last = torch.tensor([[r.seq[-1]] for r in rows], device=device)
+        drafted = last.new_empty(count, 0)
+        if n:
+            drafted, q, q_logits, h_draft = self._draft(rows, ns, n)
+        target_in = torch.cat([last, drafted], dim=1)
+        p_logits, h_target = self.engines[0].step(target_in, [1 + nb for nb in ns], keep=n + 1, hidden=hidden)
+        # Nothing to verify and greedy: the argmax of the logits suffices.
+        p = p_logits if not n and self.sampling.greedy else process(p_logits, self.sampling)
 
-            stats.record_round(n, accepted)
-            eos_at = next((i for i, t in enumerate(new) if t in self.eos), None)
+        accepted = torch.zeros(count, dtype=torch.long, device=device)
+        next_token = torch.zeros(count, dtype=torch.long, device=device)
+        groups: list[_Group] = []
+        for k in sorted(set(ns)):
+            idx = [i for i, nb in enumerate(ns) if nb == k]
+            sel = slice(None) if len(idx) == count else torch.tensor(idx, device=device)
+            generators = [rows[i].generator for i in idx]
+            if k == 0:
+                head = p_logits[sel, 0] if self.sampling.greedy else p[sel, 0]
+                next_token[sel] = self._pick(head, generators)
+                continue
+            round_ = Round(
+                draft=drafted[sel, :k],
+                q=q[sel, :k],
+                p=p[sel, :k],
+                q_logits=q_logits[sel, :k],
+                p_logits=p_logits[sel, :k],
+                sampling=self.sampling,
+                weights=self.head(h_draft[sel, :k], h_target[sel, :k]) if hidden else None,
+            )
+            verdict = verify(self.verifier, round_, p[sel, k], generators)
+            accepted[sel], next_token[sel] = verdict.accepted, verdict.next_token
+            groups.append(_Group(idx, k, verdict.expected_acceptance, verdict.bias, round_.weights))
+        host = torch.cat([accepted, next_token, drafted.flatten()]).tolist()
+
+        reach = [0] * count  # positions the verifier reached, per row
+        finished: set[int] = set()
+        for i, (row, nb) in enumerate(zip(rows, ns)):
+            acc, drafts = host[i], host[2 * count + i * n : 2 * count + i * n + nb]
+            new = drafts[:acc] + [host[count + i]]
+            eos_at = next((j for j, t in enumerate(new) if t in self.eos), None)
+            counted, kept = round_counts(nb, acc, eos_at)
+            row.stats.record_round(counted, kept)
+            row.stats.target_forwards += 1
+            row.stats.draft_forwards += nb
+            reach[i] = min(kept + 1, counted)
             if eos_at is not None:
-                out.extend(new[: eos_at + 1])
-                break
-            out.extend(new)
-            seq = torch.cat([seq, drafted[:, :accepted], next_t.view(1, 1)], dim=1)
-            keep = seq.shape[1] - 1
-            for i, cache in enumerate(caches):
-                cache.crop(-max(0, cached[i] - keep))
-                cached[i] = min(cached[i], keep)
+                new = new[: eos_at + 1]
+                finished.add(i)
+            row.out.extend(new)
+            row.seq.extend(new)
+            if len(row.out) >= row.budget:
+                finished.add(i)
 
-        sync()
-        stats.wall_time_s = time.perf_counter() - start
-        stats.new_tokens = len(out)
-        stats.expected_acceptance_sum = expected_sum.tolist()
-        stats.bias_sum = bias_sum.tolist()
-        stats.weights = torch.cat(weights).tolist() if weights else []
-        return Generation(out, stats)
+        for g in groups:
+            limit = torch.tensor([reach[i] for i in g.rows], device=device)
+            mask = (torch.arange(g.n, device=device) < limit.unsqueeze(1)).float()
+            sel = torch.tensor(g.rows, device=device)
+            sums[0, sel, : g.n] += g.expected * mask
+            sums[1, sel, : g.n] += g.bias * mask
+            if g.weights is not None:
+                for j, i in enumerate(g.rows):
+                    rows[i].weights.append(g.weights[j, : reach[i]])
+        return finished

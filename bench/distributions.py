@@ -6,6 +6,7 @@ model's own ``generation_config`` (hidden top-k/top-p defaults) is never consult
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -68,7 +69,21 @@ def normalise(f: Tensor, fallback: Tensor) -> Tensor:
     return torch.where(total > 0, f / total.clamp_min(torch.finfo(f.dtype).tiny), fallback)
 
 
-def sample(probs: Tensor, generator: torch.Generator | None) -> Tensor:
+# One generator for the whole batch, or one per row (leading dimension) so that a row's draws do not
+# depend on which rows share its batch: row b then draws exactly what it would draw alone.
+Generators = torch.Generator | Sequence[torch.Generator] | None
+
+
+def uniform(rows: int, n: int, generator: Generators, device: torch.device) -> Tensor:
+    """[rows, n] uniforms on [0, 1)."""
+    if generator is None or isinstance(generator, torch.Generator):
+        return torch.rand(rows, n, generator=generator, device=device)
+    return torch.cat([torch.rand(1, n, generator=g, device=device) for g in generator])
+
+
+def sample(probs: Tensor, generator: Generators) -> Tensor:
     """One draw per row of ``probs`` [..., V] -> [...]."""
-    flat = probs.reshape(-1, probs.shape[-1])
-    return torch.multinomial(flat, 1, generator=generator).reshape(probs.shape[:-1])
+    if generator is None or isinstance(generator, torch.Generator):
+        flat = probs.reshape(-1, probs.shape[-1])
+        return torch.multinomial(flat, 1, generator=generator).reshape(probs.shape[:-1])
+    return torch.stack([sample(row, g) for row, g in zip(probs, generator, strict=True)])

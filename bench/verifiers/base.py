@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from bench.distributions import Sampling, normalise, sample, tv
+from bench.distributions import Generators, Sampling, normalise, sample, tv, uniform
 from bench.errors import BenchError
 
 
@@ -110,9 +110,11 @@ def verify(
     verifier: Verifier,
     r: Round,
     bonus: Tensor,
-    generator: torch.Generator | None = None,
+    generator: Generators = None,
 ) -> Verdict:
-    """Run one round of verification. ``bonus`` [B, V] is the target's next distribution p."""
+    """Run one round of verification. ``bonus`` [B, V] is the target's next distribution p.
+
+    ``generator`` may be one per row: row b then draws its uniforms and its token from its own."""
     batch, n = r.draft.shape
     if r.temperature == 0:
         target = verifier.greedy_target(r)
@@ -126,7 +128,7 @@ def verify(
         draft_q = r.q.gather(-1, r.draft.unsqueeze(-1)).squeeze(-1)
         draft_m = mass.gather(-1, r.draft.unsqueeze(-1)).squeeze(-1)
         accept_prob = (draft_m / draft_q).clamp(max=1)
-        u = torch.rand(batch, n, generator=generator, device=r.draft.device)
+        u = uniform(batch, n, generator, r.draft.device)
         ok = u < accept_prob
         expected = mass.sum(-1)
         emitted = mass + (1 - expected).unsqueeze(-1) * normalise(residual, r.p)

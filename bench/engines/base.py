@@ -1,0 +1,43 @@
+"""The interface between the decoding loop and a model: one step on a batch of rows, one cache."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+
+from torch import Tensor
+
+
+class ModelEngine(ABC):
+    """One model, its KV cache for a batch of rows, and each row's length (tokens held).
+
+    ``start`` sizes the cache for a batch; ``step`` feeds tokens; ``truncate`` rolls rows back;
+    ``select`` drops finished rows. Lengths are kept on the host: the loop decides them from the
+    verdict it already synchronised, so an engine never needs a sync of its own.
+    """
+
+    lengths: list[int]
+
+    @abstractmethod
+    def start(self, rows: int, max_len: int) -> None:
+        """Empty cache for ``rows`` rows of at most ``max_len`` positions each."""
+
+    @abstractmethod
+    def step(self, ids: Tensor, real: Sequence[int], keep: int, hidden: bool) -> tuple[Tensor, Tensor | None]:
+        """Feed ``ids`` [B, T]: row b's tokens go to positions lengths[b] .. lengths[b] + T - 1, and
+        lengths[b] grows by ``real[b]`` (tokens past it are padding, overwritten later). Returns the
+        logits of the last ``keep`` positions [B, keep, V] and, when ``hidden``, their last-layer
+        hidden states."""
+
+    def truncate(self, keep: Sequence[int]) -> None:
+        """Roll rows back: row b holds at most ``keep[b]`` tokens from now on."""
+        self.lengths = [min(n, k) for n, k in zip(self.lengths, keep)]
+
+    @abstractmethod
+    def select(self, rows: Sequence[int]) -> None:
+        """Keep only these rows, in this order (finished rows leave the batch)."""
+
+    @property
+    @abstractmethod
+    def cache_bytes(self) -> int:
+        """Bytes of the KV cache as allocated."""

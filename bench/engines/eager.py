@@ -1,0 +1,120 @@
+"""The reference engine: one eager transformers forward per step over a position-slotted KV cache."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+from transformers import PreTrainedModel
+
+from bench.engines.base import ModelEngine
+from bench.errors import BenchError
+
+
+class SlotCache:
+    """Per-layer K/V buffers [B, kv_heads, max_len, head_dim]; row b's token at position t sits in
+    slot t. Allocated at the first write of each layer (its shapes come from the model's keys).
+
+    transformers' attention layers call only ``update`` when the forward is given position ids and
+    a dict of ready masks, which ``EagerEngine.step`` always passes."""
+
+    def __init__(self, rows: int, max_len: int) -> None:
+        self.rows, self.max_len = rows, max_len
+        self.keys: dict[int, Tensor] = {}
+        self.values: dict[int, Tensor] = {}
+        self.positions = torch.zeros(rows, 0, dtype=torch.long)
+        self.visible = 0  # slots the current step's attention reads: max position + 1
+
+    def update(self, key: Tensor, value: Tensor, layer_idx: int, *args: object, **kwargs: object):
+        if layer_idx not in self.keys:
+            shape = (self.rows, key.shape[1], self.max_len, key.shape[3])
+            self.keys[layer_idx] = key.new_zeros(shape)
+            self.values[layer_idx] = value.new_zeros(shape)
+        rows = torch.arange(self.rows, device=key.device).unsqueeze(1)
+        k, v = self.keys[layer_idx], self.values[layer_idx]
+        k[rows, :, self.positions] = key.transpose(1, 2)
+        v[rows, :, self.positions] = value.transpose(1, 2)
+        return k[:, :, : self.visible], v[:, :, : self.visible]
+
+    def select(self, rows: Tensor) -> None:
+        for store in (self.keys, self.values):
+            for layer, buf in store.items():
+                store[layer] = buf.index_select(0, rows)
+        self.rows = len(rows)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(b.numel() * b.element_size() for s in (self.keys, self.values) for b in s.values())
+
+
+class EagerEngine(ModelEngine):
+    """A transformers causal LM run eagerly, with explicit per-row position ids and 4-D masks that
+    are causal by position (and windowed on sliding layers), so padding and rejected slots are
+    never visible to a real query."""
+
+    def __init__(self, model: PreTrainedModel) -> None:
+        config = model.config
+        kinds = set(getattr(config, "layer_types", None) or ["full_attention"])
+        window = getattr(config, "sliding_window", None)
+        if kinds - {"full_attention", "sliding_attention"}:
+            raise BenchError(
+                f"{config.model_type}: layer types {sorted(kinds)} are not supported by the decoding "
+                "engine (full and sliding attention only)"
+            )
+        if window and "sliding_attention" not in kinds:
+            raise BenchError(
+                f"{config.model_type}: a sliding window without per-layer types is not supported by the "
+                "decoding engine; use a model whose config lists layer_types"
+            )
+        self.model = model
+        self.kinds = kinds
+        self.window = window
+        self.lengths: list[int] = []
+        self.cache = SlotCache(0, 0)
+
+    def start(self, rows: int, max_len: int) -> None:
+        self.cache = SlotCache(rows, max_len)
+        self.lengths = [0] * rows
+
+    def _masks(self, positions: Tensor, visible: int) -> Tensor | dict[str, Tensor]:
+        """Additive [B, 1, T, visible] masks: one tensor when every layer attends fully (every
+        transformers model passes a 4-D mask through as is), else one per layer type (models with
+        sliding layers take the dict)."""
+        slot = torch.arange(visible, device=positions.device)
+        query = positions.unsqueeze(-1)  # [B, T, 1]
+        allowed = {"full_attention": slot <= query}
+        if "sliding_attention" in self.kinds:
+            allowed["sliding_attention"] = allowed["full_attention"] & (slot > query - self.window)
+        low = torch.finfo(self.model.dtype).min
+        zero = torch.zeros((), dtype=self.model.dtype, device=positions.device)
+        masks = {k: torch.where(a, zero, low).unsqueeze(1) for k, a in allowed.items() if k in self.kinds}
+        return masks if len(masks) > 1 else next(iter(masks.values()))
+
+    def step(self, ids: Tensor, real: Sequence[int], keep: int, hidden: bool) -> tuple[Tensor, Tensor | None]:
+        width = ids.shape[1]
+        start = torch.tensor(self.lengths, device=ids.device)
+        positions = start.unsqueeze(1) + torch.arange(width, device=ids.device)
+        self.cache.positions = positions
+        self.cache.visible = max(self.lengths) + width
+        if self.cache.visible > self.cache.max_len:
+            raise RuntimeError(f"cache overflow: {self.cache.visible} > {self.cache.max_len} slots")
+        out = self.model(
+            input_ids=ids,
+            position_ids=positions,
+            attention_mask=self._masks(positions, self.cache.visible),
+            past_key_values=self.cache,
+            use_cache=True,
+            logits_to_keep=keep,
+            output_hidden_states=hidden,
+        )
+        self.lengths = [n + r for n, r in zip(self.lengths, real)]
+        return out.logits, out.hidden_states[-1][:, -keep:] if hidden else None
+
+    def select(self, rows: Sequence[int]) -> None:
+        self.cache.select(torch.tensor(list(rows), dtype=torch.long, device=self.model.device))
+        self.lengths = [self.lengths[i] for i in rows]
+
+    @property
+    def cache_bytes(self) -> int:
+        return self.cache.nbytes
