@@ -101,7 +101,10 @@ def models(tiny_pair):
     return {"tiny": (tiny_pair.target, tiny_pair.draft), **{k: f() for k, f in architectures().items()}}
 
 
-@pytest.mark.parametrize("arch", ["tiny", "qwen3", "gemma3"])
+@pytest.mark.parametrize(
+    "arch",
+    ["tiny", pytest.param("qwen3", marks=pytest.mark.slow), pytest.param("gemma3", marks=pytest.mark.slow)],
+)
 @pytest.mark.parametrize("method", sorted(METHODS))
 def test_greedy_batches_equal_batch_one(models, arch, method):
     target, draft = models[arch]
