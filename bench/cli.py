@@ -91,6 +91,16 @@ def _floats(text: str, flag: str) -> list[float]:
         raise BenchError(f"{flag} takes comma-separated numbers, got {text!r}") from None
 
 
+def _positive(text: str, flag: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise BenchError(f"{flag}: {text!r} is not a positive integer")
+    return value
+
+
 def _shard(text: str) -> tuple[int, int]:
     try:
         index, count = (int(x) for x in text.split("/"))
@@ -139,6 +149,12 @@ def run(
         None, help="A grid YAML (or 'paper', 'tiny') listing tasks x pairs x methods."
     ),
     shard: str = typer.Option("0/1", help="Run only share i of k of every configuration's examples."),
+    batch_size: int = typer.Option(
+        16, help="Examples decoded together; their rows carry no time (same tokens as batch 1)."
+    ),
+    timing_examples: int = typer.Option(
+        4, help="First K examples of every configuration decoded alone and timed, methods interleaved."
+    ),
     report: bool = typer.Option(True, help="Print the table and write the plots at the end."),
     progress: bool = typer.Option(True, help="Show a progress bar."),
 ) -> None:
@@ -174,7 +190,8 @@ def run(
         if clash:
             raise BenchError(
                 f"--grid sets tasks, pairs, methods and their settings; drop {', '.join(clash)} or edit the "
-                "grid file (only --limit, --device, --dtype, --output-dir and --shard combine with --grid)"
+                "grid file (only --limit, --device, --dtype, --output-dir, --shard, --batch-size and "
+                "--timing-examples combine with --grid)"
             )
         configs, limit = configs_from_grid(grid, device=device, dtype=dtype, limit=limit)
     else:
@@ -218,6 +235,8 @@ def run(
         limit=limit,
         partition=partition,
         device=launch.device,
+        batch_size=batch_size,
+        timing_examples=timing_examples,
         progress=progress and launch.rank == 0,
         log=lambda m: typer.echo(m, err=True),
     )
@@ -374,19 +393,44 @@ def speed(
     device: str = typer.Option("auto"),
     dtype: Optional[str] = typer.Option(None),
     output_dir: Path = typer.Option(Path("results"), help="Where speed_PAIR.md/.json/.png go."),
+    throughput: bool = typer.Option(
+        False, help="Instead: examples/s and tokens/s of ar and sd per batch size (speed_throughput_PAIR.*)."
+    ),
+    batch_sizes: str = typer.Option("1,4,16,64", help="--throughput: batch sizes, comma-separated."),
+    examples: int = typer.Option(64, help="--throughput: examples decoded at every batch size."),
 ) -> None:
     """Time the harness against transformers generate() and assisted generation, and against the
-    ideal speedup S(alpha, N, c); checks that greedy outputs agree.
+    ideal speedup S(alpha, N, c); checks that greedy outputs agree. With --throughput, time batched
+    decoding instead, checking that every batch size gives batch 1's outputs.
 
     Example: diversed-bench speed --pair tiny --draft-len 3,5 --repeats 5
+    Example: diversed-bench speed --throughput --pair tiny --draft-len 5 --batch-sizes 1,4,16,64
     """
     import json
     import shlex
 
     from bench.pairs import load_pair
-    from bench.speed import markdown, measure, plot
+    from bench.speed import markdown, measure, plot, throughput_markdown
+    from bench.speed import throughput as measure_throughput
     from bench.tasks import Task, resolve_task
 
+    if throughput:
+        sizes = [_positive(b, "--batch-sizes") for b in _list(batch_sizes)]
+        lens = [_positive(n, "--draft-len") for n in _list(draft_len)]
+        if len(lens) != 1 or examples < 1:
+            raise BenchError("--throughput takes one --draft-len and --examples >= 1")
+        loaded = load_pair(pair, device=device, dtype=dtype)
+        texts = [e.doc["article"] for e in Task(resolve_task("cnndm"), "fixture").examples()]
+        encoded = [list(loaded.tokenizer(texts[i % len(texts)]).input_ids) for i in range(examples)]
+        result = measure_throughput(loaded, encoded, sizes, lens[0], max_new_tokens, repeats, log=typer.echo)
+        output_dir.mkdir(parents=True, exist_ok=True)
+        stem = output_dir / f"speed_throughput_{loaded.spec.name}"
+        text = throughput_markdown(result, "diversed-bench " + shlex.join(sys.argv[1:]))
+        stem.with_suffix(".md").write_text(text)
+        stem.with_suffix(".json").write_text(json.dumps(result, indent=2))
+        typer.echo(text)
+        typer.echo(f"written: {stem}.md, {stem}.json")
+        return
     methods = _list(method)
     unknown = set(methods) - {"sd", "ensemble"}
     if unknown or "sd" not in methods:

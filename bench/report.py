@@ -3,6 +3,8 @@
 Normalised time is paired: the mean time of a configuration over the examples it shares with the
 ``ar`` run of the same task, pair, temperature, seed and budget, divided by ``ar``'s mean time on
 those same examples (SPEC section 7). Intervals are 95% percentile bootstraps over examples.
+Only rows decoded alone carry a time (rows decoded in a batch have NaN); times are computed from
+those rows only, per example and per emitted token.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ def summarise(rows: pd.DataFrame) -> pd.DataFrame:
         drafted, accepted = g["drafted_tokens"].to_numpy(float), g["accepted_tokens"].to_numpy(float)
         quality = g["quality"].to_numpy(float)
         reached = np.stack(g["reached_per_position"].to_numpy()).sum() if first["method"] != "ar" else 0
+        timed = g[g["wall_time_s"].notna()]
         rec: dict[str, Any] = {
             "config_id": config_id,
             **{
@@ -92,12 +95,16 @@ def summarise(rows: pd.DataFrame) -> pd.DataFrame:
             "quality_ci": bootstrap(lambda q: q.mean(-1), quality),
             "acceptance_length": g["new_tokens"].sum() / g["rounds"].sum(),
             "weight_mean": float(np.nanmean(g["weight_mean"])) if g["weight_mean"].notna().any() else np.nan,
-            "wall_time_s": g["wall_time_s"].mean(),
+            "wall_time_s": timed["wall_time_s"].mean(),
+            "time_per_token_s": timed["wall_time_s"].sum() / timed["new_tokens"].sum()
+            if len(timed)
+            else np.nan,
+            "timed_examples": len(timed),
         }
-        ref = ar
+        ref = ar[ar["wall_time_s"].notna()]
         for key in PAIRING:
             ref = ref[ref[key] == first[key]]
-        shared = g.merge(ref[["example_id", "wall_time_s"]], on="example_id", suffixes=("", "_ar"))
+        shared = timed.merge(ref[["example_id", "wall_time_s"]], on="example_id", suffixes=("", "_ar"))
         if len(shared):
             t, t_ar = shared["wall_time_s"].to_numpy(float), shared["wall_time_s_ar"].to_numpy(float)
             rec["normalised_time"] = t.mean() / t_ar.mean()
@@ -171,6 +178,12 @@ def table_frames(
                 _cell(get(lb, "normalised_time"), ci(lb, "normalised_time_ci"), False, 2) for lb in labels
             ]
             speed[(t, "speedup")] = [_cell(get(lb, "speedup"), (np.nan, np.nan), False, 2) for lb in labels]
+            speed[(t, "s/example")] = [
+                _cell(get(lb, "wall_time_s"), (np.nan, np.nan), False, 3) for lb in labels
+            ]
+            speed[(t, "ms/token")] = [
+                _cell(get(lb, "time_per_token_s") * 1e3, (np.nan, np.nan), False, 2) for lb in labels
+            ]
             speed[(t, "accept len")] = [
                 _cell(get(lb, "acceptance_length"), (np.nan, np.nan), False, 2) for lb in labels
             ]

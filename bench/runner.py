@@ -4,6 +4,11 @@ A configuration is everything that changes a row: task, pair, method and its par
 length, temperature, token budget, seed, data source, prompt options, device and dtype. Its id is a
 hash of those settings, so re-running the same command resumes it, and raising ``--limit`` adds
 examples to it (the subset is a prefix of one seeded permutation).
+
+Examples are decoded in batches (``batch_size``): a row's tokens and counters do not depend on its
+batch, but its latency does, so batched rows carry no time (NaN) and a timing pass decodes the
+first ``timing_examples`` of every configuration alone, the configurations of one task and pair
+interleaved example by example so that paired times share the machine's state.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from typing import Any
 
 import torch
 
-from bench.decoding import DecodeStats, SpeculativeDecoder
+from bench.decoding import DecodeStats, Generation, SpeculativeDecoder
 from bench.distributions import Sampling
 from bench.errors import BenchError
 from bench.head import required_head
@@ -170,9 +175,29 @@ def stats_columns(stats: DecodeStats) -> dict[str, Any]:
         "draft_forwards": stats.draft_forwards,
         "wall_time_s": stats.wall_time_s,
         "prefill_time_s": stats.prefill_time_s,
+        "batch_size": stats.batch_size,
+        "kv_cache_bytes": stats.kv_cache_bytes,
         "weight_mean": sum(stats.weights) / len(stats.weights) if stats.weights else math.nan,
         "weights": stats.weights,
     }
+
+
+@dataclass
+class _Job:
+    """One configuration's pending examples, with everything needed to decode and store them."""
+
+    cfg: RunConfig
+    pending: list[Example]
+    decoder: SpeculativeDecoder
+    task: Task
+    pair: Pair
+    fixed: dict[str, Any]
+    prompts: dict[str, list[int]]
+    budget: int
+    timed: list[Example]  # decoded alone in the timing pass
+
+    def seed(self, example: Example) -> int:
+        return example_seed(self.cfg.seed, example.example_id)
 
 
 class Runner:
@@ -191,9 +216,16 @@ class Runner:
         limit: int | None = None,
         partition: tuple[int, int] = (0, 1),
         device: str | None = None,
+        batch_size: int = 1,
+        timing_examples: int = 4,
         progress: bool = True,
         log: Any = print,
     ) -> None:
+        if batch_size < 1:
+            raise BenchError(f"--batch-size must be a positive integer, got {batch_size}")
+        if timing_examples < 0:
+            raise BenchError(f"--timing-examples must be 0 or more, got {timing_examples}")
+        self.batch_size, self.timing_examples = batch_size, timing_examples
         self.store = ResultStore(output_dir, writer=f"{partition[0]}of{partition[1]}")
         self.limit, self.partition, self.device, self.progress, self.log = (
             limit,
@@ -233,6 +265,7 @@ class Runner:
         return out
 
     def run(self, configs: list[RunConfig]) -> None:
+        groups: dict[tuple[Any, ...], list[tuple[RunConfig, list[Example]]]] = {}
         for cfg, mine in self.assignments(configs):
             done = self.store.done_ids(cfg.config_id)
             pending = [e for e in mine if e.example_id not in done]
@@ -240,9 +273,14 @@ class Runner:
                 self.log(f"{cfg.task} | {cfg.pair} | {cfg.label}: done, skipped")
                 self.store.compact(cfg.config_id)
                 continue
-            self.run_config(cfg, pending)
+            groups.setdefault((cfg.task, cfg.pair, cfg.device, cfg.dtype), []).append((cfg, pending))
+        for group in groups.values():
+            jobs = [self.job(cfg, pending) for cfg, pending in group]
+            self.timing_pass(jobs)
+            for job in jobs:
+                self.batched_pass(job)
 
-    def run_config(self, cfg: RunConfig, pending: list[Example]) -> None:
+    def job(self, cfg: RunConfig, pending: list[Example]) -> _Job:
         pair, task = self.pair(cfg), self.task(cfg)
         verifier = make_verifier(cfg.method, **cfg.params)
         head = None
@@ -283,29 +321,65 @@ class Runner:
             "max_new_tokens": budget,
         }
         prompts = {e.example_id: self.encode(pair, e.prompt, cfg.chat_template) for e in pending}
-        decoder.generate(prompts[pending[0].example_id], budget, seed=0)  # warm-up, not recorded
-        bar = self._bar(len(pending), f"{task.name} | {pair.spec.name} | {cfg.label}")
-        drafted = accepted = tokens = 0
-        seconds = 0.0
-        for example in pending:
-            gen = decoder.generate(
-                prompts[example.example_id], budget, seed=example_seed(cfg.seed, example.example_id)
-            )
-            completion = pair.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
-            row = {**fixed, "example_id": example.example_id, "completion": completion}
-            row.update(task.score(example.doc, completion))
-            row.update(stats_columns(gen.stats))
-            self.store.append(row)
-            drafted, accepted = drafted + gen.stats.drafted_tokens, accepted + gen.stats.accepted_tokens
-            tokens, seconds = tokens + gen.stats.new_tokens, seconds + gen.stats.wall_time_s
-            if bar is not None:
-                bar.set_postfix(
-                    acc=f"{accepted / drafted:.3f}" if drafted else "-", tok_s=f"{tokens / seconds:.0f}"
-                )
-                bar.update()
+        first = {e.example_id for e in task.examples(self.limit, cfg.seed)[: self.timing_examples]}
+        timed = [e for e in pending if e.example_id in first or self.batch_size == 1]
+        return _Job(cfg, pending, decoder, task, pair, fixed, prompts, budget, timed)
+
+    def timing_pass(self, jobs: list[_Job]) -> None:
+        """Examples decoded alone, timed: after one warm-up decode per configuration, example i of
+        every configuration, then example i + 1 of every configuration, and so on."""
+        for job in jobs:
+            if job.timed:
+                job.decoder.generate(job.prompts[job.timed[0].example_id], job.budget, seed=0)  # warm-up
+        total = sum(len(job.timed) for job in jobs)
+        if not total:
+            return
+        bar = self._bar(total, f"{jobs[0].task.name} | {jobs[0].pair.spec.name} | timing, batch 1")
+        for i in range(max(len(job.timed) for job in jobs)):
+            for job in jobs:
+                if i < len(job.timed):
+                    example = job.timed[i]
+                    gen = job.decoder.generate(job.prompts[example.example_id], job.budget, job.seed(example))
+                    self.store.append(self.row(job, example, gen))
+                    if bar is not None:
+                        bar.update()
         if bar is not None:
             bar.close()
-        self.store.compact(cfg.config_id)
+
+    def batched_pass(self, job: _Job) -> None:
+        """The configuration's other examples, ``batch_size`` at a time, rows flushed per batch."""
+        timed = {e.example_id for e in job.timed}
+        rest = [e for e in job.pending if e.example_id not in timed]
+        bar = self._bar(len(rest), f"{job.task.name} | {job.pair.spec.name} | {job.cfg.label}")
+        drafted = accepted = 0
+        cache_bytes = 0
+        for start in range(0, len(rest), self.batch_size):
+            batch = rest[start : start + self.batch_size]
+            gens = job.decoder.generate_batch(
+                [job.prompts[e.example_id] for e in batch], job.budget, [job.seed(e) for e in batch]
+            )
+            for example, gen in zip(batch, gens):
+                self.store.append(self.row(job, example, gen))
+                drafted, accepted = drafted + gen.stats.drafted_tokens, accepted + gen.stats.accepted_tokens
+                cache_bytes = max(cache_bytes, gen.stats.kv_cache_bytes)
+            if bar is not None:
+                bar.set_postfix(acc=f"{accepted / drafted:.3f}" if drafted else "-")
+                bar.update(len(batch))
+        if bar is not None:
+            bar.close()
+        if rest:
+            self.log(
+                f"{job.cfg.task} | {job.cfg.pair} | {job.cfg.label}: {len(rest)} examples at batch size "
+                f"{self.batch_size}, KV caches peak {cache_bytes / 2**20:.1f} MiB"
+            )
+        self.store.compact(job.cfg.config_id)
+
+    def row(self, job: _Job, example: Example, gen: Generation) -> dict[str, Any]:
+        completion = job.pair.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
+        row = {**job.fixed, "example_id": example.example_id, "completion": completion}
+        row.update(job.task.score(example.doc, completion))
+        row.update(stats_columns(gen.stats))
+        return row
 
     @staticmethod
     def encode(pair: Pair, prompt: str, chat_template: bool) -> list[int]:

@@ -308,3 +308,99 @@ def plot(result: dict[str, Any], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=150)
     plt.close(fig)
+
+
+def throughput(
+    pair: Pair,
+    prompts: list[list[int]],
+    batch_sizes: list[int],
+    draft_len: int,
+    max_new: int,
+    repeats: int,
+    temperature: float = 1.0,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Examples/s and tokens/s of ``ar`` and ``sd`` decoding all prompts at each batch size, the
+    batch sizes alternated within each repeat (median reported). Each example keeps its own seed,
+    so its tokens must not depend on the batch size: every output is compared with batch 1's."""
+    seeds = list(range(len(prompts)))
+    rows, same = [], True
+    for method in ("ar", "sd"):
+        decoder = SpeculativeDecoder(
+            pair.target,
+            pair.draft,
+            make_verifier(method),
+            draft_len=draft_len,
+            sampling=Sampling(temperature),
+            eos_token_ids=pair.eos_token_ids,
+        )
+        decoder.generate_batch(prompts[:2], 8, seeds[:2])  # warm-up
+        seconds: dict[int, list[float]] = {b: [] for b in batch_sizes}
+        outputs: dict[int, list[list[int]]] = {}
+        cache: dict[int, int] = {}
+        for _ in range(repeats):
+            for b in batch_sizes:
+                _sync(pair.device)
+                start = time.perf_counter()
+                gens = [
+                    g
+                    for i in range(0, len(prompts), b)
+                    for g in decoder.generate_batch(prompts[i : i + b], max_new, seeds[i : i + b])
+                ]
+                _sync(pair.device)
+                seconds[b].append(time.perf_counter() - start)
+                outputs[b] = [g.token_ids for g in gens]
+                cache[b] = max(g.stats.kv_cache_bytes for g in gens)
+        base = statistics.median(seconds[batch_sizes[0]])
+        for b in batch_sizes:
+            t = statistics.median(seconds[b])
+            equal = outputs[b] == outputs[batch_sizes[0]]
+            same &= equal
+            tokens = sum(map(len, outputs[b]))
+            rows.append(
+                {
+                    "method": method,
+                    "batch_size": b,
+                    "examples_per_s": len(prompts) / t,
+                    "tokens_per_s": tokens / t,
+                    "vs_first": base / t,
+                    "outputs_equal_first": equal,
+                    "kv_cache_mib": cache[b] / 2**20,
+                }
+            )
+            log(
+                f"{method} B={b}: {len(prompts) / t:.2f} examples/s, {tokens / t:.0f} tokens/s, equal {equal}"
+            )
+    return {
+        "pair": pair.spec.name,
+        "device": str(pair.device),
+        "examples": len(prompts),
+        "draft_len": draft_len,
+        "max_new_tokens": max_new,
+        "temperature": temperature,
+        "repeats": repeats,
+        "outputs_equal": same,
+        "rows": rows,
+    }
+
+
+def throughput_markdown(result: dict[str, Any], command: str) -> str:
+    """The throughput table: every ratio is against the first batch size of the same method."""
+    first = result["rows"][0]["batch_size"]
+    lines = [
+        f"# Throughput: {result['pair']} on {result['device']}",
+        "",
+        f"`{command}`: {result['examples']} examples, up to {result['max_new_tokens']} new tokens, "
+        f"temperature {result['temperature']:g}, N = {result['draft_len']}, median of {result['repeats']} "
+        f"repeats (batch sizes alternated within a repeat). Outputs equal batch {first}'s: "
+        f"**{result['outputs_equal']}**.",
+        "",
+        f"| method | batch | examples/s | tokens/s | x batch {first} | same outputs | KV caches MiB |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['method']} | {r['batch_size']} | {r['examples_per_s']:.2f} | {r['tokens_per_s']:.0f} | "
+        f"{r['vs_first']:.2f} | {r['outputs_equal_first']} | {r['kv_cache_mib']:.1f} |"
+        for r in result["rows"]
+    ]
+    return "\n".join(lines) + "\n"

@@ -23,8 +23,8 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from bench.decoding import model_step
 from bench.distributions import Sampling, process, sample, tv
+from bench.engines import EagerEngine
 from bench.errors import BenchError
 from bench.head import WeightHead, save_head
 from bench.pairs import Pair
@@ -79,59 +79,83 @@ class Rollout:
 
 
 @torch.no_grad()
-def rollout(
+def rollouts(
     pair: Pair,
     head: WeightHead,
-    prompt: list[int],
+    prompts: list[list[int]],
     max_tokens: int,
     temperature: float,
-    generator: torch.Generator,
-) -> Rollout:
-    """Sample from the ensemble policy, one token at a time, with a KV cache per model."""
-    from transformers import DynamicCache
-
-    device = pair.device
+    generators: list[torch.Generator],
+) -> list[Rollout]:
+    """Sample from the ensemble policy for a batch of prompts, one token a step, both models on the
+    decoding loop's engines. Row b draws from ``generators[b]`` only, so its rollout does not
+    depend on the other rows; rows ending on EOS leave the batch."""
     sampling = Sampling(temperature)
-    caches = [DynamicCache(config=pair.target.config), DynamicCache(config=pair.draft.config)]
-    feed = torch.tensor([prompt], device=device)
+    engines = [EagerEngine(pair.target), EagerEngine(pair.draft)]
+    longest = max(map(len, prompts)) + max_tokens + 1
+    for engine in engines:
+        engine.start(len(prompts), longest)
     eos = set(pair.eos_token_ids)
-    cols: dict[str, list[Tensor]] = {k: [] for k in ("hd", "ht", "p_y", "q_y", "tv", "pi", "tg", "dg")}
-    tokens: list[int] = []
+    keys = ("hd", "ht", "p_y", "q_y", "tv", "pi", "tg", "dg")
+    cols: list[dict[str, list[Tensor]]] = [{k: [] for k in keys} for _ in prompts]
+    tokens: list[list[int]] = [[] for _ in prompts]
+    alive = list(range(len(prompts)))
+    feed = [list(p) for p in prompts]
     for _ in range(max_tokens):
-        p_logits, ht = model_step(pair.target, feed, caches[0], keep=1, hidden=True)
-        q_logits, hd = model_step(pair.draft, feed, caches[1], keep=1, hidden=True)
-        p, q = process(p_logits[0, -1], sampling), process(q_logits[0, -1], sampling)
-        w = head(hd[0, -1], ht[0, -1])
+        ids = torch.tensor([f + [0] * (max(map(len, feed)) - len(f)) for f in feed], device=pair.device)
+        rows = torch.arange(len(feed), device=pair.device)
+        last = torch.tensor([len(f) - 1 for f in feed], device=pair.device)
+        real = [len(f) for f in feed]
+        p_logits, ht = engines[0].step(ids, real, keep=ids.shape[1], hidden=True)
+        q_logits, hd = engines[1].step(ids, real, keep=ids.shape[1], hidden=True)
+        p, q = process(p_logits[rows, last], sampling), process(q_logits[rows, last], sampling)
+        h_t, h_d = ht[rows, last], hd[rows, last]  # type: ignore[index]
+        w = head(h_d, h_t).unsqueeze(-1)
         pi = w * p + (1 - w) * q
-        y = sample(pi, generator)
-        for key, value in (
-            ("hd", hd[0, -1]),
-            ("ht", ht[0, -1]),
-            ("p_y", p[y]),
-            ("q_y", q[y]),
-            ("tv", tv(p, q)),
-            ("pi", pi[y]),
-            ("tg", y == p.argmax()),
-            ("dg", y == q.argmax()),
-        ):
-            cols[key].append(value)
-        token = int(y)
-        tokens.append(token)
-        if token in eos:
+        y = sample(pi, [generators[b] for b in alive])
+        picked = y.unsqueeze(-1)
+        values = {
+            "hd": h_d,
+            "ht": h_t,
+            "p_y": p.gather(-1, picked).squeeze(-1),
+            "q_y": q.gather(-1, picked).squeeze(-1),
+            "tv": tv(p, q),
+            "pi": pi.gather(-1, picked).squeeze(-1),
+            "tg": y == p.argmax(-1),
+            "dg": y == q.argmax(-1),
+        }
+        for j, b in enumerate(alive):
+            for key, value in values.items():
+                cols[b][key].append(value[j])
+        keep = []
+        for j, (b, token) in enumerate(zip(alive, y.tolist())):
+            tokens[b].append(token)
+            if token not in eos:
+                keep.append(j)
+        if not keep:
             break
-        feed = y.view(1, 1)
-    stack = {k: torch.stack(v).float() if k in ("hd", "ht") else torch.stack(v) for k, v in cols.items()}
-    return Rollout(
-        tokens,
-        stack["hd"],
-        stack["ht"],
-        stack["p_y"],
-        stack["q_y"],
-        stack["tv"],
-        stack["pi"],
-        stack["tg"],
-        stack["dg"],
-    )
+        if len(keep) < len(alive):
+            for engine in engines:
+                engine.select(keep)
+            alive = [alive[j] for j in keep]
+        feed = [[tokens[b][-1]] for b in alive]
+    out = []
+    for b, c in enumerate(cols):
+        stack = {k: torch.stack(v).float() if k in ("hd", "ht") else torch.stack(v) for k, v in c.items()}
+        out.append(
+            Rollout(
+                tokens[b],
+                stack["hd"],
+                stack["ht"],
+                stack["p_y"],
+                stack["q_y"],
+                stack["tv"],
+                stack["pi"],
+                stack["tg"],
+                stack["dg"],
+            )
+        )
+    return out
 
 
 def policy_terms(head: WeightHead, r: Rollout) -> tuple[Tensor, Tensor, Tensor]:
@@ -232,29 +256,33 @@ class Trainer:
         tok = self.pair.tokenizer
         for step in range(self.step, min(len(batches), until or len(batches))):
             start = time.perf_counter()
-            gen = torch.Generator(device=self.pair.device).manual_seed(self.cfg.seed * 100003 + step)
-            rollouts, rewards = [], []
-            for example in batches[step]:
-                r = rollout(
-                    self.pair,
-                    self.head,
-                    list(tok(example.prompt).input_ids),
-                    self.cfg.rollout_tokens,
-                    self.cfg.temperature,
-                    gen,
+            batch = batches[step]
+            generators = [
+                torch.Generator(device=self.pair.device).manual_seed(
+                    (self.cfg.seed * 100003 + step) * 1009 + k
                 )
-                rollouts.append(r)
-                rewards.append(self.reward(example, r, tok.decode(r.tokens, skip_special_tokens=True)))
+                for k in range(len(batch))
+            ]
+            sampled = rollouts(
+                self.pair,
+                self.head,
+                [list(tok(e.prompt).input_ids) for e in batch],
+                self.cfg.rollout_tokens,
+                self.cfg.temperature,
+                generators,
+            )
+            rewards = [
+                self.reward(e, r, tok.decode(r.tokens, skip_special_tokens=True))
+                for e, r in zip(batch, sampled)
+            ]
             reward_t = torch.tensor(rewards, device=self.pair.device)
             if self.cfg.algorithm == "reinforce":
                 base = self.baseline if (self.rouge and self.baseline is not None) else float(reward_t.mean())
-                loss = reinforce_loss(self.head, rollouts, reward_t - base, self.cfg.reg_weight)
+                loss = reinforce_loss(self.head, sampled, reward_t - base, self.cfg.reg_weight)
                 self._update(loss)
             else:
                 for _ in range(self.cfg.inner_steps):
-                    loss = reinforce_pp_loss(
-                        self.head, rollouts, reward_t, self.cfg.reg_weight, self.cfg.clip
-                    )
+                    loss = reinforce_pp_loss(self.head, sampled, reward_t, self.cfg.reg_weight, self.cfg.clip)
                     self._update(loss)
             mean_r = float(reward_t.mean())
             self.baseline = (
@@ -263,7 +291,7 @@ class Trainer:
                 else (self.cfg.baseline_decay * self.baseline + (1 - self.cfg.baseline_decay) * mean_r)
             )
             with torch.no_grad():
-                terms = [policy_terms(self.head, r) for r in rollouts]
+                terms = [policy_terms(self.head, r) for r in sampled]
             record = {
                 "step": step + 1,
                 "steps": len(batches),
@@ -271,7 +299,7 @@ class Trainer:
                 "loss": loss.item(),
                 "expected_acceptance": float(torch.cat([t[1] for t in terms]).mean()),
                 "mean_w": float(torch.cat([t[2] for t in terms]).mean()),
-                "tokens": sum(len(r.tokens) for r in rollouts),
+                "tokens": sum(len(r.tokens) for r in sampled),
                 "seconds": time.perf_counter() - start,
             }
             self.history.append(record)

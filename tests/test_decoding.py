@@ -162,3 +162,46 @@ def test_tiny_pair_acceptance_is_tunable(damping, low, high):
     stats = [sd.generate(p, 48, seed=i).stats for i, p in enumerate(prompts(pair.tokenizer, 6))]
     rate = sum(s.accepted_tokens for s in stats) / sum(s.drafted_tokens for s in stats)
     assert low <= rate <= high, rate
+
+
+def test_drafts_accepted_after_an_eos_are_not_counted(tiny_pair):
+    """Issue 13: an example that emitted 6 tokens must not log 11 accepted. The round that ends on a
+    drafted EOS counts drafted and accepted tokens up to the EOS only."""
+    sd = decoder(tiny_pair, "sd", eos=False)
+    found = 0
+    for prompt in prompts(tiny_pair.tokenizer, 4):
+        out = sd.generate(prompt, 48).token_ids
+        for i, token in enumerate(out[:16]):
+            if token in out[:i]:
+                continue
+            sd.eos = frozenset([token])
+            s = sd.generate(prompt, 48).stats
+            sd.eos = frozenset()
+            assert s.new_tokens == i + 1
+            assert s.accepted_tokens == sum(s.accepted_per_position) <= s.drafted_tokens
+            assert s.new_tokens in (s.accepted_tokens + s.rounds, s.accepted_tokens + s.rounds - 1)
+            found += s.new_tokens == s.accepted_tokens + s.rounds - 1  # ended on an accepted draft
+    assert found, "no example ended on an accepted drafted EOS: the test shows nothing"
+
+
+def test_diversed_weights_cover_reached_positions_only(tiny_pair):
+    """Issue 13: weights are logged where the verifier looked (up to the first rejection), like
+    expected acceptance and bias, not at every drafted position."""
+    hot = Sampling(temperature=1.0)
+    head = WeightHead(*tiny_pair.hidden_sizes)
+    with torch.no_grad():
+        head.linear.weight.normal_(0, 0.3, generator=torch.Generator().manual_seed(5))
+    div = SpeculativeDecoder(
+        tiny_pair.target,
+        tiny_pair.draft,
+        make_verifier("diversed"),
+        draft_len=5,
+        sampling=hot,
+        head=head,
+    )
+    rejected = 0
+    for seed, prompt in enumerate(prompts(tiny_pair.tokenizer, 4)):
+        s = div.generate(prompt, 48, seed=seed).stats
+        assert len(s.weights) == sum(s.reached_per_position)
+        rejected += s.drafted_tokens - s.accepted_tokens
+    assert rejected and len(set(div.generate(prompts(tiny_pair.tokenizer, 1)[0], 48).stats.weights)) > 1
