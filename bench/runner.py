@@ -28,6 +28,7 @@ import torch
 
 from bench.decoding import DecodeStats, Generation, SpeculativeDecoder
 from bench.distributions import Sampling
+from bench.engines import CompiledEngines, make_engine
 from bench.errors import BenchError
 from bench.head import required_head
 from bench.pairs import Pair, load_pair, resolve_pair
@@ -218,6 +219,7 @@ class Runner:
         device: str | None = None,
         batch_size: int = 1,
         timing_examples: int = 4,
+        engine: str = "eager",
         progress: bool = True,
         log: Any = print,
     ) -> None:
@@ -226,6 +228,7 @@ class Runner:
         if timing_examples < 0:
             raise BenchError(f"--timing-examples must be 0 or more, got {timing_examples}")
         self.batch_size, self.timing_examples = batch_size, timing_examples
+        self.engine_name, self.engine = engine, make_engine(engine)
         self.store = ResultStore(output_dir, writer=f"{partition[0]}of{partition[1]}")
         self.limit, self.partition, self.device, self.progress, self.log = (
             limit,
@@ -279,6 +282,11 @@ class Runner:
             self.timing_pass(jobs)
             for job in jobs:
                 self.batched_pass(job)
+        if isinstance(self.engine, CompiledEngines):
+            self.log(
+                f"compiled engine: {self.engine.compile_s:.1f} s compiling, {self.engine.warmup_s:.1f} s "
+                "warming up, outside every example's time"
+            )
 
     def job(self, cfg: RunConfig, pending: list[Example]) -> _Job:
         pair, task = self.pair(cfg), self.task(cfg)
@@ -294,6 +302,7 @@ class Runner:
             sampling=Sampling(cfg.temperature),
             eos_token_ids=pair.eos_token_ids,
             head=head,
+            engine=self.engine,
         )
         budget = cfg.max_new_tokens or task.spec.max_new_tokens
         self.store.write_manifest(
@@ -303,6 +312,7 @@ class Runner:
                 "settings": asdict(cfg),
                 "label": cfg.label,
                 "limit": self.limit,
+                "engine": self.engine_name,
                 **environment(pair.device),
             },
         )

@@ -81,7 +81,7 @@ class CompiledEngine(EagerEngine):
             self._forward, fullgraph=True, dynamic=False, mode="reduce-overhead" if self.cuda else None
         )
         self.cache = StaticSlotCache(0, 0)
-        self.ready = False  # graphs compiled for the current cache shape
+        self.caches: list[StaticSlotCache] = []  # one per batch shape met; each has its graphs
         self.fresh = True  # no step since start: the next one is the prompt's prefill
         self.compile_s = 0.0
         self.warmup_s = 0.0
@@ -99,17 +99,19 @@ class CompiledEngine(EagerEngine):
         return out.logits, out.hidden_states[-1]
 
     def start(self, rows: int, max_len: int) -> None:
-        """Reuse the buffers and graphs when the batch fits them; else allocate and compile (the
-        capacity rounds up to a power of two, so growing prompts recompile rarely)."""
+        """Reuse the smallest cache (and its graphs) that holds the batch, extra rows running as
+        idle padding; else allocate one and compile for it. Capacities round up to a power of two,
+        so growing prompts rarely compile again."""
         need = max_len + max(self.widths, default=1)
-        if rows != self.cache.rows or need > self.cache.max_len:
+        fits = [c for c in self.caches if c.rows >= rows and c.max_len >= need]
+        if fits:
+            self.cache = min(fits, key=lambda c: (c.rows, c.max_len))
+        else:
             self.cache = StaticSlotCache(rows, max(64, 1 << (need - 1).bit_length()))
-            self.ready = False
+            self._compile()
+            self.caches.append(self.cache)
         self.lengths = [0] * rows
         self.fresh = True
-        if not self.ready:
-            self._compile()
-            self.ready = True
 
     def _compile(self) -> None:
         device = self.model.device
