@@ -450,7 +450,14 @@ def speed(
         texts = [e.doc["article"] for e in Task(resolve_task("cnndm"), "fixture").examples()]
         encoded = [list(loaded.tokenizer(texts[i % len(texts)]).input_ids) for i in range(examples)]
         result = measure_throughput(
-            loaded, encoded, sizes, lens[0], max_new_tokens, repeats, log=typer.echo, engine=next(iter(engines.values()))
+            loaded,
+            encoded,
+            sizes,
+            lens[0],
+            max_new_tokens,
+            repeats,
+            log=typer.echo,
+            engine=next(iter(engines.values())),
         )
         output_dir.mkdir(parents=True, exist_ok=True)
         stem = output_dir / f"speed_throughput_{loaded.spec.name}"

@@ -205,8 +205,8 @@ def measure(
     setups: dict[str, dict[str, float]] = {}
     for name, engine in engines.items():
         tick = time.perf_counter()
-        run_harness(pair, "ar", prompts[:1], 1, 8, engine)  # warm-up (and compilation)
-        run_harness(pair, "sd", prompts[:1], draft_lens[0], 8, engine)
+        run_harness(pair, "sd", prompts[:1], draft_lens[0], 8, engine)  # warm-up (and compilation)
+        run_harness(pair, "ar", prompts[:1], 1, 8, engine)
         for n in draft_lens[1:]:
             run_harness(pair, "sd", prompts[:1], n, 8, engine)
         t_draft, t_target = step_costs(pair, prompts, draft_lens[0], max_new, engine)

@@ -86,13 +86,13 @@ def rollouts(
     max_tokens: int,
     temperature: float,
     generators: list[torch.Generator],
-    engine: EngineFactory = EagerEngine,
+    factory: EngineFactory = EagerEngine,
 ) -> list[Rollout]:
     """Sample from the ensemble policy for a batch of prompts, one token a step, both models on the
     decoding loop's engines. Row b draws from ``generators[b]`` only, so its rollout does not
     depend on the other rows; rows ending on EOS leave the batch."""
     sampling = Sampling(temperature)
-    engines = [engine(pair.target, (1,)), engine(pair.draft, (1,))]  # the prompt, then a token a step
+    engines = [factory(pair.target, (1,)), factory(pair.draft, (1,))]  # the prompt, then a token a step
     longest = max(map(len, prompts)) + max_tokens + 1
     for engine in engines:
         engine.start(len(prompts), longest)

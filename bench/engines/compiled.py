@@ -85,8 +85,16 @@ class CompiledEngine(EagerEngine):
         self.fresh = True  # no step since start: the next one is the prompt's prefill
         self.compile_s = 0.0
         self.warmup_s = 0.0
+        # transformers installs its output-capturing hooks at a model's first forward, and graphs
+        # guard on hooks: install them now, before any engine compiles (pairs may share layers).
+        with torch.no_grad():
+            model(
+                input_ids=torch.zeros(1, 1, dtype=torch.long, device=model.device), output_hidden_states=True
+            )
 
-    def _forward(self, ids: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
+    def _forward(self, ids: Tensor, positions: Tensor, keep: int) -> tuple[Tensor, Tensor]:
+        """Logits and last hidden states of the last ``keep`` positions (both always: one graph
+        serves every verifier, and unused outputs cost nothing)."""
         self.cache.positions = positions
         out = self.model(
             input_ids=ids,
@@ -94,9 +102,10 @@ class CompiledEngine(EagerEngine):
             attention_mask=self._masks(positions, self.cache.max_len),
             past_key_values=self.cache,
             use_cache=True,
+            logits_to_keep=keep,
             output_hidden_states=True,
         )
-        return out.logits, out.hidden_states[-1]
+        return out.logits, out.hidden_states[-1][:, -keep:]
 
     def start(self, rows: int, max_len: int) -> None:
         """Reuse the smallest cache (and its graphs) that holds the batch, extra rows running as
@@ -116,13 +125,13 @@ class CompiledEngine(EagerEngine):
     def _compile(self) -> None:
         device = self.model.device
         ids = torch.zeros(self.cache.rows, 1, dtype=torch.long, device=device)
-        self._forward(ids, torch.zeros_like(ids))  # allocates the buffers from the model's keys
+        self._forward(ids, torch.zeros_like(ids), 1)  # allocates the buffers from the model's keys
         if self.cuda:
             for buf in [*self.cache.keys.values(), *self.cache.values.values()]:
                 torch._dynamo.mark_static_address(buf)
         for width in self.widths:
             ids = torch.zeros(self.cache.rows, width, dtype=torch.long, device=device)
-            positions = torch.arange(width, device=device).expand(self.cache.rows, width)
+            positions = torch.arange(width, device=device).repeat(self.cache.rows, 1)  # as a step makes it
             for call in range(3):  # compile; then warm-up runs (CUDA graphs record on a later call)
                 tick = time.perf_counter()
                 try:
@@ -142,31 +151,29 @@ class CompiledEngine(EagerEngine):
     def _run(self, ids: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
         if self.cuda:
             torch.compiler.cudagraph_mark_step_begin()
-            logits, hidden = self.compiled(ids, positions)
+            logits, hidden = self.compiled(ids, positions, ids.shape[1])
             return logits.clone(), hidden.clone()  # the graph's outputs are overwritten next replay
-        return self.compiled(ids, positions)
+        return self.compiled(ids, positions, ids.shape[1])
 
     def step(self, ids: Tensor, real: Sequence[int], keep: int, hidden: bool) -> tuple[Tensor, Tensor | None]:
         count, width = ids.shape
-        if max(self.lengths) + width > self.cache.max_len:
-            raise RuntimeError(f"cache overflow: {max(self.lengths) + width} > {self.cache.max_len} slots")
-        if self.fresh:
-            graph = width
-        else:
-            graph = next((w for w in self.widths if w >= width), 0)
-            if not graph:
-                raise RuntimeError(f"step of {width} tokens is wider than the compiled widths {self.widths}")
+        graph = width if self.fresh else next((w for w in self.widths if w >= width), 0)
+        if not graph:
+            raise RuntimeError(f"step of {width} tokens is wider than the compiled widths {self.widths}")
+        if max(self.lengths) + graph > self.cache.max_len:
+            raise RuntimeError(f"cache overflow: {max(self.lengths) + graph} > {self.cache.max_len} slots")
         padded = ids.new_zeros(self.cache.rows, graph)
         padded[:count, :width] = ids
         start = torch.tensor(self.lengths + [0] * (self.cache.rows - count), device=ids.device)
         positions = start.unsqueeze(1) + torch.arange(graph, device=ids.device)
-        if self.fresh:
-            logits, states = self._forward(padded, positions)
+        if self.fresh:  # the prompt: its width is the example's, so it runs uncompiled
+            logits, states = self._forward(padded, positions, keep)
+            window = slice(None)
         else:
             logits, states = self._run(padded, positions)
+            window = slice(width - keep, width)
         self.fresh = False
         self.lengths = [n + r for n, r in zip(self.lengths, real)]
-        window = slice(width - keep, width)
         return logits[:count, window], states[:count, window] if hidden else None
 
     def select(self, rows: Sequence[int]) -> None:
