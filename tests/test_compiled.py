@@ -113,10 +113,11 @@ def test_batched_rows_equal_eager(pairs, compiled):
 @pytest.mark.parametrize("name", ["tiny", "qwen3", "gemma3"])
 def test_greedy_outputs_and_counters_equal_eager(name, pairs, compiled):
     pair = pairs[name]
+    count, budget = (3, 24) if name == "tiny" else (2, 16)  # the random pairs decode slowly eagerly
     for method in METHODS:
         eager, fast = decoder(pair, method, make_engine("eager")), decoder(pair, method, compiled)
-        for prompt in prompts(pair[0].config.vocab_size):
-            want, got = eager.generate(prompt, 24), fast.generate(prompt, 24)
+        for prompt in prompts(pair[0].config.vocab_size, count):
+            want, got = eager.generate(prompt, budget), fast.generate(prompt, budget)
             assert got.token_ids == want.token_ids, (name, method)
             same_stats(got.stats, want.stats)
             assert got.stats.wall_time_s > 0 and not math.isnan(got.stats.wall_time_s)
