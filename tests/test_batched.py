@@ -101,7 +101,10 @@ def models(tiny_pair):
     return {"tiny": (tiny_pair.target, tiny_pair.draft), **{k: f() for k, f in architectures().items()}}
 
 
-@pytest.mark.parametrize("arch", ["tiny", "qwen3", "gemma3"])
+@pytest.mark.parametrize(
+    "arch",
+    ["tiny", pytest.param("qwen3", marks=pytest.mark.slow), pytest.param("gemma3", marks=pytest.mark.slow)],
+)
 @pytest.mark.parametrize("method", sorted(METHODS))
 def test_greedy_batches_equal_batch_one(models, arch, method):
     target, draft = models[arch]
@@ -217,3 +220,24 @@ def test_bad_batch_size_is_one_line(tmp_path, value):
     )
     assert out.returncode == 2, out.stderr
     assert "Traceback" not in out.stderr and "--batch-size" in out.stderr.strip().splitlines()[-1]
+
+
+def test_throughput_mode_checks_outputs_against_batch_one(tiny_pair):
+    from bench.speed import throughput, throughput_markdown
+
+    prompts = mixed_prompts(tiny_pair.target.config.vocab_size, 5)
+    result = throughput(tiny_pair, prompts, [1, 2, 4], draft_len=3, max_new=10, repeats=1, log=lambda m: None)
+    assert result["outputs_equal"]
+    assert [(r["method"], r["batch_size"]) for r in result["rows"]] == [
+        (m, b) for m in ("ar", "sd") for b in (1, 2, 4)
+    ]
+    assert all(r["examples_per_s"] > 0 and r["kv_cache_mib"] > 0 for r in result["rows"])
+    assert "| sd | 4 |" in throughput_markdown(result, "diversed-bench speed --throughput")
+
+
+def test_bad_throughput_batch_size_is_one_line(tmp_path):
+    from conftest import bench_cli
+
+    out = bench_cli("speed", "--throughput", "--batch-sizes", "4,0", "--output-dir", str(tmp_path))
+    assert out.returncode == 2, out.stderr
+    assert "Traceback" not in out.stderr and "--batch-sizes" in out.stderr.strip().splitlines()[-1]
