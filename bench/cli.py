@@ -27,6 +27,11 @@ def _root() -> None:
     """Reference harness for relaxed speculative decoding."""
 
 
+ENGINE_HELP = (
+    "eager (the reference) or compiled (static KV cache, torch.compile'd steps, CUDA graphs on GPU)."
+)
+
+
 @app.command()
 def generate(
     prompt: str = typer.Argument(..., help="Raw text prompt."),
@@ -39,6 +44,7 @@ def generate(
     head: Optional[str] = typer.Option(None, help="diversed: trained head folder, or 'init' (w = 0.5)."),
     seed: int = typer.Option(0),
     device: str = typer.Option("auto"),
+    engine: str = typer.Option("eager", help=ENGINE_HELP),
 ) -> None:
     """Decode one prompt and print the text and its acceptance counters.
 
@@ -46,12 +52,14 @@ def generate(
     """
     from bench.decoding import SpeculativeDecoder
     from bench.distributions import Sampling
+    from bench.engines import make_engine
     from bench.head import required_head
     from bench.pairs import load_pair
     from bench.verifiers import make_verifier
 
     params = {"target_weight": target_weight} if method == "ensemble" else {}
     verifier = make_verifier(method, **params)
+    factory = make_engine(engine)
     loaded = load_pair(pair, device=device)
     weight_head = (
         required_head(head, method, loaded.spec.name, loaded.hidden_sizes, loaded.device)
@@ -66,6 +74,7 @@ def generate(
         sampling=Sampling(temperature),
         eos_token_ids=loaded.eos_token_ids,
         head=weight_head,
+        engine=factory,
     )
     gen = decoder.generate(loaded.tokenizer(prompt).input_ids, max_new_tokens, seed=seed)
     s = gen.stats
@@ -161,6 +170,7 @@ def run(
     timing_examples: int = typer.Option(
         4, help="First K examples of every configuration decoded alone and timed, methods interleaved."
     ),
+    engine: str = typer.Option("eager", help=ENGINE_HELP),
     report: bool = typer.Option(True, help="Print the table and write the plots at the end."),
     progress: bool = typer.Option(
         True, help="Show progress: a bar on a terminal, one line per configuration in a log or pipe."
@@ -253,6 +263,7 @@ def run(
         device=launch.device,
         batch_size=batch_size,
         timing_examples=timing_examples,
+        engine=engine,
         progress=progress and launch.rank == 0,
         log=lambda m: typer.echo(m, err=True),
     )
@@ -363,15 +374,19 @@ def train(
     seed: int = typer.Option(0),
     device: str = typer.Option("auto"),
     dtype: Optional[str] = typer.Option(None),
+    engine: str = typer.Option("eager", help="Rollout engine: " + ENGINE_HELP),
 ) -> None:
     """Train a DIVERSED weight head with both models frozen; writes head.safetensors, card.json,
     train_log.parquet and a checkpoint that a re-run resumes from.
 
     Example: diversed-bench train --task gsm8k --pair llama3 --algorithm reinforce++
     """
+    from bench.engines import make_engine
     from bench.pairs import load_pair, resolve_pair
     from bench.tasks import Task, default_data, resolve_task
     from bench.train import TrainConfig, Trainer, describe
+
+    factory = make_engine(engine)
 
     cfg = TrainConfig(
         algorithm=algorithm,
@@ -391,7 +406,9 @@ def train(
     train_task = Task(spec, source, split=spec.dataset["fewshot_split"])
     loaded = load_pair(pair, device=device, dtype=dtype)
     folder = output_dir or Path("heads") / f"{spec.name}-{loaded.spec.name}"
-    trainer = Trainer(loaded, train_task, cfg, folder, data=source, log=lambda r: typer.echo(describe(r)))
+    trainer = Trainer(
+        loaded, train_task, cfg, folder, data=source, log=lambda r: typer.echo(describe(r)), engine=factory
+    )
     trainer.train()
     typer.echo(
         f"head written to {folder}/ ; use it with: diversed-bench run --method diversed --head {folder}"
@@ -417,6 +434,9 @@ def speed(
     ),
     batch_sizes: str = typer.Option("1,4,16,64", help="--throughput: batch sizes, comma-separated."),
     examples: int = typer.Option(64, help="--throughput: examples decoded at every batch size."),
+    engine: str = typer.Option(
+        "eager", help="eager, compiled, or eager,compiled to time both (ratios against the first)."
+    ),
 ) -> None:
     """Time the harness against transformers generate() and assisted generation, and against the
     ideal speedup S(alpha, N, c); checks that greedy outputs agree. With --throughput, time batched
@@ -429,19 +449,35 @@ def speed(
     import shlex
 
     from bench.pairs import load_pair
+    from bench.engines import make_engine
     from bench.speed import markdown, measure, plot, throughput_markdown
     from bench.speed import throughput as measure_throughput
     from bench.tasks import Task, resolve_task
+
+    engines = {name: make_engine(name) for name in _list(engine)}
+    if not engines:
+        raise BenchError("--engine takes eager, compiled or eager,compiled")
 
     if throughput:
         sizes = [_positive(b, "--batch-sizes") for b in _list(batch_sizes)]
         lens = [_positive(n, "--draft-len") for n in _list(draft_len)]
         if len(lens) != 1 or examples < 1:
             raise BenchError("--throughput takes one --draft-len and --examples >= 1")
+        if len(engines) != 1:
+            raise BenchError("--throughput times one engine at a time: give a single --engine")
         loaded = load_pair(pair, device=device, dtype=dtype)
         texts = [e.doc["article"] for e in Task(resolve_task("cnndm"), "fixture").examples()]
         encoded = [list(loaded.tokenizer(texts[i % len(texts)]).input_ids) for i in range(examples)]
-        result = measure_throughput(loaded, encoded, sizes, lens[0], max_new_tokens, repeats, log=typer.echo)
+        result = measure_throughput(
+            loaded,
+            encoded,
+            sizes,
+            lens[0],
+            max_new_tokens,
+            repeats,
+            log=typer.echo,
+            engine=next(iter(engines.values())),
+        )
         output_dir.mkdir(parents=True, exist_ok=True)
         stem = output_dir / f"speed_throughput_{loaded.spec.name}"
         text = throughput_markdown(result, "diversed-bench " + shlex.join(sys.argv[1:]))
@@ -465,6 +501,7 @@ def speed(
         repeats,
         target_weight if "ensemble" in methods else None,
         log=typer.echo,
+        engines=engines,
     )
     output_dir.mkdir(parents=True, exist_ok=True)
     stem = output_dir / f"speed_{loaded.spec.name}"

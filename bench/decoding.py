@@ -24,7 +24,7 @@ from torch import Tensor
 from transformers import PreTrainedModel
 
 from bench.distributions import Sampling, process, sample
-from bench.engines import EagerEngine, ModelEngine
+from bench.engines import EagerEngine, EngineFactory
 from bench.errors import BenchError
 from bench.head import WeightHead
 from bench.verifiers import Round, Verifier, verify
@@ -156,7 +156,7 @@ class SpeculativeDecoder:
         sampling: Sampling = Sampling(),
         eos_token_ids: Sequence[int] = (),
         head: WeightHead | None = None,
-        engine: Callable[[PreTrainedModel], ModelEngine] = EagerEngine,
+        engine: EngineFactory = EagerEngine,
     ) -> None:
         if verifier.uses_draft and draft is None:
             raise BenchError(f"{verifier.name}: needs a draft model")
@@ -172,7 +172,10 @@ class SpeculativeDecoder:
         self.sampling = sampling
         self.eos = frozenset(eos_token_ids)
         self.head = head
-        self.engines = [engine(target)] + ([engine(draft)] if self.draft_len else [])
+        # Step widths after the prompt: the target verifies N + 1 tokens (fewer near the budget);
+        # the draft is fed the last token, or two after a round that accepted every draft.
+        self.engines = [engine(target, (self.draft_len + 1,))]
+        self.engines += [engine(draft, (1, 2))] if self.draft_len else []
 
     def _pick(self, probs: Tensor, generators: Sequence[torch.Generator | None]) -> Tensor:
         """A token per row of ``probs`` [B, V]; rows without a generator draw nothing (argmax)."""

@@ -2,7 +2,7 @@
 
 Normalised time is paired: the mean time of a configuration over the examples it shares with the
 ``ar`` run of the same settings (``SHARED_SETTINGS``: task, pair, temperature, budget, seed, data,
-prompt options, device, dtype), divided by ``ar``'s mean time on those same examples (SPEC section
+prompt options, device, dtype, engine), divided by ``ar``'s mean time on those same examples (SPEC section
 7). Intervals are 95% percentile bootstraps over examples. Only rows decoded alone carry a time
 (rows decoded in a batch have NaN); times are computed from those rows only, per example and per
 emitted token.
@@ -153,7 +153,8 @@ def _describe(key: dict[str, Any]) -> str:
     n = f", draft length {key['draft_len']}" if "draft_len" in key else ""
     return (
         f"{key['pair']}: temperature {key['temperature']:g}{n}, {key['max_new_tokens']} tokens, seed "
-        f"{key['seed']}, data {key['data']} ({key['split']}, {shots}{chat}), {key['device']} {key['dtype']}"
+        f"{key['seed']}, data {key['data']} ({key['split']}, {shots}{chat}), {key['device']} {key['dtype']}, "
+        f"{key['engine']} engine"
     )
 
 

@@ -30,6 +30,7 @@ import torch
 
 from bench.decoding import DecodeStats, Generation, SpeculativeDecoder
 from bench.distributions import Sampling
+from bench.engines import CompiledEngines, make_engine
 from bench.errors import BenchError
 from bench.head import required_head
 from bench.progress import Progress
@@ -64,6 +65,7 @@ class RunConfig:
     chat_template: bool = False
     device: str = "auto"
     dtype: str | None = None  # None: the pair file's for the device
+    engine: str = "eager"  # how model steps run (bench/engines); it changes times, so ids see it
 
     def resolve(self) -> RunConfig:
         """Defaults made concrete, and settings the method does not read dropped (``ar`` has no
@@ -315,6 +317,7 @@ class Runner:
         device: str | None = None,
         batch_size: int = 1,
         timing_examples: int = 4,
+        engine: str = "eager",
         progress: bool = True,
         log: Any = print,
     ) -> None:
@@ -325,6 +328,7 @@ class Runner:
         if timing_examples < 0:
             raise BenchError(f"--timing-examples must be 0 or more, got {timing_examples}")
         self.batch_size, self.timing_examples = batch_size, timing_examples
+        self.engine_name, self.engine = engine, make_engine(engine)
         self.store = ResultStore(output_dir, writer=f"{partition[0]}of{partition[1]}")
         self.limit, self.partition, self.device, self.progress, self.log = (
             limit,
@@ -363,7 +367,9 @@ class Runner:
         return out
 
     def run(self, configs: list[RunConfig]) -> None:
-        resolved = (replace(c, device=self.device or c.device).resolve() for c in configs)
+        resolved = (
+            replace(c, device=self.device or c.device, engine=self.engine_name).resolve() for c in configs
+        )
         unique = list({c.config_id: c for c in resolved}.values())  # e.g. ar once for a draft-length sweep
         groups: dict[tuple[Any, ...], list[tuple[RunConfig, list[Example]]]] = {}
         for cfg, mine in self.assignments(unique):
@@ -379,6 +385,11 @@ class Runner:
             self.timing_pass(jobs)
             for job in jobs:
                 self.batched_pass(job)
+        if isinstance(self.engine, CompiledEngines):
+            self.log(
+                f"compiled engine: {self.engine.compile_s:.1f} s compiling, {self.engine.warmup_s:.1f} s "
+                "warming up, outside every example's time"
+            )
 
     def job(self, cfg: RunConfig, pending: list[Example]) -> _Job:
         pair, task = self.pair(cfg), self.task(cfg)
@@ -394,6 +405,7 @@ class Runner:
             sampling=Sampling(cfg.temperature),
             eos_token_ids=pair.eos_token_ids,
             head=head,
+            engine=self.engine,
         )
         budget = cfg.max_new_tokens
         self.store.write_manifest(

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from bench.decoding import SpeculativeDecoder
 from bench.distributions import Sampling
+from bench.engines import CompiledEngine, EagerEngine, EngineFactory, ModelEngine
 from bench.pairs import Pair
 from bench.verifiers import make_verifier
 
@@ -46,7 +47,13 @@ class Timed:
 
 
 def run_harness(
-    pair: Pair, method: str, prompts: list[list[int]], n: int, max_new: int, **params: Any
+    pair: Pair,
+    method: str,
+    prompts: list[list[int]],
+    n: int,
+    max_new: int,
+    engine: EngineFactory = EagerEngine,
+    **params: Any,
 ) -> Timed:
     decoder = SpeculativeDecoder(
         pair.target,
@@ -55,6 +62,7 @@ def run_harness(
         draft_len=n,
         sampling=GREEDY,
         eos_token_ids=pair.eos_token_ids,
+        engine=engine,
     )
     outputs, total, drafted, accepted, verified = [], 0.0, 0, 0, 0
     for prompt in prompts:
@@ -102,56 +110,62 @@ def run_transformers(
     return Timed(outputs, total)
 
 
-class ForwardClock:
-    """Times every top-level forward of the two models with hooks (CUDA-synchronised).
+class StepClock:
+    """Times every engine step of the two models (CUDA-synchronised), whatever the engine: model
+    hooks would not fire inside a compiled graph, and a step's own work (masks, positions, padding)
+    belongs to its cost.
 
-    Used on dedicated runs only: the syncs slow a run slightly, so timed runs carry no hooks.
+    Used on dedicated runs only: the syncs slow a run slightly, so timed runs carry no clock.
     """
 
     def __init__(self, pair: Pair) -> None:
         self.pair = pair
-        self.seconds = {"target": [], "draft": []}  # type: dict[str, list[float]]
-        self._start = 0.0
+        self.seconds: dict[str, list[float]] = {"target": [], "draft": []}
+        self.saved: dict[type, Any] = {}
 
-    def __enter__(self) -> ForwardClock:
-        def pre(module: Any, args: Any, kwargs: Any) -> None:
-            _sync(self.pair.device)
-            self._start = time.perf_counter()
+    def __enter__(self) -> StepClock:
+        roles = {id(self.pair.target): "target", id(self.pair.draft): "draft"}
 
-        def post(name: str) -> Callable[..., None]:
-            def hook(module: Any, args: Any, kwargs: Any, output: Any) -> None:
+        def timed(original: Callable[..., Any]) -> Callable[..., Any]:
+            def step(engine: ModelEngine, *args: Any, **kwargs: Any) -> Any:
                 _sync(self.pair.device)
-                self.seconds[name].append(time.perf_counter() - self._start)
+                start = time.perf_counter()
+                out = original(engine, *args, **kwargs)
+                _sync(self.pair.device)
+                self.seconds[roles[id(engine.model)]].append(time.perf_counter() - start)
+                return out
 
-            return hook
+            return step
 
-        models = {"target": self.pair.target, "draft": self.pair.draft}
-        self.handles = [m.register_forward_pre_hook(pre, with_kwargs=True) for m in models.values()]
-        self.handles += [m.register_forward_hook(post(k), with_kwargs=True) for k, m in models.items()]
+        for cls in (EagerEngine, CompiledEngine):
+            self.saved[cls] = cls.__dict__["step"]
+            cls.step = timed(cls.__dict__["step"])  # type: ignore[method-assign]
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        for h in self.handles:
-            h.remove()
+        for cls, step in self.saved.items():
+            cls.step = step  # type: ignore[method-assign]
 
     def total(self) -> float:
         return sum(map(sum, self.seconds.values()))
 
 
-def step_costs(pair: Pair, prompts: list[list[int]], n: int, max_new: int) -> tuple[float, float]:
+def step_costs(
+    pair: Pair, prompts: list[list[int]], n: int, max_new: int, engine: EngineFactory
+) -> tuple[float, float]:
     """Median single-token target step (from an ``ar`` run) and median draft step (from ``sd``),
     measured inside the decoding loop, where caches and memory behave as they do when timed."""
-    with ForwardClock(pair) as ar_clock:
-        run_harness(pair, "ar", prompts, 1, max_new)
-    with ForwardClock(pair) as sd_clock:
-        run_harness(pair, "sd", prompts, n, max_new)
+    with StepClock(pair) as ar_clock:
+        run_harness(pair, "ar", prompts, 1, max_new, engine)
+    with StepClock(pair) as sd_clock:
+        run_harness(pair, "sd", prompts, n, max_new, engine)
     return statistics.median(sd_clock.seconds["draft"]), statistics.median(ar_clock.seconds["target"])
 
 
-def forward_share(pair: Pair, prompts: list[list[int]], n: int, max_new: int) -> float:
-    """Share of an ``sd`` run's wall time spent inside model forwards; the rest is loop overhead."""
-    with ForwardClock(pair) as clock:
-        total = run_harness(pair, "sd", prompts, n, max_new).seconds
+def forward_share(pair: Pair, prompts: list[list[int]], n: int, max_new: int, engine: EngineFactory) -> float:
+    """Share of an ``sd`` run's wall time spent inside model steps; the rest is loop overhead."""
+    with StepClock(pair) as clock:
+        total = run_harness(pair, "sd", prompts, n, max_new, engine).seconds
     return clock.total() / total
 
 
@@ -181,60 +195,93 @@ def measure(
     repeats: int,
     ensemble_weight: float | None,
     log: Callable[[str], None] = print,
+    engines: dict[str, EngineFactory] | None = None,
 ) -> dict[str, Any]:
-    """All measurements for one pair, each ratio from runs made back to back within a repeat."""
-    run_harness(pair, "sd", prompts[:1], draft_lens[0], 8)  # warm-up
+    """All measurements for one pair and each engine (the first is the reference the others are
+    compared with), each ratio from runs made back to back within a repeat. Compilation and
+    warm-up happen in a first untimed run per engine and are reported on their own."""
+    engines = engines or {"eager": EagerEngine}
+    first = next(iter(engines))
+    setups: dict[str, dict[str, float]] = {}
+    for name, engine in engines.items():
+        tick = time.perf_counter()
+        run_harness(pair, "sd", prompts[:1], draft_lens[0], 8, engine)  # warm-up (and compilation)
+        run_harness(pair, "ar", prompts[:1], 1, 8, engine)
+        for n in draft_lens[1:]:
+            run_harness(pair, "sd", prompts[:1], n, 8, engine)
+        t_draft, t_target = step_costs(pair, prompts, draft_lens[0], max_new, engine)
+        setups[name] = {
+            "t_draft_ms": t_draft * 1e3,
+            "t_target_ms": t_target * 1e3,
+            "c": t_draft / t_target,
+            "setup_s": time.perf_counter() - tick,
+            "compile_s": getattr(engine, "compile_s", 0.0),
+            "warmup_s": getattr(engine, "warmup_s", 0.0),
+        }
+        log(
+            f"{name}: step cost in the loop: draft {t_draft * 1e3:.2f} ms, target {t_target * 1e3:.2f} ms, "
+            f"c = {setups[name]['c']:.3f}; compile {setups[name]['compile_s']:.1f} s, "
+            f"warm-up {setups[name]['warmup_s']:.1f} s"
+        )
     run_transformers(pair, prompts[:1], draft_lens[0], 8, assisted=True)
-    t_draft, t_target = step_costs(pair, prompts, draft_lens[0], max_new)
-    c = t_draft / t_target
-    log(f"step cost in the loop: draft {t_draft * 1e3:.2f} ms, target {t_target * 1e3:.2f} ms, c = {c:.3f}")
     base, base_times = paired(
         repeats,
-        ar=lambda: run_harness(pair, "ar", prompts, 1, max_new),
+        ar=lambda: run_harness(pair, "ar", prompts, 1, max_new, engines[first]),
         hf=lambda: run_transformers(pair, prompts, 1, max_new, assisted=False),
     )
     rows = []
     for n in draft_lens:
-        runs: dict[str, Callable[[], Timed]] = {
-            "ar": lambda: run_harness(pair, "ar", prompts, 1, max_new),
-            "sd": lambda: run_harness(pair, "sd", prompts, n, max_new),
-            "hf_sd": lambda: run_transformers(pair, prompts, n, max_new, assisted=True),
-        }
+        runs: dict[str, Callable[[], Timed]] = {}
+        for name, engine in engines.items():  # engines alternate within each repeat
+            runs[f"ar@{name}"] = lambda e=engine: run_harness(pair, "ar", prompts, 1, max_new, e)
+            runs[f"sd@{name}"] = lambda e=engine: run_harness(pair, "sd", prompts, n, max_new, e)
+        runs["hf_sd"] = lambda: run_transformers(pair, prompts, n, max_new, assisted=True)
         if ensemble_weight is not None:
             runs["ens"] = lambda: run_harness(
-                pair, "ensemble", prompts, n, max_new, target_weight=ensemble_weight
+                pair, "ensemble", prompts, n, max_new, engines[first], target_weight=ensemble_weight
             )
             runs["hf_ens"] = lambda: run_transformers(pair, prompts, n, max_new, True, ensemble_weight)
         got, times = paired(repeats, **runs)
-        sd = got["sd"]
-        alpha = sd.accepted / sd.verified if sd.verified else 0.0
-        row = {
-            "draft_len": n,
-            "alpha": alpha,
-            "acceptance_rate": sd.accepted / max(sd.drafted, 1),
-            "sd_s": statistics.median(times["sd"]),
-            "hf_assisted_s": statistics.median(times["hf_sd"]),
-            "sd_vs_hf": ratio(times, "sd", "hf_sd"),
-            "sd_equals_hf": sd.outputs == got["hf_sd"].outputs,
-            "sd_equals_ar": sd.outputs == got["ar"].outputs,
-            "speedup": ratio(times, "ar", "sd"),
-            "hf_speedup": ratio(times, "ar", "hf_sd"),
-            "ideal_speedup": ideal_speedup(alpha, n, c),
-            "forward_share": forward_share(pair, prompts, n, max_new),
-        }
-        row["efficiency"] = row["speedup"] / row["ideal_speedup"]
-        if ensemble_weight is not None:
-            row.update(
-                ensemble_vs_hf=ratio(times, "ens", "hf_ens"),
-                ensemble_speedup=ratio(times, "ar", "ens"),
-                ensemble_equals_hf=got["ens"].outputs == got["hf_ens"].outputs,
+        for name, engine in engines.items():
+            sd, ar = got[f"sd@{name}"], got[f"ar@{name}"]
+            alpha = sd.accepted / sd.verified if sd.verified else 0.0
+            row = {
+                "engine": name,
+                "draft_len": n,
+                "alpha": alpha,
+                "acceptance_rate": sd.accepted / max(sd.drafted, 1),
+                "sd_s": statistics.median(times[f"sd@{name}"]),
+                "hf_assisted_s": statistics.median(times["hf_sd"]),
+                "sd_vs_hf": ratio(times, f"sd@{name}", "hf_sd"),
+                "sd_equals_hf": sd.outputs == got["hf_sd"].outputs,
+                "sd_equals_ar": sd.outputs == ar.outputs,
+                "speedup": ratio(times, f"ar@{name}", f"sd@{name}"),
+                "hf_speedup": ratio(times, f"ar@{name}", "hf_sd"),
+                "ideal_speedup": ideal_speedup(alpha, n, setups[name]["c"]),
+                "forward_share": forward_share(pair, prompts, n, max_new, engine),
+                # Time per emitted token against the reference engine's, same prompts, same repeat.
+                "sd_vs_first": per_token_ratio(times, got, f"sd@{name}", f"sd@{first}"),
+                "ar_vs_first": per_token_ratio(times, got, f"ar@{name}", f"ar@{first}"),
+                "equals_first": sd.outputs == got[f"sd@{first}"].outputs,
+            }
+            row["efficiency"] = row["speedup"] / row["ideal_speedup"]
+            if ensemble_weight is not None and name == first:
+                row.update(
+                    ensemble_vs_hf=ratio(times, "ens", "hf_ens"),
+                    ensemble_speedup=ratio(times, f"ar@{name}", "ens"),
+                    ensemble_equals_hf=got["ens"].outputs == got["hf_ens"].outputs,
+                )
+            log(
+                f"{name} N={n}: alpha {alpha:.3f}, sd/hf {row['sd_vs_hf']:.2f}, speedup {row['speedup']:.2f} "
+                f"(ideal {row['ideal_speedup']:.2f}, efficiency {row['efficiency']:.2f}), "
+                f"{100 * row['forward_share']:.0f}% of the time in model steps"
+                + (f", sd time per token vs {first} {row['sd_vs_first']:.2f}" if name != first else "")
             )
-        log(
-            f"N={n}: alpha {alpha:.3f}, sd/hf {row['sd_vs_hf']:.2f}, speedup {row['speedup']:.2f} "
-            f"(ideal {row['ideal_speedup']:.2f}, efficiency {row['efficiency']:.2f}), "
-            f"{100 * row['forward_share']:.0f}% of the time in model forwards"
+            rows.append(row)
+    for name, engine in engines.items():  # graphs for longer examples compile in later untimed starts
+        setups[name].update(
+            compile_s=getattr(engine, "compile_s", 0.0), warmup_s=getattr(engine, "warmup_s", 0.0)
         )
-        rows.append(row)
     return {
         "pair": pair.spec.name,
         "device": str(pair.device),
@@ -242,46 +289,72 @@ def measure(
         "prompts": len(prompts),
         "max_new_tokens": max_new,
         "repeats": repeats,
-        "t_draft_ms": t_draft * 1e3,
-        "t_target_ms": t_target * 1e3,
-        "c": c,
+        **setups[first],
+        "engines": setups,
         "ar_vs_hf": ratio(base_times, "ar", "hf"),
         "ar_equals_hf": base["ar"].outputs == base["hf"].outputs,
         "rows": rows,
     }
 
 
+def per_token_ratio(times: dict[str, list[float]], got: dict[str, Timed], a: str, b: str) -> float:
+    """Median over repeats of (time(a) / tokens(a)) / (time(b) / tokens(b))."""
+    tokens = sum(map(len, got[b].outputs)) / sum(map(len, got[a].outputs))
+    return ratio(times, a, b) * tokens
+
+
 def markdown(result: dict[str, Any], command: str) -> str:
     r = result
+    ens = "ensemble_vs_hf" in r["rows"][0]
+    first = r["rows"][0]["engine"]
     lines = [
         f"# Speed: pair {r['pair']} on {r['device']} ({r['dtype']})",
         "",
         f"Command: `{command}`",
         "",
         f"{r['prompts']} prompts x {r['max_new_tokens']} new tokens, greedy. Ratios are medians over {r['repeats']} "
-        f"repeats of runs made back to back. Step cost measured in the loop: draft {r['t_draft_ms']:.2f} ms, "
-        f"target {r['t_target_ms']:.2f} ms, c = {r['c']:.3f}.",
+        "repeats of runs made back to back (engines alternating within each repeat).",
         "",
-        f"`ar`: harness / transformers generate() = **{r['ar_vs_hf']:.2f}** (outputs equal: {r['ar_equals_hf']})",
+        "| engine | draft step ms | target step ms | c | compile s | warm-up s |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, e in r["engines"].items():
+        lines.append(
+            f"| {name} | {e['t_draft_ms']:.3f} | {e['t_target_ms']:.3f} | {e['c']:.3f} | "
+            f"{e['compile_s']:.1f} | {e['warmup_s']:.1f} |"
+        )
+    lines += [
         "",
-        "| N | alpha | sd / HF assisted | outputs equal HF | equal ar | speedup | ideal S | efficiency | in forwards |"
-        + (" ensemble / HF | ensemble equal HF |" if "ensemble_vs_hf" in r["rows"][0] else ""),
-        "|---|---|---|---|---|---|---|---|---|" + ("---|---|" if "ensemble_vs_hf" in r["rows"][0] else ""),
+        f"`ar` ({first}): harness / transformers generate() = **{r['ar_vs_hf']:.2f}** "
+        f"(outputs equal: {r['ar_equals_hf']})",
+        "",
+        "| engine | N | alpha | sd / HF assisted | outputs equal HF | equal ar | speedup | ideal S | efficiency "
+        f"| in steps | sd vs {first} | ar vs {first} | equal {first} |"
+        + (" ensemble / HF | ensemble equal HF |" if ens else ""),
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if ens else ""),
     ]
     for row in r["rows"]:
         line = (
-            f"| {row['draft_len']} | {row['alpha']:.3f} | {row['sd_vs_hf']:.2f} | {row['sd_equals_hf']} | "
-            f"{row['sd_equals_ar']} | {row['speedup']:.2f} | {row['ideal_speedup']:.2f} | {row['efficiency']:.2f} | "
-            f"{100 * row['forward_share']:.0f}% |"
+            f"| {row['engine']} | {row['draft_len']} | {row['alpha']:.3f} | {row['sd_vs_hf']:.2f} | "
+            f"{row['sd_equals_hf']} | {row['sd_equals_ar']} | {row['speedup']:.2f} | {row['ideal_speedup']:.2f} | "
+            f"{row['efficiency']:.2f} | {100 * row['forward_share']:.0f}% | {row['sd_vs_first']:.2f} | "
+            f"{row['ar_vs_first']:.2f} | {row['equals_first']} |"
         )
-        if "ensemble_vs_hf" in row:
-            line += f" {row['ensemble_vs_hf']:.2f} | {row['ensemble_equals_hf']} |"
+        if ens:
+            line += (
+                f" {row['ensemble_vs_hf']:.2f} | {row['ensemble_equals_hf']} |"
+                if "ensemble_vs_hf" in row
+                else " | |"
+            )
         lines.append(line)
     lines += [
         "",
-        "alpha: per-token acceptance (accepted / verified positions); ideal S = (1 - alpha^(N+1)) / "
-        "((1 - alpha)(N c + 1)); efficiency = measured speedup / S; in forwards: share of the sd wall time spent "
-        "inside model forwards (the rest is the loop's own overhead).",
+        "Step costs are medians of engine steps inside the loop (target: single-token `ar` steps); compile and "
+        "warm-up happen in untimed runs before any measurement. alpha: per-token acceptance (accepted / verified "
+        "positions); ideal S = (1 - alpha^(N+1)) / ((1 - alpha)(N c + 1)) with the engine's own c; speedup: "
+        "`ar` time / `sd` time in the same engine; efficiency = speedup / S; in steps: share of the sd wall time "
+        f"spent inside model steps (the rest is the loop's own overhead); sd / ar vs {first}: time per emitted "
+        f"token in this engine over the {first} engine's.",
     ]
     return "\n".join(lines) + "\n"
 
@@ -292,19 +365,31 @@ def plot(result: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = result["rows"]
-    n = [r["draft_len"] for r in rows]
     fig, ax = plt.subplots(figsize=(5.5, 4))
-    ax.plot(n, [r["speedup"] for r in rows], "o-", label="measured sd / ar")
-    ax.plot(n, [r["ideal_speedup"] for r in rows], "s--", label="ideal S(alpha, N, c)")
-    ax.plot(n, [r["hf_speedup"] for r in rows], "^:", label="transformers assisted vs harness ar")
+    for k, name in enumerate(result["engines"]):
+        rows = [r for r in result["rows"] if r["engine"] == name]
+        n = [r["draft_len"] for r in rows]
+        color = f"C{k}"
+        ax.plot(n, [r["speedup"] for r in rows], "o-", color=color, label=f"{name}: measured sd / ar")
+        ax.plot(
+            n, [r["ideal_speedup"] for r in rows], "s--", color=color, label=f"{name}: ideal S(alpha, N, c)"
+        )
+    rows = [r for r in result["rows"] if r["engine"] == next(iter(result["engines"]))]
+    ax.plot(
+        [r["draft_len"] for r in rows],
+        [r["hf_speedup"] for r in rows],
+        "^:",
+        color="grey",
+        label="transformers assisted vs harness ar",
+    )
     ax.axhline(1, color="grey", lw=0.8)
     ax.set_xlabel("draft length N")
     ax.set_ylabel("speedup over ar")
-    ax.set_title(f"{result['pair']} on {result['device']}, c = {result['c']:.2f}")
+    costs = ", ".join(f"c = {e['c']:.2f} ({name})" for name, e in result["engines"].items())
+    ax.set_title(f"{result['pair']} on {result['device']}, {costs}", fontsize=9)
     ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=150)
     plt.close(fig)
@@ -319,6 +404,7 @@ def throughput(
     repeats: int,
     temperature: float = 1.0,
     log: Callable[[str], None] = print,
+    engine: EngineFactory = EagerEngine,
 ) -> dict[str, Any]:
     """Examples/s and tokens/s of ``ar`` and ``sd`` decoding all prompts at each batch size, the
     batch sizes alternated within each repeat (median reported). Each example keeps its own seed,
@@ -333,6 +419,7 @@ def throughput(
             draft_len=draft_len,
             sampling=Sampling(temperature),
             eos_token_ids=pair.eos_token_ids,
+            engine=engine,
         )
         decoder.generate_batch(prompts[:2], 8, seeds[:2])  # warm-up
         seconds: dict[int, list[float]] = {b: [] for b in batch_sizes}

@@ -36,6 +36,7 @@ SHARED_SETTINGS = (
     "chat_template",
     "device",
     "dtype",
+    "engine",
 )
 # Version of the rows' columns and of the configuration ids; results of another are refused.
 SCHEMA = 2

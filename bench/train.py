@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from bench.distributions import Sampling, process, sample, tv
-from bench.engines import EagerEngine
+from bench.engines import EagerEngine, EngineFactory
 from bench.errors import BenchError
 from bench.head import WeightHead, save_head
 from bench.pairs import Pair
@@ -86,12 +86,13 @@ def rollouts(
     max_tokens: int,
     temperature: float,
     generators: list[torch.Generator],
+    factory: EngineFactory = EagerEngine,
 ) -> list[Rollout]:
     """Sample from the ensemble policy for a batch of prompts, one token a step, both models on the
     decoding loop's engines. Row b draws from ``generators[b]`` only, so its rollout does not
     depend on the other rows; rows ending on EOS leave the batch."""
     sampling = Sampling(temperature)
-    engines = [EagerEngine(pair.target), EagerEngine(pair.draft)]
+    engines = [factory(pair.target, (1,)), factory(pair.draft, (1,))]  # the prompt, then a token a step
     longest = max(map(len, prompts)) + max_tokens + 1
     for engine in engines:
         engine.start(len(prompts), longest)
@@ -216,11 +217,13 @@ class Trainer:
         reward: Reward | None = None,
         data: str = "",
         log: Callable[[dict[str, Any]], None] | None = None,
+        engine: EngineFactory = EagerEngine,
     ) -> None:
         self.pair, self.task, self.cfg, self.output = pair, task, cfg, output
         self.reward = reward or task_reward(task)
         self.data = data
         self.log = log
+        self.engine = engine
         self.rouge = task.spec.metric == "rouge"
         self.head = WeightHead(*pair.hidden_sizes).to(pair.device)
         self.opt = torch.optim.AdamW(self.head.parameters(), lr=cfg.lr)
@@ -270,6 +273,7 @@ class Trainer:
                 self.cfg.rollout_tokens,
                 self.cfg.temperature,
                 generators,
+                self.engine,
             )
             rewards = [
                 self.reward(e, r, tok.decode(r.tokens, skip_special_tokens=True))

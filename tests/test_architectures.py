@@ -52,12 +52,13 @@ def prefix_pair(model_cls, config_cls, layers=4, draft_layers=1, damping=0.15, *
 
 
 ARCHITECTURES = {
-    "qwen3": lambda: prefix_pair(Qwen3ForCausalLM, Qwen3Config),
-    "gemma3": lambda: prefix_pair(
+    "qwen3": lambda **shape: prefix_pair(Qwen3ForCausalLM, Qwen3Config, **shape),
+    "gemma3": lambda **shape: prefix_pair(
         Gemma3ForCausalLM,
         Gemma3TextConfig,
         layer_types=["sliding_attention", "full_attention"],
         sliding_window=8,
+        **shape,
     ),
 }
 

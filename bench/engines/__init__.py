@@ -6,9 +6,39 @@ at position ``t`` lives at cache slot ``t``, a step writes each row's new tokens
 positions and attends causally BY POSITION (plus the sliding window on sliding layers), and rolling
 a row back only lowers its length: rejected slots are hidden by causality and overwritten by the
 next step. So a row sees exactly the tokens it would see decoded alone, whatever shares its batch.
+
+An engine is made by a factory ``(model, widths) -> ModelEngine``; ``widths`` are the step widths
+the loop will feed after the prompt, which a static-shape engine compiles before the clock starts.
 """
 
-from bench.engines.base import ModelEngine
-from bench.engines.eager import EagerEngine
+from collections.abc import Callable, Sequence
 
-__all__ = ["EagerEngine", "ModelEngine"]
+from transformers import PreTrainedModel
+
+from bench.engines.base import ModelEngine
+from bench.engines.compiled import CompiledEngine, CompiledEngines
+from bench.engines.eager import EagerEngine
+from bench.errors import BenchError
+
+EngineFactory = Callable[[PreTrainedModel, Sequence[int]], ModelEngine]
+ENGINES = ("eager", "compiled")
+
+
+def make_engine(name: str) -> EngineFactory:
+    """The factory for ``--engine NAME``: ``eager`` (the reference) or ``compiled``."""
+    if name == "eager":
+        return EagerEngine
+    if name == "compiled":
+        return CompiledEngines()
+    raise BenchError(f"unknown engine {name!r}: use --engine {' or '.join(ENGINES)}")
+
+
+__all__ = [
+    "ENGINES",
+    "CompiledEngine",
+    "CompiledEngines",
+    "EagerEngine",
+    "EngineFactory",
+    "ModelEngine",
+    "make_engine",
+]

@@ -53,7 +53,8 @@ class EagerEngine(ModelEngine):
     are causal by position (and windowed on sliding layers), so padding and rejected slots are
     never visible to a real query."""
 
-    def __init__(self, model: PreTrainedModel) -> None:
+    def __init__(self, model: PreTrainedModel, widths: Sequence[int] = ()) -> None:
+        """``widths``: the step widths the loop will use; eager runs any width, so it needs none."""
         config = model.config
         kinds = set(getattr(config, "layer_types", None) or ["full_attention"])
         window = getattr(config, "sliding_window", None)

@@ -1,0 +1,206 @@
+"""A low-overhead engine: static K/V buffers and model steps compiled with static shapes.
+
+In eager transformers a small decoding step costs mostly Python and kernel launches, not weights,
+so measured draft/target cost ratios (and speedups) understate a serving stack. Here every shape is
+fixed once per batch: K/V buffers of ``capacity`` slots, attention over all of them under the same
+causal-by-position masks as ``EagerEngine``, and one graph per step width the loop declares (draft
+1 and 2, target N + 1; narrower steps are padded into the next graph, the padding lands in slots no
+real query sees). Positions are tensors, so a rollback stays a lower length on the host and the next
+step simply overwrites. On a GPU the graphs are CUDA graphs (``mode="reduce-overhead"``).
+
+Compilation happens in ``start`` (timed into ``compile_s`` and ``warmup_s``), before the loop starts
+its clock. The prompt's one-off prefill, whose width changes per example, runs the same forward
+uncompiled. Anything that stops compilation is an error naming the model, never a quiet fallback:
+``fullgraph=True`` turns graph breaks into errors.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+import weakref
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+from transformers import PreTrainedModel
+
+from bench.engines.eager import EagerEngine, SlotCache
+from bench.errors import BenchError
+
+# Several models and widths share one compiled function: allow enough graphs, and fail rather than
+# run eagerly when the limit is hit anyway.
+_RECOMPILE_LIMIT = 64
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".strip()
+
+
+def check_compiler(device: torch.device) -> None:
+    """Inductor on a CPU needs a C++ compiler; say so before any compile starts."""
+    if device.type != "cpu":
+        return
+    from torch._inductor import config
+
+    names = config.cpp.cxx if isinstance(config.cpp.cxx, (list, tuple)) else (config.cpp.cxx,)
+    if not any(name and shutil.which(name) for name in names):
+        wanted = ", ".join(n for n in names if n) or "g++"
+        raise BenchError(
+            f"--engine compiled on CPU needs a C++ compiler for torch.compile ({wanted} not found); "
+            "install g++ (or set CXX) or use --engine eager"
+        )
+
+
+class StaticSlotCache(SlotCache):
+    """``SlotCache`` with every step reading all ``capacity`` slots (a fixed shape), and rows that
+    leave the batch compacted in place so the buffers keep their shape and address."""
+
+    def __init__(self, rows: int, capacity: int) -> None:
+        super().__init__(rows, capacity)
+        self.visible = capacity
+
+    def compact(self, rows: Tensor) -> None:
+        for store in (self.keys, self.values):
+            for buf in store.values():
+                buf[: len(rows)] = buf.index_select(0, rows)
+
+
+class CompiledEngine(EagerEngine):
+    """``EagerEngine``'s masks and architecture checks, over a static cache and compiled steps."""
+
+    def __init__(self, model: PreTrainedModel, widths: Sequence[int]) -> None:
+        super().__init__(model)
+        check_compiler(model.device)
+        self.widths = sorted(set(widths))
+        self.cuda = model.device.type == "cuda"
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, _RECOMPILE_LIMIT)
+        torch._dynamo.config.fail_on_recompile_limit_hit = True
+        self.compiled = torch.compile(
+            self._forward, fullgraph=True, dynamic=False, mode="reduce-overhead" if self.cuda else None
+        )
+        self.cache = StaticSlotCache(0, 0)
+        self.caches: list[StaticSlotCache] = []  # one per batch shape met; each has its graphs
+        self.fresh = True  # no step since start: the next one is the prompt's prefill
+        self.compile_s = 0.0
+        self.warmup_s = 0.0
+        # transformers installs its output-capturing hooks at a model's first forward, and graphs
+        # guard on hooks: install them now, before any engine compiles (pairs may share layers).
+        with torch.no_grad():
+            model(
+                input_ids=torch.zeros(1, 1, dtype=torch.long, device=model.device), output_hidden_states=True
+            )
+
+    def _forward(self, ids: Tensor, positions: Tensor, keep: int) -> tuple[Tensor, Tensor]:
+        """Logits and last hidden states of the last ``keep`` positions (both always: one graph
+        serves every verifier, and unused outputs cost nothing)."""
+        self.cache.positions = positions
+        out = self.model(
+            input_ids=ids,
+            position_ids=positions,
+            attention_mask=self._masks(positions, self.cache.max_len),
+            past_key_values=self.cache,
+            use_cache=True,
+            logits_to_keep=keep,
+            output_hidden_states=True,
+        )
+        return out.logits, out.hidden_states[-1][:, -keep:]
+
+    def start(self, rows: int, max_len: int) -> None:
+        """Reuse the smallest cache (and its graphs) that holds the batch, extra rows running as
+        idle padding; else allocate one and compile for it. Capacities round up to a power of two,
+        so growing prompts rarely compile again."""
+        need = max_len + max(self.widths, default=1)
+        fits = [c for c in self.caches if c.rows >= rows and c.max_len >= need]
+        if fits:
+            self.cache = min(fits, key=lambda c: (c.rows, c.max_len))
+        else:
+            self.cache = StaticSlotCache(rows, max(64, 1 << (need - 1).bit_length()))
+            self._compile()
+            self.caches.append(self.cache)
+        self.lengths = [0] * rows
+        self.fresh = True
+
+    def _compile(self) -> None:
+        device = self.model.device
+        ids = torch.zeros(self.cache.rows, 1, dtype=torch.long, device=device)
+        self._forward(ids, torch.zeros_like(ids), 1)  # allocates the buffers from the model's keys
+        if self.cuda:
+            for buf in [*self.cache.keys.values(), *self.cache.values.values()]:
+                torch._dynamo.mark_static_address(buf)
+        for width in self.widths:
+            ids = torch.zeros(self.cache.rows, width, dtype=torch.long, device=device)
+            positions = torch.arange(width, device=device).repeat(self.cache.rows, 1)  # as a step makes it
+            for call in range(3):  # compile; then warm-up runs (CUDA graphs record on a later call)
+                tick = time.perf_counter()
+                try:
+                    self._run(ids, positions)
+                except Exception as exc:
+                    raise BenchError(
+                        f"--engine compiled: torch.compile cannot compile {self.model.config.model_type} "
+                        f"(step width {width}): {_first_line(exc)}; use --engine eager"
+                    ) from exc
+                if self.cuda:
+                    torch.cuda.synchronize(device)
+                if call == 0:
+                    self.compile_s += time.perf_counter() - tick
+                else:
+                    self.warmup_s += time.perf_counter() - tick
+
+    def _run(self, ids: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
+        if self.cuda:
+            torch.compiler.cudagraph_mark_step_begin()
+            logits, hidden = self.compiled(ids, positions, ids.shape[1])
+            return logits.clone(), hidden.clone()  # the graph's outputs are overwritten next replay
+        return self.compiled(ids, positions, ids.shape[1])
+
+    def step(self, ids: Tensor, real: Sequence[int], keep: int, hidden: bool) -> tuple[Tensor, Tensor | None]:
+        count, width = ids.shape
+        graph = width if self.fresh else next((w for w in self.widths if w >= width), 0)
+        if not graph:
+            raise RuntimeError(f"step of {width} tokens is wider than the compiled widths {self.widths}")
+        if max(self.lengths) + graph > self.cache.max_len:
+            raise RuntimeError(f"cache overflow: {max(self.lengths) + graph} > {self.cache.max_len} slots")
+        padded = ids.new_zeros(self.cache.rows, graph)
+        padded[:count, :width] = ids
+        start = torch.tensor(self.lengths + [0] * (self.cache.rows - count), device=ids.device)
+        positions = start.unsqueeze(1) + torch.arange(graph, device=ids.device)
+        if self.fresh:  # the prompt: its width is the example's, so it runs uncompiled
+            logits, states = self._forward(padded, positions, keep)
+            window = slice(None)
+        else:
+            logits, states = self._run(padded, positions)
+            window = slice(width - keep, width)
+        self.fresh = False
+        self.lengths = [n + r for n, r in zip(self.lengths, real)]
+        return logits[:count, window], states[:count, window] if hidden else None
+
+    def select(self, rows: Sequence[int]) -> None:
+        self.cache.compact(torch.tensor(list(rows), dtype=torch.long, device=self.model.device))
+        self.lengths = [self.lengths[i] for i in rows]
+
+
+class CompiledEngines:
+    """Engine factory that keeps one compiled engine per model and width set, so decoders built
+    one after another (one per method, per repeat) reuse the graphs instead of recompiling."""
+
+    def __init__(self) -> None:
+        self.engines: weakref.WeakKeyDictionary[PreTrainedModel, dict[tuple[int, ...], CompiledEngine]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def __call__(self, model: PreTrainedModel, widths: Sequence[int]) -> CompiledEngine:
+        mine = self.engines.setdefault(model, {})
+        key = tuple(sorted(set(widths)))
+        if key not in mine:
+            mine[key] = CompiledEngine(model, key)
+        return mine[key]
+
+    @property
+    def compile_s(self) -> float:
+        return sum(e.compile_s for m in self.engines.values() for e in m.values())
+
+    @property
+    def warmup_s(self) -> float:
+        return sum(e.warmup_s for m in self.engines.values() for e in m.values())

@@ -1,0 +1,209 @@
+"""The compiled engine decodes exactly what the eager reference decodes, and refuses loudly.
+
+Compiling costs seconds per graph on a CPU, so one factory serves the whole module: each model
+compiles its few step widths once (target N + 1 and 1, draft 1 and 2) and every test reuses them;
+the Qwen3 and Gemma 3 targets have two layers (one for the draft) to keep tracing short.
+"""
+
+import math
+from dataclasses import asdict
+
+import pytest
+import torch
+from scipy.stats import chisquare
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from conftest import bench_cli
+
+from bench.decoding import SpeculativeDecoder
+from bench.distributions import Sampling, process
+from bench.engines import make_engine
+from bench.errors import BenchError
+from bench.head import WeightHead
+from bench.verifiers import make_verifier
+from test_architectures import ARCHITECTURES
+
+GREEDY = Sampling(temperature=0.0)
+N = 3
+METHODS = {
+    "ar": {},
+    "sd": {},
+    "lossy": {"lenience": 0.3},
+    "cascade": {"cascade_rule": "opt", "cascade_alpha": 0.5},
+    "ensemble": {"target_weight": 0.7},
+    "diversed": {},
+}
+TIMINGS = ("wall_time_s", "prefill_time_s", "kv_cache_bytes")
+FLOATS = ("expected_acceptance_sum", "bias_sum", "weights")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Inductor's kernels and eager ops both spin every intra-op thread; on a loaded machine two
+    oversubscribed threads make each step ten times slower. Correctness does not need them."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    return make_engine("compiled")
+
+
+@pytest.fixture(scope="module")
+def pairs(tiny_pair):
+    built = {"tiny": (tiny_pair.target, tiny_pair.draft, tiny_pair.eos_token_ids)}
+    for name, build in ARCHITECTURES.items():
+        built[name] = (*build(layers=2), ())
+    return built
+
+
+def decoder(pair, method, engine, sampling=GREEDY):
+    target, draft, eos = pair
+    head = None
+    if method == "diversed":
+        torch.manual_seed(0)
+        head = WeightHead(draft.config.hidden_size, target.config.hidden_size)
+    return SpeculativeDecoder(
+        target,
+        draft if method != "ar" else None,
+        make_verifier(method, **METHODS[method]),
+        draft_len=N,
+        sampling=sampling,
+        eos_token_ids=eos,
+        head=head,
+        engine=engine,
+    )
+
+
+def prompts(vocab: int, count: int = 3) -> list[list[int]]:
+    g = torch.Generator().manual_seed(7)
+    return [
+        torch.randint(3, vocab, (int(torch.randint(5, 20, (1,), generator=g)),), generator=g).tolist()
+        for _ in range(count)
+    ]
+
+
+def same_stats(a, b) -> None:
+    da, db = asdict(a), asdict(b)
+    for key in da:
+        if key in TIMINGS:
+            continue
+        if key in FLOATS:
+            assert da[key] == pytest.approx(db[key], rel=1e-4, abs=1e-5), key
+        else:
+            assert da[key] == db[key], key
+
+
+def test_batched_rows_equal_eager(pairs, compiled):
+    """Rows finish at different rounds: the static cache compacts them in place. Runs first: the
+    batch-1 decodes below reuse its three-row graphs (two rows idle), so they compile nothing."""
+    pair = pairs["tiny"]
+    batch = prompts(pair[0].config.vocab_size, 3)
+    want = decoder(pair, "sd", make_engine("eager")).generate_batch(batch, 20, [0, 1, 2])
+    got = decoder(pair, "sd", compiled).generate_batch(batch, 20, [0, 1, 2])
+    assert [g.token_ids for g in got] == [w.token_ids for w in want]
+    assert len({g.stats.rounds for g in got}) > 1, "rows should finish at different rounds"
+    for g, w in zip(got, want):
+        same_stats(g.stats, w.stats)
+
+
+@pytest.mark.parametrize("name", ["tiny", "qwen3", "gemma3"])
+def test_greedy_outputs_and_counters_equal_eager(name, pairs, compiled):
+    pair = pairs[name]
+    count, budget = (3, 24) if name == "tiny" else (2, 16)  # the random pairs decode slowly eagerly
+    for method in METHODS:
+        eager, fast = decoder(pair, method, make_engine("eager")), decoder(pair, method, compiled)
+        for prompt in prompts(pair[0].config.vocab_size, count):
+            want, got = eager.generate(prompt, budget), fast.generate(prompt, budget)
+            assert got.token_ids == want.token_ids, (name, method)
+            same_stats(got.stats, want.stats)
+            assert got.stats.wall_time_s > 0 and not math.isnan(got.stats.wall_time_s)
+
+
+def test_sampled_outputs_equal_eager(pairs, compiled):
+    """Same seeds, same draws: each row's generator is consumed in the same order and shapes."""
+    pair, hot = pairs["tiny"], Sampling(temperature=1.0)
+    for method in METHODS:
+        eager, fast = decoder(pair, method, make_engine("eager"), hot), decoder(pair, method, compiled, hot)
+        for seed, prompt in enumerate(prompts(pair[0].config.vocab_size)):
+            want, got = eager.generate(prompt, 24, seed=seed), fast.generate(prompt, 24, seed=seed)
+            assert got.token_ids == want.token_ids, method
+            same_stats(got.stats, want.stats)
+
+
+def test_sampled_sd_first_token_follows_the_target(pairs, compiled):
+    """Lossless under sampling: sd's first emitted token is distributed as p(. | prompt)."""
+    target, _, _ = pair = pairs["tiny"]
+    prompt = prompts(target.config.vocab_size, 1)[0]
+    hot = Sampling(temperature=1.0)
+    sd = decoder(pair, "sd", compiled, sampling=hot)
+    draws = torch.tensor(
+        [
+            g.token_ids[0]
+            for s in range(0, 600, 3)
+            for g in sd.generate_batch([prompt] * 3, 2, [s, s + 1, s + 2])
+        ]
+    )
+    with torch.inference_mode():
+        p = process(target(torch.tensor([prompt])).logits[0, -1], hot).double()
+    counts = torch.bincount(draws, minlength=len(p)).double()
+    likely = p > 0.01  # pool the tail so every expected count is large enough
+    observed = torch.cat([counts[likely], counts[~likely].sum(0, keepdim=True)])
+    expected = torch.cat([p[likely], p[~likely].sum(0, keepdim=True)])
+    assert chisquare(observed.numpy(), (expected / expected.sum() * len(draws)).numpy()).pvalue > 1e-3
+
+
+def test_compilation_is_counted_once_and_reused(pairs, compiled):
+    """Compile and warm-up time are measured (in ``start``, before the loop's clock), a new decoder
+    on the same models reuses the graphs, and no step inside the loop compiles anything."""
+    from torch._dynamo.utils import counters
+
+    pair = pairs["tiny"]
+    first, second = prompts(pair[0].config.vocab_size, 2)
+    decoder(pair, "sd", compiled).generate(first, 8)
+    spent, graphs = (compiled.compile_s, compiled.warmup_s), counters["stats"]["unique_graphs"]
+    assert spent[0] > 0 and spent[1] > 0
+    decoder(pair, "sd", compiled).generate(second, 16)
+    assert (compiled.compile_s, compiled.warmup_s) == spent
+    assert counters["stats"]["unique_graphs"] == graphs
+
+
+def test_unknown_engine_is_one_clear_error():
+    with pytest.raises(BenchError, match="unknown engine 'nosuch': use --engine eager or compiled"):
+        make_engine("nosuch")
+
+
+def test_no_cpp_compiler_is_refused(pairs):
+    from torch._inductor import config
+
+    with config.patch({"cpp.cxx": (None, "no-such-g++")}):
+        with pytest.raises(BenchError, match="needs a C\\+\\+ compiler .* or use --engine eager"):
+            decoder(pairs["tiny"], "sd", make_engine("compiled"))
+
+
+def test_a_model_that_does_not_trace_is_refused():
+    """A forward that branches on a tensor's value cannot be one graph: an error, not eager."""
+    config = LlamaConfig(
+        vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2
+    )
+    model = LlamaForCausalLM(config).eval()
+
+    def read_on_host(module, args, out) -> None:
+        if out.last_hidden_state.sum() > 1e30:  # Python control flow on a tensor's value
+            raise ValueError("diverged")
+
+    model.model.register_forward_hook(read_on_host)
+    fast = SpeculativeDecoder(
+        model, None, make_verifier("ar"), sampling=GREEDY, engine=make_engine("compiled")
+    )
+    with pytest.raises(BenchError, match="torch.compile cannot compile llama .*; use --engine eager"):
+        fast.generate([1, 2, 3], 4)
+
+
+def test_cli_refuses_an_unknown_engine_in_one_line():
+    out = bench_cli("generate", "Question: 2 + 3?", "--engine", "nosuch", "--max-new-tokens", "2")
+    assert out.returncode == 2
+    assert out.stderr.strip() == "error: unknown engine 'nosuch': use --engine eager or compiled"
