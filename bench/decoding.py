@@ -252,3 +252,11 @@ class SpeculativeDecoder:
         stats.bias_sum = bias_sum.tolist()
         stats.weights = torch.cat(weights).tolist() if weights else []
         return Generation(out, stats)
+
+    def generate_batch(
+        self, prompts: Sequence[Sequence[int]], max_new_tokens: int, seeds: Sequence[int]
+    ) -> list[Generation]:
+        """One ``generate`` per prompt; stands in for the batched decoder until it lands."""
+        if len(prompts) != len(seeds):
+            raise BenchError(f"generate_batch: {len(prompts)} prompts but {len(seeds)} seeds")
+        return [self.generate(p, max_new_tokens, seed=s) for p, s in zip(prompts, seeds)]
