@@ -159,6 +159,11 @@ class DiversedLM(LM):
             ) from None
         if head is not None and not self.verifier.needs_hidden:
             raise BenchError(f"{self.verifier.name}: takes no head; drop head= or use method=diversed")
+        if head is None and self.verifier.needs_hidden:
+            raise BenchError(
+                f"{self.verifier.name}: needs a weight head; add head=PATH to model_args (a folder from "
+                "`diversed-bench train`, or head=init for an untrained w = 0.5 head)"
+            )
         self.seed = torch.initial_seed() if seed is None else _integer("seed", seed, 0)
         self.device_name = device or "auto"
         self.dtype = dtype
@@ -189,7 +194,9 @@ class DiversedLM(LM):
     def chat_template(self, chat_template: bool | str = False) -> str | None:
         return getattr(self.tokenizer, "chat_template", None)
 
-    def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+    def apply_chat_template(
+        self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True
+    ) -> str:
         if not getattr(self.tokenizer, "chat_template", None):
             raise BenchError(
                 f"pair {self.pair.spec.name}: the tokenizer has no chat template; drop --apply_chat_template"
@@ -284,12 +291,21 @@ class DiversedLM(LM):
             s = tally.summary()
             log.info(
                 "diversed %s: %d requests, acceptance rate %s, acceptance length %s",
-                task, s["requests"], s["acceptance_rate"], s["acceptance_length"],
+                task,
+                s["requests"],
+                s["acceptance_rate"],
+                s["acceptance_length"],
             )
         return out
 
     def record(
-        self, req: Instance, example_id: str, sampling: Sampling, budget: int, until: list[str], gen: Generation
+        self,
+        req: Instance,
+        example_id: str,
+        sampling: Sampling,
+        budget: int,
+        until: list[str],
+        gen: Generation,
     ) -> str:
         """Write the request's row to the parquet store and count it; return the cut completion."""
         task = req.task_name or "lm-eval"

@@ -14,7 +14,9 @@ def _rows(name: str) -> list[dict]:
 
 def arithmetic(**metadata) -> DatasetDict:
     """GSM8K-style questions (lm-eval passes its metadata, model_args included; unused here)."""
-    return DatasetDict({split: Dataset.from_list(_rows(f"arith_{split}.jsonl")) for split in ("test", "train")})
+    return DatasetDict(
+        {split: Dataset.from_list(_rows(f"arith_{split}.jsonl")) for split in ("test", "train")}
+    )
 
 
 def choices(**metadata) -> DatasetDict:
