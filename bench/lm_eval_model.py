@@ -16,7 +16,7 @@ import hashlib
 import logging
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, get_type_hints
+from typing import Any, NamedTuple, get_type_hints
 
 import torch
 from lm_eval.api.instance import Instance
@@ -59,6 +59,16 @@ def _integer(name: str, value: Any, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise BenchError(f"model_args: {name} must be an integer >= {minimum}, got {value!r}")
     return value
+
+
+class _Job(NamedTuple):
+    """One generate_until request on its way through the decoder."""
+
+    index: int
+    example_id: str
+    request: Instance
+    prompt: list[int]
+    until: list[str]
 
 
 @dataclass
@@ -181,7 +191,8 @@ class DiversedLM(LM):
         self.output_dir = Path(output_dir)
         self._manifests: set[str] = set()
         self._chat_templated = False
-        self.tallies: dict[str, Tally] = {}
+        self.tallies: dict[str, Tally] = {}  # per lm-eval task
+        self.total = Tally()
 
     @property
     def device(self) -> torch.device:
@@ -260,54 +271,48 @@ class DiversedLM(LM):
 
     def generate_until(self, requests: list[Instance], disable_tqdm: bool = False) -> list[str]:
         seen: dict[str, int] = {}
-        jobs = []  # (index, example id, task, prompt ids, sampling, budget, until)
+        groups: dict[tuple[Sampling, int], list[_Job]] = {}
         for i, req in enumerate(requests):
             context, gen_kwargs = req.args
             sampling, budget, until = self.generation_settings(gen_kwargs)
             digest = hashlib.sha1(f"{context}\0{sorted(gen_kwargs.items())}".encode()).hexdigest()[:10]
             base = f"{req.task_name}/{req.doc_id}/{req.idx}/{digest}"
             repeat = seen[base] = seen.get(base, -1) + 1  # repeats>1 tasks pass one instance n times
-            jobs.append((i, f"{base}/{repeat}", req, self.encode(context), sampling, budget, until))
+            job = _Job(i, f"{base}/{repeat}", req, self.encode(context), until)
+            groups.setdefault((sampling, budget), []).append(job)
         out: list[str] = [""] * len(requests)
-        groups: dict[tuple[Sampling, int], list[Any]] = {}
-        for job in jobs:
-            groups.setdefault((job[4], job[5]), []).append(job)
         done = 0
         for (sampling, budget), group in groups.items():
             decoder = self.decoder(sampling)
-            group.sort(key=lambda j: -len(j[3]))  # similar lengths share a batch
+            group.sort(key=lambda j: -len(j.prompt))  # similar lengths share a batch
             for start in range(0, len(group), self.batch_size):
                 chunk = group[start : start + self.batch_size]
                 gens = decoder.generate_batch(
-                    [j[3] for j in chunk], budget, [example_seed(self.seed, j[1]) for j in chunk]
+                    [j.prompt for j in chunk], budget, [example_seed(self.seed, j.example_id) for j in chunk]
                 )
-                for (i, example_id, req, _, _, _, until), gen in zip(chunk, gens):
-                    out[i] = self.record(req, example_id, sampling, budget, until, gen)
+                for job, gen in zip(chunk, gens):
+                    out[job.index] = self.record(job, sampling, budget, gen)
                 done += len(chunk)
                 log.info("diversed: %d/%d generate_until requests", done, len(requests))
         for config_id in self._manifests:
             self.store.compact(config_id)
         for task, tally in self.tallies.items():
             s = tally.summary()
+            rate, length = (
+                f"{v:.3f}" if v is not None else "-" for v in (s["acceptance_rate"], s["acceptance_length"])
+            )
             log.info(
                 "diversed %s: %d requests, acceptance rate %s, acceptance length %s",
                 task,
                 s["requests"],
-                s["acceptance_rate"],
-                s["acceptance_length"],
+                rate,
+                length,
             )
         return out
 
-    def record(
-        self,
-        req: Instance,
-        example_id: str,
-        sampling: Sampling,
-        budget: int,
-        until: list[str],
-        gen: Generation,
-    ) -> str:
+    def record(self, job: _Job, sampling: Sampling, budget: int, gen: Generation) -> str:
         """Write the request's row to the parquet store and count it; return the cut completion."""
+        req, until = job.request, job.until
         task = req.task_name or "lm-eval"
         cfg = self.config(task, sampling, budget)
         if cfg.config_id not in self._manifests:
@@ -339,7 +344,7 @@ class DiversedLM(LM):
                 "seed": self.seed,
                 "data": "lm-eval",
                 "max_new_tokens": budget,
-                "example_id": example_id,
+                "example_id": job.example_id,
                 "doc_id": req.doc_id,
                 "until": until,
                 "completion": text,
@@ -348,21 +353,12 @@ class DiversedLM(LM):
             }
         )
         self.tallies.setdefault(task, Tally()).add(gen.stats)
+        self.total.add(gen.stats)
         self.cache_hook.add_partial("generate_until", req.args, cut)
         return cut
 
     def get_model_info(self) -> dict[str, Any]:
         """Goes into the ``config`` block of lm-eval's results JSON, beside its metrics."""
-        total = Tally()
-        for tally in self.tallies.values():
-            for name, value in asdict(tally).items():
-                if isinstance(value, list):
-                    mine = getattr(total, name)
-                    mine.extend([0] * (len(value) - len(mine)))
-                    for i, v in enumerate(value):
-                        mine[i] += v
-                else:
-                    setattr(total, name, getattr(total, name) + value)
         return {
             "diversed": {
                 "pair": self.pair.spec.name,
@@ -372,7 +368,10 @@ class DiversedLM(LM):
                 "head": self.head_path,
                 "seed": self.seed,
                 "results_dir": str(self.output_dir),
-                "acceptance": {"all": total.summary(), **{t: s.summary() for t, s in self.tallies.items()}},
+                "acceptance": {
+                    "all": self.total.summary(),
+                    **{t: s.summary() for t, s in self.tallies.items()},
+                },
             }
         }
 

@@ -207,24 +207,16 @@ def cli(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
-def test_command_writes_counters_beside_metrics_and_refuses_bad_args_in_one_line(tmp_path):
-    common = ["--device", "cpu", "--tasks", "arith_local", "--include_path", str(TASKS), "--limit", "2"]
-    out = cli(
+def test_command_registers_the_backend_and_refuses_bad_args_in_one_line():
+    """The command reaches our constructor (so `--model diversed` resolved) and prints its error alone."""
+    bad = cli(
         "--model", "diversed",
-        "--model_args", f"pair=tiny,method=ensemble,target_weight=0.7,draft_len=3,output_dir={tmp_path / 'res'}",
-        "--output_path", str(tmp_path / "out"), *common,
+        "--model_args", "pair=tiny,method=ensemble,target_weight=2",
+        "--device", "cpu", "--tasks", "arith_local", "--include_path", str(TASKS),
     )  # fmt: skip
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert "exact_match" in out.stdout
-    [results] = list((tmp_path / "out").rglob("results_*.json"))
-    data = json.loads(results.read_text())
-    assert data["results"]["arith_local"]["exact_match,strict-match"] >= 0
-    assert data["config"]["diversed"]["acceptance"]["arith_local"]["requests"] == 2
-    assert len(load_results(tmp_path / "res")) == 2
-    bad = cli("--model", "diversed", "--model_args", "pair=tiny,method=ensemble,target_weight=2", *common)
     assert bad.returncode == 2
-    assert (
-        bad.stderr.strip().splitlines()[-1] == "error: ensemble: target_weight must be in (0, 1], got 2.0 "
+    assert bad.stderr.strip().splitlines()[-1] == (
+        "error: ensemble: target_weight must be in (0, 1], got 2.0 "
         "(model_args also take pair, method, draft_len, head, seed, device, dtype, output_dir)"
     )
     assert "Traceback" not in bad.stderr
