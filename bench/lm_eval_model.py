@@ -130,8 +130,9 @@ class DiversedLM(LM):
     model_args: ``pair``, ``method`` (a registry name or ``module:Class``), the method's own
     parameters (``target_weight``, ``lenience``, ``cascade_rule``, ``cascade_alpha``, ``mix``, or a
     custom verifier's fields), ``draft_len``, ``head`` (DIVERSED), ``seed`` (default: lm-eval's
-    torch seed), ``device``, ``dtype`` and ``output_dir`` (the parquet results directory).
-    Temperature and budget come from the task's generation kwargs, as for every lm-eval model.
+    torch seed), ``dtype`` and ``output_dir`` (the parquet results directory). ``device`` and
+    ``batch_size`` are lm-eval's own flags (the command always passes them, so model_args cannot);
+    temperature and budget come from the task's generation kwargs, as for every lm-eval model.
     """
 
     def __init__(
@@ -165,7 +166,7 @@ class DiversedLM(LM):
             self.verifier = make_verifier(self.method, **self.params)
         except BenchError as exc:
             raise BenchError(
-                f"{exc} (model_args also take pair, method, draft_len, head, seed, device, dtype, output_dir)"
+                f"{exc} (model_args also take pair, method, draft_len, head, seed, dtype, output_dir)"
             ) from None
         if head is not None and not self.verifier.needs_hidden:
             raise BenchError(f"{self.verifier.name}: takes no head; drop head= or use method=diversed")

@@ -20,6 +20,7 @@ from bench.decoding import SpeculativeDecoder
 from bench.distributions import Sampling
 from bench.errors import BenchError
 from bench.lm_eval_model import DiversedLM
+from bench.report import summarise
 from bench.runner import Runner, example_seed
 from bench.store import load_results
 from bench.verifiers import make_verifier
@@ -76,6 +77,8 @@ def test_ar_sd_ensemble_end_to_end_and_greedy_sd_equals_ar(task_manager, tmp_pat
             assert 0 < tally["acceptance_rate"] <= 1 and tally["acceptance_length"] > 1
             assert len(tally["acceptance_rate_per_position"]) == 5
     assert set(rows["target_weight"]) == {0.7}
+    with pytest.raises(BenchError, match="scored by lm-eval"):  # our tables need our quality scores
+        summarise(rows)
     assert "acc,none" in runs["sd"]["results"]["choice_local"]  # multiple choice ran (loglikelihood)
     assert "choice_local" not in runs["sd"]["config"]["diversed"]["acceptance"]  # no decoding, no counters
 
@@ -190,9 +193,11 @@ def test_bad_model_args_are_one_clear_error(args, message, tmp_path):
         DiversedLM(**{"device": "cpu", "output_dir": str(tmp_path), **args})
 
 
-def test_unsupported_generation_settings_are_refused(sd_lm):
+def test_unsupported_requests_are_refused(sd_lm):
     with pytest.raises(BenchError, match=r"\['top_p'\] not supported"):
         sd_lm.generate_until([request(PROMPTS[0], top_p=0.9)])
+    with pytest.raises(BenchError, match="no chat template; drop --apply_chat_template"):
+        sd_lm.apply_chat_template([{"role": "user", "content": "hi"}])
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
@@ -217,7 +222,7 @@ def test_command_registers_the_backend_and_refuses_bad_args_in_one_line():
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines()[-1] == (
         "error: ensemble: target_weight must be in (0, 1], got 2.0 "
-        "(model_args also take pair, method, draft_len, head, seed, device, dtype, output_dir)"
+        "(model_args also take pair, method, draft_len, head, seed, dtype, output_dir)"
     )
     assert "Traceback" not in bad.stderr
 
