@@ -59,6 +59,11 @@ def summarise(rows: pd.DataFrame) -> pd.DataFrame:
     """One row per configuration with its headline numbers and their intervals."""
     if rows.empty:
         raise BenchError("no rows to summarise")
+    if "quality" not in rows:
+        raise BenchError(
+            "these rows have no quality scores: the lm-eval backend's rows are scored by lm-eval (read its "
+            "results JSON); give a `diversed-bench run` results directory"
+        )
     ar = rows[rows["method"] == "ar"]
     out = []
     for config_id, g in rows.groupby("config_id", sort=False):

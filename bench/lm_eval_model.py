@@ -1,0 +1,421 @@
+"""diversed-bench as an lm-evaluation-harness model backend: ``--model diversed``.
+
+lm-eval 0.4 finds models only in its own registry (it has no plugin entry points), so importing
+this module registers the backend; ``diversed-lm-eval`` (``bench.lm_eval_cli``) is the ``lm_eval``
+command with it registered. Nothing in the core CLI imports this module.
+
+``generate_until`` decodes through ``SpeculativeDecoder.generate_batch`` to the request's token
+budget (or EOS) and then cuts at the ``until`` strings, the harness's protocol: the counters
+describe every decoded token. Log-likelihood requests are answered by the target model alone,
+which is lossless by definition (no draft is involved), so multiple-choice tasks run too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple, get_type_hints
+
+import torch
+from lm_eval.api.instance import Instance
+from lm_eval.api.model import LM
+from lm_eval.api.registry import register_model
+from lm_eval.models.utils import normalize_gen_kwargs, postprocess_generated_text
+
+from bench.decoding import DecodeStats, Generation, SpeculativeDecoder
+from bench.distributions import Sampling
+from bench.errors import BenchError
+from bench.head import required_head
+from bench.pairs import load_pair
+from bench.runner import PARAM_COLUMNS, Runner, RunConfig, environment, example_seed, stats_columns
+from bench.store import SCHEMA, SHARED_SETTINGS, ResultStore
+from bench.verifiers import make_verifier, verifier_class
+
+log = logging.getLogger("lm_eval.models.diversed")  # under lm-eval's logger, so its setup shows our lines
+
+DEFAULT_MAX_GEN_TOKS = 256  # lm-eval's HF backend default when a task sets no budget
+GEN_KWARGS = {"until", "max_gen_toks", "do_sample", "temperature"}
+
+
+def _typed_params(method: str, params: dict[str, Any]) -> dict[str, Any]:
+    """Check model_args values against the verifier's field types (lm-eval parses them loosely)."""
+    hints = get_type_hints(verifier_class(method))
+    out = {}
+    for name, value in params.items():
+        want = hints.get(name)
+        if want is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if want in (float, int, str) and (isinstance(value, bool) or not isinstance(value, want)):
+            raise BenchError(f"{method}: {name} must be {getattr(want, '__name__', want)}, got {value!r}")
+        out[name] = value
+    return out
+
+
+def _integer(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise BenchError(f"model_args: {name} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+class _Job(NamedTuple):
+    """One generate_until request on its way through the decoder."""
+
+    index: int
+    example_id: str
+    request: Instance
+    prompt: list[int]
+    until: list[str]
+
+
+@dataclass
+class Tally:
+    """Counters summed over many decoded requests."""
+
+    requests: int = 0
+    new_tokens: int = 0
+    rounds: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    drafted_per_position: list[int] = field(default_factory=list)
+    accepted_per_position: list[int] = field(default_factory=list)
+    reached_per_position: list[int] = field(default_factory=list)
+    expected_acceptance_sum: list[float] = field(default_factory=list)
+
+    def add(self, stats: DecodeStats) -> None:
+        self.requests += 1
+        self.new_tokens += stats.new_tokens
+        self.rounds += stats.rounds
+        self.drafted += stats.drafted_tokens
+        self.accepted += stats.accepted_tokens
+        for name in (
+            "drafted_per_position",
+            "accepted_per_position",
+            "reached_per_position",
+            "expected_acceptance_sum",
+        ):
+            mine, theirs = getattr(self, name), getattr(stats, name)
+            mine.extend([0] * (len(theirs) - len(mine)))
+            for i, v in enumerate(theirs):
+                mine[i] += v
+
+    def summary(self) -> dict[str, Any]:
+        """Pooled rates: accepted / drafted, tokens / rounds, and both per draft position."""
+
+        def ratio(a: float, b: float) -> float | None:
+            return a / b if b else None  # JSON has no NaN
+
+        return {
+            "requests": self.requests,
+            "new_tokens": self.new_tokens,
+            "rounds": self.rounds,
+            "drafted_tokens": self.drafted,
+            "accepted_tokens": self.accepted,
+            "acceptance_rate": ratio(self.accepted, self.drafted),
+            "acceptance_length": ratio(self.new_tokens, self.rounds),
+            "acceptance_rate_per_position": [
+                ratio(a, d) for a, d in zip(self.accepted_per_position, self.drafted_per_position)
+            ],
+            "expected_acceptance": ratio(sum(self.expected_acceptance_sum), sum(self.reached_per_position)),
+        }
+
+
+@register_model("diversed")
+class DiversedLM(LM):
+    """Relaxed speculative decoding behind lm-eval's LM interface.
+
+    model_args: ``pair``, ``method`` (a registry name or ``module:Class``), the method's own
+    parameters (``target_weight``, ``lenience``, ``cascade_rule``, ``cascade_alpha``, ``mix``, or a
+    custom verifier's fields), ``draft_len``, ``head`` (DIVERSED), ``seed`` (default: lm-eval's
+    torch seed), ``dtype`` and ``output_dir`` (the parquet results directory). ``device`` and
+    ``batch_size`` are lm-eval's own flags (the command always passes them, so model_args cannot);
+    temperature and budget come from the task's generation kwargs, as for every lm-eval model.
+    """
+
+    def __init__(
+        self,
+        pair: str = "tiny",
+        method: str = "sd",
+        draft_len: int = 5,
+        head: str | None = None,
+        seed: int | None = None,
+        device: str | None = None,
+        dtype: str | None = None,
+        output_dir: str = "results/lm_eval",
+        batch_size: int | str = 1,
+        max_batch_size: int | None = None,
+        **params: Any,
+    ) -> None:
+        super().__init__()
+        for name in ("temperature", "max_new_tokens", "max_gen_toks"):
+            if name in params:
+                raise BenchError(
+                    f"model_args: {name} belongs to the task's generation settings; pass it with "
+                    f"--gen_kwargs (e.g. do_sample=true,temperature=1.0,max_gen_toks=256)"
+                )
+        if isinstance(batch_size, str) and batch_size.startswith("auto") or max_batch_size is not None:
+            raise BenchError("--model diversed takes a fixed batch size; pass --batch_size N (no auto)")
+        self.batch_size = _integer("batch_size", batch_size, 1)
+        self.draft_len = _integer("draft_len", draft_len, 0)
+        self.method = str(method)
+        try:
+            self.params = _typed_params(self.method, params)
+            self.verifier = make_verifier(self.method, **self.params)
+        except BenchError as exc:
+            raise BenchError(
+                f"{exc} (model_args also take pair, method, draft_len, head, seed, dtype, output_dir)"
+            ) from None
+        if head is not None and not self.verifier.needs_hidden:
+            raise BenchError(f"{self.verifier.name}: takes no head; drop head= or use method=diversed")
+        if head is None and self.verifier.needs_hidden:
+            raise BenchError(
+                f"{self.verifier.name}: needs a weight head; add head=PATH to model_args (a folder from "
+                "`diversed-bench train`, or head=init for an untrained w = 0.5 head)"
+            )
+        self.seed = torch.initial_seed() if seed is None else _integer("seed", seed, 0)
+        self.device_name = device or "auto"
+        self.head_path = None if head is None else str(head)
+        self.pair = load_pair(str(pair), device=self.device_name, dtype=dtype)
+        self.tokenizer = self.pair.tokenizer
+        self.head = None
+        if self.verifier.needs_hidden:
+            self.head = required_head(
+                self.head_path, self.method, self.pair.spec.name, self.pair.hidden_sizes, self.pair.device
+            )
+        self._decoders: dict[Sampling, SpeculativeDecoder] = {}
+        self.decoder(Sampling(0.0))  # refuse a bad draft_len before any request
+        self.store = ResultStore(Path(output_dir))
+        self.output_dir = Path(output_dir)
+        self._manifests: set[str] = set()
+        self._chat_templated = False
+        self.tallies: dict[str, Tally] = {}  # per lm-eval task
+        self.total = Tally()
+
+    @property
+    def device(self) -> torch.device:
+        return self.pair.device
+
+    @property
+    def tokenizer_name(self) -> str:
+        return f"diversed-{self.pair.spec.name}"
+
+    def chat_template(self, chat_template: bool | str = False) -> str | None:
+        return getattr(self.tokenizer, "chat_template", None)
+
+    def apply_chat_template(
+        self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True
+    ) -> str:
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise BenchError(
+                f"pair {self.pair.spec.name}: the tokenizer has no chat template; drop --apply_chat_template"
+            )
+        self._chat_templated = True
+        return self.tokenizer.apply_chat_template(
+            chat_history, tokenize=False, add_generation_prompt=add_generation_prompt
+        )
+
+    def decoder(self, sampling: Sampling) -> SpeculativeDecoder:
+        if sampling not in self._decoders:
+            self._decoders[sampling] = SpeculativeDecoder(
+                self.pair.target,
+                self.pair.draft,
+                self.verifier,
+                draft_len=self.draft_len,
+                sampling=sampling,
+                eos_token_ids=self.pair.eos_token_ids,
+                head=self.head,
+            )
+        return self._decoders[sampling]
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids as the runner encodes a prompt; chat-templated text already has its specials."""
+        if self._chat_templated:
+            return list(self.tokenizer(text, add_special_tokens=False).input_ids)
+        return Runner.encode(self.pair, text, chat_template=False)
+
+    # --- generation ------------------------------------------------------------------------
+
+    @staticmethod
+    def generation_settings(gen_kwargs: dict[str, Any]) -> tuple[Sampling, int, list[str]]:
+        """(sampling, token budget, stop strings) of one request; other settings are refused."""
+        kwargs = normalize_gen_kwargs(gen_kwargs, DEFAULT_MAX_GEN_TOKS)
+        unknown = sorted(set(kwargs) - GEN_KWARGS)
+        if unknown:
+            raise BenchError(
+                f"--model diversed: generation setting(s) {unknown} not supported (it takes until, "
+                "max_gen_toks, do_sample and temperature); drop them from --gen_kwargs or the task file"
+            )
+        temperature = float(kwargs["temperature"]) if kwargs["do_sample"] else 0.0
+        until = [s for s in kwargs["until"] if s]
+        return Sampling(temperature), int(kwargs["max_gen_toks"]), until
+
+    def config(self, task: str, sampling: Sampling, budget: int) -> RunConfig:
+        """The configuration of this backend's rows, concrete as `RunConfig.resolve` makes a run's:
+        lm-eval chooses prompts and exemplars, so the data, split and shots are its (unset here)."""
+        cls = verifier_class(self.method)
+        return RunConfig(
+            task=task,
+            pair=self.pair.spec.name,
+            method=self.method,
+            params=self.params,
+            head=self.head_path if cls.needs_hidden else None,
+            draft_len=self.draft_len if cls.uses_draft else 0,
+            temperature=sampling.temperature,
+            max_new_tokens=budget,
+            seed=self.seed,
+            data="lm-eval",
+            chat_template=self._chat_templated,
+            device=self.pair.device.type,
+            dtype=str(self.pair.target.dtype).removeprefix("torch."),
+        )
+
+    def generate_until(self, requests: list[Instance], disable_tqdm: bool = False) -> list[str]:
+        seen: dict[str, int] = {}
+        groups: dict[tuple[Sampling, int], list[_Job]] = {}
+        for i, req in enumerate(requests):
+            context, gen_kwargs = req.args
+            sampling, budget, until = self.generation_settings(gen_kwargs)
+            digest = hashlib.sha1(f"{context}\0{sorted(gen_kwargs.items())}".encode()).hexdigest()[:10]
+            base = f"{req.task_name}/{req.doc_id}/{req.idx}/{digest}"
+            repeat = seen[base] = seen.get(base, -1) + 1  # repeats>1 tasks pass one instance n times
+            job = _Job(i, f"{base}/{repeat}", req, self.encode(context), until)
+            groups.setdefault((sampling, budget), []).append(job)
+        out: list[str] = [""] * len(requests)
+        done = 0
+        for (sampling, budget), group in groups.items():
+            decoder = self.decoder(sampling)
+            group.sort(key=lambda j: -len(j.prompt))  # similar lengths share a batch
+            for start in range(0, len(group), self.batch_size):
+                chunk = group[start : start + self.batch_size]
+                gens = decoder.generate_batch(
+                    [j.prompt for j in chunk], budget, [example_seed(self.seed, j.example_id) for j in chunk]
+                )
+                for job, gen in zip(chunk, gens):
+                    out[job.index] = self.record(job, sampling, budget, gen)
+                done += len(chunk)
+                log.info("diversed: %d/%d generate_until requests", done, len(requests))
+        for config_id in self._manifests:
+            self.store.compact(config_id)
+        for task, tally in self.tallies.items():
+            s = tally.summary()
+            rate, length = (
+                f"{v:.3f}" if v is not None else "-" for v in (s["acceptance_rate"], s["acceptance_length"])
+            )
+            log.info(
+                "diversed %s: %d requests, acceptance rate %s, acceptance length %s",
+                task,
+                s["requests"],
+                rate,
+                length,
+            )
+        return out
+
+    def record(self, job: _Job, sampling: Sampling, budget: int, gen: Generation) -> str:
+        """Write the request's row to the parquet store and count it; return the cut completion."""
+        req, until = job.request, job.until
+        task = req.task_name or "lm-eval"
+        cfg = self.config(task, sampling, budget)
+        if cfg.config_id not in self._manifests:
+            self.store.write_manifest(
+                cfg.config_id,
+                {
+                    "config_id": cfg.config_id,
+                    "settings": asdict(cfg),
+                    "label": cfg.label,
+                    "limit": None,
+                    "lm_eval": {"task": task, "version": _lm_eval_version()},
+                    **environment(self.pair.device),
+                },
+            )
+            self._manifests.add(cfg.config_id)
+        text = self.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
+        cut = postprocess_generated_text(text, until, None)
+        self.store.append(
+            {
+                "config_id": cfg.config_id,
+                **{k: getattr(cfg, k) for k in SHARED_SETTINGS},
+                "method": self.verifier.name,
+                "label": cfg.label,
+                "draft_len": cfg.draft_len,
+                **{k: self.params.get(k) for k in PARAM_COLUMNS},
+                "params": json.dumps(self.params, sort_keys=True),
+                "head": cfg.head,
+                "schema": SCHEMA,
+                "example_id": job.example_id,
+                "doc_id": req.doc_id,
+                "until": until,
+                "completion": text,
+                "completion_cut": cut,
+                **stats_columns(gen.stats),
+            }
+        )
+        self.tallies.setdefault(task, Tally()).add(gen.stats)
+        self.total.add(gen.stats)
+        self.cache_hook.add_partial("generate_until", req.args, cut)
+        return cut
+
+    def get_model_info(self) -> dict[str, Any]:
+        """Goes into the ``config`` block of lm-eval's results JSON, beside its metrics."""
+        return {
+            "diversed": {
+                "pair": self.pair.spec.name,
+                "method": self.verifier.name,
+                "params": self.params,
+                "draft_len": self.decoder(Sampling(0.0)).draft_len,
+                "head": self.head_path,
+                "seed": self.seed,
+                "results_dir": str(self.output_dir),
+                "acceptance": {
+                    "all": self.total.summary(),
+                    **{t: s.summary() for t, s in self.tallies.items()},
+                },
+            }
+        }
+
+    # --- log-likelihood: the target alone ---------------------------------------------------
+
+    def _encode_pair(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
+        """(context ids, continuation ids); trailing spaces of the context go to the continuation."""
+        spaces = len(context) - len(context.rstrip())
+        if spaces:
+            context, continuation = context[:-spaces], context[-spaces:] + continuation
+        if not context:
+            prefix = self.tokenizer.bos_token_id
+            prefix = self.tokenizer.eos_token_id if prefix is None else prefix
+            return [prefix], list(self.tokenizer(continuation, add_special_tokens=False).input_ids)
+        whole, ctx = self.encode(context + continuation), self.encode(context)
+        return ctx, whole[len(ctx) :]
+
+    @torch.inference_mode()
+    def loglikelihood(self, requests: list[Instance], disable_tqdm: bool = False) -> list[tuple[float, bool]]:
+        """Scored by the target model alone: lossless by definition, no draft, no counters."""
+        out = []
+        for req in requests:
+            ctx, cont = self._encode_pair(*req.args)
+            if not cont:
+                raise BenchError(f"loglikelihood: continuation {req.args[1]!r} encodes to no tokens")
+            ids = torch.tensor([ctx + cont[:-1]], device=self.device)
+            logits = self.pair.target(input_ids=ids).logits[0, len(ctx) - 1 :].float()
+            logprobs = logits.log_softmax(-1)
+            target = torch.tensor(cont, device=self.device)
+            score = float(logprobs.gather(-1, target.unsqueeze(-1)).sum())
+            greedy = bool((logits.argmax(-1) == target).all())
+            out.append((score, greedy))
+            self.cache_hook.add_partial("loglikelihood", req.args, (score, greedy))
+        return out
+
+    def loglikelihood_rolling(self, requests: list[Instance], disable_tqdm: bool = False) -> list[float]:
+        raise BenchError(
+            "--model diversed does not score perplexity tasks (loglikelihood_rolling): they measure the "
+            "target alone; run them with --model hf --model_args pretrained=TARGET"
+        )
+
+
+def _lm_eval_version() -> str:
+    import lm_eval
+
+    return lm_eval.__version__
