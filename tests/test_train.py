@@ -103,7 +103,8 @@ def test_rewarding_the_target_drives_w_up(tiny_pair):
 
 
 def test_reinforce_pp_moves_w_the_right_way(tiny_pair):
-    first, last = mean_w_after(tiny_pair, match_target, algorithm="reinforce++")
+    # clipped, batch-normalised updates move w more slowly than plain REINFORCE: twice the steps
+    first, last = mean_w_after(tiny_pair, match_target, algorithm="reinforce++", steps=16)
     assert last > first + 0.05
 
 
