@@ -357,22 +357,23 @@ class Runner:
         return self._tasks[key]
 
     def assignments(self, configs: list[RunConfig]) -> list[tuple[RunConfig, list[Example]]]:
-        """This partition's examples of every configuration."""
+        """This partition's examples of every configuration, resolved (and each id once: a draft-length
+        sweep runs ar once)."""
+        resolved = (
+            replace(c, device=self.device or c.device, engine=self.engine_name).resolve() for c in configs
+        )
+        unique = list({c.config_id: c for c in resolved}.values())
         index, count = self.partition
         out, offset = [], 0
-        for cfg in configs:
+        for cfg in unique:
             examples = self.task(cfg).examples(self.limit, cfg.seed)
             out.append((cfg, [e for i, e in enumerate(examples) if (offset + i) % count == index]))
             offset += len(examples)
         return out
 
     def run(self, configs: list[RunConfig]) -> None:
-        resolved = (
-            replace(c, device=self.device or c.device, engine=self.engine_name).resolve() for c in configs
-        )
-        unique = list({c.config_id: c for c in resolved}.values())  # e.g. ar once for a draft-length sweep
         groups: dict[tuple[Any, ...], list[tuple[RunConfig, list[Example]]]] = {}
-        for cfg, mine in self.assignments(unique):
+        for cfg, mine in self.assignments(configs):
             done = self.store.done_ids(cfg.config_id)
             pending = [e for e in mine if e.example_id not in done]
             if not pending:
