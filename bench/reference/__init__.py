@@ -8,4 +8,3 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 TOKENIZER_DIR, TARGET_DIR, DRAFT_DIR = HERE / "tokenizer", HERE / "target", HERE / "draft"
-HEADS_DIR = HERE / "heads"
