@@ -437,6 +437,11 @@ def speed(
     engine: str = typer.Option(
         "eager", help="eager, compiled, or eager,compiled to time both (ratios against the first)."
     ),
+    threads: Optional[int] = typer.Option(
+        None,
+        help="CPU threads per operator (torch.set_num_threads; default: torch's). The kernels of a tiny "
+        "model are too small to split, so one thread is faster there; the reports name the count.",
+    ),
 ) -> None:
     """Time the harness against transformers generate() and assisted generation, and against the
     ideal speedup S(alpha, N, c); checks that greedy outputs agree. With --throughput, time batched
@@ -457,6 +462,10 @@ def speed(
     engines = {name: make_engine(name) for name in _list(engine)}
     if not engines:
         raise BenchError("--engine takes eager, compiled or eager,compiled")
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(_positive(str(threads), "--threads"))
 
     if throughput:
         sizes = [_positive(b, "--batch-sizes") for b in _list(batch_sizes)]

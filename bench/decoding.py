@@ -56,15 +56,21 @@ class DecodeStats:
     bias_sum: list[float] = field(default_factory=list)
     weights: list[float] = field(default_factory=list)
 
-    def record_round(self, drafted: int, accepted: int) -> None:
-        """Count one round of ``drafted`` tokens of which the first ``accepted`` were kept."""
+    def record_round(
+        self, drafted: int, accepted: int, expected: Sequence[float] = (), bias: Sequence[float] = ()
+    ) -> None:
+        """Count one round of ``drafted`` tokens of which the first ``accepted`` were kept, adding
+        the verifier's expected acceptance and bias at the positions it reached."""
         self.rounds += 1
         self.drafted_tokens += drafted
         self.accepted_tokens += accepted
         for i in range(drafted):
             self.drafted_per_position[i] += 1
             self.accepted_per_position[i] += i < accepted
-            self.reached_per_position[i] += i <= accepted
+            if i <= accepted:
+                self.reached_per_position[i] += 1
+                self.expected_acceptance_sum[i] += expected[i]
+                self.bias_sum[i] += bias[i]
 
     @property
     def acceptance_rate(self) -> float:
@@ -129,18 +135,6 @@ class _Row:
     stats: DecodeStats
     out: list[int] = field(default_factory=list)
     weights: list[Tensor] = field(default_factory=list)
-    sums: tuple[Tensor, Tensor] | None = None  # expected acceptance and bias sums, once finished
-
-
-@dataclass
-class _Group:
-    """Rows of one round that drafted the same number of tokens, verified together."""
-
-    rows: list[int]
-    n: int
-    expected: Tensor
-    bias: Tensor
-    weights: Tensor | None
 
 
 class SpeculativeDecoder:
@@ -168,6 +162,7 @@ class SpeculativeDecoder:
                 "and pass --head PATH"
             )
         self.target, self.draft, self.verifier = target, draft, verifier
+        self.device = target.device  # a model's .device walks its parameters: read it once
         self.draft_len = draft_len if verifier.uses_draft else 0
         self.sampling = sampling
         self.eos = frozenset(eos_token_ids)
@@ -195,20 +190,26 @@ class SpeculativeDecoder:
         Returns (tokens [B, n], q [B, n, V], q logits, draft hidden states or None)."""
         engine, hidden = self.engines[1], self.verifier.needs_hidden
         feed = [r.seq[held:] for r, held in zip(rows, engine.lengths)]
-        ids = _padded(feed, self.target.device)
-        last = torch.tensor([len(f) - 1 for f in feed], device=ids.device)
-        every = torch.arange(len(rows), device=ids.device)
+        ids = _padded(feed, self.device)
         real = [len(f) if nb else 0 for f, nb in zip(feed, ns)]
+        # A row's next token follows its last fed token: the last column when every row is fed as
+        # many tokens (always in a batch of one, and after the first step), else gathered per row.
+        ragged = len({len(f) for f in feed}) > 1
+        if ragged:
+            at = (
+                torch.arange(len(rows), device=ids.device),
+                torch.tensor([len(f) - 1 for f in feed], device=ids.device),
+            )
         xs, qs, q_logits, states = [], [], [], []
         for step in range(n):
-            logits, h = engine.step(ids, real, keep=ids.shape[1], hidden=hidden)
-            pick = last if step == 0 else torch.zeros_like(last)
-            q_logits.append(logits[every, pick])
+            gather = ragged and step == 0
+            logits, h = engine.step(ids, real, keep=ids.shape[1] if gather else 1, hidden=hidden)
+            q_logits.append(logits[at] if gather else logits[:, -1])
+            states.append((h[at] if gather else h[:, -1]) if hidden else None)
             qs.append(process(q_logits[-1], self.sampling))
             ids = self._pick(qs[-1], [r.generator if step < nb else None for r, nb in zip(rows, ns)])
             ids = ids.view(-1, 1)
             xs.append(ids)
-            states.append(h[every, pick] if hidden else None)
             real = [int(step + 1 < nb) for nb in ns]  # the last drafted token is not fed back
         h_draft = torch.stack(states, dim=1) if hidden else None
         return torch.cat(xs, dim=1), torch.stack(qs, dim=1), torch.stack(q_logits, dim=1), h_draft
@@ -230,7 +231,7 @@ class SpeculativeDecoder:
             raise BenchError("empty prompt: nothing to condition on")
         if not prompts:
             return []
-        device = self.target.device
+        device = self.device
         sync = _synchronizer(device)
         n_max = self.draft_len
         rows = [
@@ -246,6 +247,8 @@ class SpeculativeDecoder:
                     drafted_per_position=[0] * n_max,
                     accepted_per_position=[0] * n_max,
                     reached_per_position=[0] * n_max,
+                    expected_acceptance_sum=[0.0] * n_max,
+                    bias_sum=[0.0] * n_max,
                 ),
             )
             for i, (p, seed) in enumerate(zip(prompts, seeds))
@@ -254,7 +257,6 @@ class SpeculativeDecoder:
         longest = max(len(p) for p in prompts) + max(max_new_tokens, 0) + n_max + 1
         for engine in self.engines:
             engine.start(len(rows), longest)
-        sums = torch.zeros(2, len(rows), n_max, device=device)  # expected acceptance, bias
 
         sync()
         start = time.perf_counter()
@@ -271,39 +273,34 @@ class SpeculativeDecoder:
 
         cache_bytes = 0
         while rows:
-            finished = self._round(rows, sums) if max_new_tokens > 0 else set(range(len(rows)))
+            finished = self._round(rows) if max_new_tokens > 0 else set(range(len(rows)))
             cache_bytes = max(cache_bytes, sum(e.cache_bytes for e in self.engines))
             for engine in self.engines:
                 engine.truncate([len(r.seq) - 1 for r in rows])
             if finished:
                 alive = [i for i in range(len(rows)) if i not in finished]
-                for i in finished:
-                    rows[i].sums = (sums[0, i], sums[1, i])
-                    done.append(rows[i])
+                done += [rows[i] for i in finished]
                 rows = [rows[i] for i in alive]
-                sums = sums[:, alive]
                 for engine in self.engines if rows else ():
                     engine.select(alive)
 
         sync()
         wall = time.perf_counter() - start
-        totals = torch.stack([torch.stack(r.sums) for r in done]).tolist()  # type: ignore[arg-type]
         out: list[Generation | None] = [None] * len(done)
-        for k, row in enumerate(done):
+        for row in done:
             s = row.stats
             s.wall_time_s = wall if len(prompts) == 1 else math.nan
             s.prefill_time_s = prefill if len(prompts) == 1 else math.nan
             s.kv_cache_bytes = cache_bytes
             s.new_tokens = len(row.out)
-            s.expected_acceptance_sum, s.bias_sum = totals[k]
             s.weights = torch.cat(row.weights).tolist() if row.weights else []
             out[row.index] = Generation(row.out, s)
         return out  # type: ignore[return-value]
 
-    def _round(self, rows: list[_Row], sums: Tensor) -> set[int]:
-        """One round over the batch: draft, one target forward, verify, emit; adds to the per-row
-        expected acceptance and bias ``sums`` [2, B, N]. Returns the rows that finished."""
-        device, hidden, n_max = self.target.device, self.verifier.needs_hidden, self.draft_len
+    def _round(self, rows: list[_Row]) -> set[int]:
+        """One round over the batch: draft, one target forward, verify, emit, count. Returns the
+        rows that finished."""
+        device, hidden, n_max = self.device, self.verifier.needs_hidden, self.draft_len
         ns = [min(n_max, r.budget - len(r.out) - 1) for r in rows]
         n, count = max(ns), len(rows)
         last = torch.tensor([[r.seq[-1]] for r in rows], device=device)
@@ -315,16 +312,18 @@ class SpeculativeDecoder:
         # Nothing to verify and greedy: the argmax of the logits suffices.
         p = p_logits if not n and self.sampling.greedy else process(p_logits, self.sampling)
 
-        accepted = torch.zeros(count, dtype=torch.long, device=device)
-        next_token = torch.zeros(count, dtype=torch.long, device=device)
-        groups: list[_Group] = []
+        # Rows that drafted as many tokens are verified together (a batch of one is one group).
+        verdicts: list[tuple[slice | Tensor, Tensor, Tensor]] = []  # rows, accepted, next token
+        verified: list[int] = []  # rows that drafted, in the order of ``floats``
+        floats: list[Tensor] = []  # per verified row: [expected acceptance, bias] per position
+        weights: dict[int, Tensor] = {}
         for k in sorted(set(ns)):
             idx = [i for i, nb in enumerate(ns) if nb == k]
             sel = slice(None) if len(idx) == count else torch.tensor(idx, device=device)
             generators = [rows[i].generator for i in idx]
             if k == 0:
-                head = p_logits[sel, 0] if self.sampling.greedy else p[sel, 0]
-                next_token[sel] = self._pick(head, generators)
+                token = self._pick(p_logits[sel, 0] if self.sampling.greedy else p[sel, 0], generators)
+                verdicts.append((sel, torch.zeros_like(token), token))
                 continue
             round_ = Round(
                 draft=drafted[sel, :k],
@@ -336,21 +335,33 @@ class SpeculativeDecoder:
                 weights=self.head(h_draft[sel, :k], h_target[sel, :k]) if hidden else None,
             )
             verdict = verify(self.verifier, round_, p[sel, k], generators)
-            accepted[sel], next_token[sel] = verdict.accepted, verdict.next_token
-            groups.append(_Group(idx, k, verdict.expected_acceptance, verdict.bias, round_.weights))
-        host = torch.cat([accepted, next_token, drafted.flatten()]).tolist()
+            verdicts.append((sel, verdict.accepted, verdict.next_token))
+            verified += idx
+            floats.append(torch.stack([verdict.expected_acceptance, verdict.bias], dim=1))
+            if round_.weights is not None:
+                weights.update(zip(idx, round_.weights))
+        if len(verdicts) == 1:
+            _, accepted, next_token = verdicts[0]
+        else:
+            accepted = torch.zeros(count, dtype=torch.long, device=device)
+            next_token = torch.zeros(count, dtype=torch.long, device=device)
+            for sel, acc, token in verdicts:
+                accepted[sel], next_token[sel] = acc, token
+        host = torch.cat([accepted, next_token, drafted.flatten()]).tolist()  # the round's sync
+        # Per group (their lengths differ), read after the sync above, so without a stall.
+        sums = dict(zip(verified, (row for f in floats for row in f.tolist())))
 
-        reach = [0] * count  # positions the verifier reached, per row
         finished: set[int] = set()
         for i, (row, nb) in enumerate(zip(rows, ns)):
             acc, drafts = host[i], host[2 * count + i * n : 2 * count + i * n + nb]
             new = drafts[:acc] + [host[count + i]]
             eos_at = next((j for j, t in enumerate(new) if t in self.eos), None)
             counted, kept = round_counts(nb, acc, eos_at)
-            row.stats.record_round(counted, kept)
+            row.stats.record_round(counted, kept, *sums.get(i, ([], [])))
             row.stats.target_forwards += 1
             row.stats.draft_forwards += nb
-            reach[i] = min(kept + 1, counted)
+            if i in weights:
+                row.weights.append(weights[i][: min(kept + 1, counted)])
             if eos_at is not None:
                 new = new[: eos_at + 1]
                 finished.add(i)
@@ -358,14 +369,4 @@ class SpeculativeDecoder:
             row.seq.extend(new)
             if len(row.out) >= row.budget:
                 finished.add(i)
-
-        for g in groups:
-            limit = torch.tensor([reach[i] for i in g.rows], device=device)
-            mask = (torch.arange(g.n, device=device) < limit.unsqueeze(1)).float()
-            sel = torch.tensor(g.rows, device=device)
-            sums[0, sel, : g.n] += g.expected * mask
-            sums[1, sel, : g.n] += g.bias * mask
-            if g.weights is not None:
-                for j, i in enumerate(g.rows):
-                    rows[i].weights.append(g.weights[j, : reach[i]])
         return finished

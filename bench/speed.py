@@ -162,11 +162,14 @@ def step_costs(
     return statistics.median(sd_clock.seconds["draft"]), statistics.median(ar_clock.seconds["target"])
 
 
-def forward_share(pair: Pair, prompts: list[list[int]], n: int, max_new: int, engine: EngineFactory) -> float:
-    """Share of an ``sd`` run's wall time spent inside model steps; the rest is loop overhead."""
+def forward_share(
+    pair: Pair, prompts: list[list[int]], n: int, max_new: int, engine: EngineFactory
+) -> tuple[float, float]:
+    """Share of an ``sd`` run's wall time spent inside model steps (the rest is loop overhead), and
+    its median target step: the verification of N + 1 tokens, which S prices as one token's step."""
     with StepClock(pair) as clock:
         total = run_harness(pair, "sd", prompts, n, max_new, engine).seconds
-    return clock.total() / total
+    return clock.total() / total, statistics.median(clock.seconds["target"])
 
 
 def paired(repeats: int, **runs: Callable[[], Timed]) -> tuple[dict[str, Timed], dict[str, list[float]]]:
@@ -245,6 +248,7 @@ def measure(
         for name, engine in engines.items():
             sd, ar = got[f"sd@{name}"], got[f"ar@{name}"]
             alpha = sd.accepted / sd.verified if sd.verified else 0.0
+            share, t_verify = forward_share(pair, prompts, n, max_new, engine)
             row = {
                 "engine": name,
                 "draft_len": n,
@@ -258,7 +262,8 @@ def measure(
                 "speedup": ratio(times, f"ar@{name}", f"sd@{name}"),
                 "hf_speedup": ratio(times, f"ar@{name}", "hf_sd"),
                 "ideal_speedup": ideal_speedup(alpha, n, setups[name]["c"]),
-                "forward_share": forward_share(pair, prompts, n, max_new, engine),
+                "forward_share": share,
+                "t_verify_ms": t_verify * 1e3,
                 # Time per emitted token against the reference engine's, same prompts, same repeat.
                 "sd_vs_first": per_token_ratio(times, got, f"sd@{name}", f"sd@{first}"),
                 "ar_vs_first": per_token_ratio(times, got, f"ar@{name}", f"ar@{first}"),
@@ -274,7 +279,7 @@ def measure(
             log(
                 f"{name} N={n}: alpha {alpha:.3f}, sd/hf {row['sd_vs_hf']:.2f}, speedup {row['speedup']:.2f} "
                 f"(ideal {row['ideal_speedup']:.2f}, efficiency {row['efficiency']:.2f}), "
-                f"{100 * row['forward_share']:.0f}% of the time in model steps"
+                f"{100 * row['forward_share']:.0f}% of the time in model steps, verify step {row['t_verify_ms']:.2f} ms"
                 + (f", sd time per token vs {first} {row['sd_vs_first']:.2f}" if name != first else "")
             )
             rows.append(row)
@@ -286,6 +291,7 @@ def measure(
         "pair": pair.spec.name,
         "device": str(pair.device),
         "dtype": str(pair.target.dtype).replace("torch.", ""),
+        "threads": torch.get_num_threads(),
         "prompts": len(prompts),
         "max_new_tokens": max_new,
         "repeats": repeats,
@@ -308,7 +314,7 @@ def markdown(result: dict[str, Any], command: str) -> str:
     ens = "ensemble_vs_hf" in r["rows"][0]
     first = r["rows"][0]["engine"]
     lines = [
-        f"# Speed: pair {r['pair']} on {r['device']} ({r['dtype']})",
+        f"# Speed: pair {r['pair']} on {r['device']} ({r['dtype']}, {r['threads']} CPU threads)",
         "",
         f"Command: `{command}`",
         "",
@@ -329,15 +335,16 @@ def markdown(result: dict[str, Any], command: str) -> str:
         f"(outputs equal: {r['ar_equals_hf']})",
         "",
         "| engine | N | alpha | sd / HF assisted | outputs equal HF | equal ar | speedup | ideal S | efficiency "
-        f"| in steps | sd vs {first} | ar vs {first} | equal {first} |"
+        f"| in steps | verify step ms | sd vs {first} | ar vs {first} | equal {first} |"
         + (" ensemble / HF | ensemble equal HF |" if ens else ""),
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if ens else ""),
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if ens else ""),
     ]
     for row in r["rows"]:
         line = (
             f"| {row['engine']} | {row['draft_len']} | {row['alpha']:.3f} | {row['sd_vs_hf']:.2f} | "
             f"{row['sd_equals_hf']} | {row['sd_equals_ar']} | {row['speedup']:.2f} | {row['ideal_speedup']:.2f} | "
-            f"{row['efficiency']:.2f} | {100 * row['forward_share']:.0f}% | {row['sd_vs_first']:.2f} | "
+            f"{row['efficiency']:.2f} | {100 * row['forward_share']:.0f}% | {row['t_verify_ms']:.3f} | "
+            f"{row['sd_vs_first']:.2f} | "
             f"{row['ar_vs_first']:.2f} | {row['equals_first']} |"
         )
         if ens:
@@ -353,7 +360,8 @@ def markdown(result: dict[str, Any], command: str) -> str:
         "warm-up happen in untimed runs before any measurement. alpha: per-token acceptance (accepted / verified "
         "positions); ideal S = (1 - alpha^(N+1)) / ((1 - alpha)(N c + 1)) with the engine's own c; speedup: "
         "`ar` time / `sd` time in the same engine; efficiency = speedup / S; in steps: share of the sd wall time "
-        f"spent inside model steps (the rest is the loop's own overhead); sd / ar vs {first}: time per emitted "
+        "spent inside model steps (the rest is the loop's own overhead); verify step: median target step of `sd`, "
+        f"N + 1 tokens, which S prices as one single-token step; sd / ar vs {first}: time per emitted "
         f"token in this engine over the {first} engine's.",
     ]
     return "\n".join(lines) + "\n"
@@ -461,6 +469,7 @@ def throughput(
     return {
         "pair": pair.spec.name,
         "device": str(pair.device),
+        "threads": torch.get_num_threads(),
         "examples": len(prompts),
         "draft_len": draft_len,
         "max_new_tokens": max_new,
@@ -475,7 +484,7 @@ def throughput_markdown(result: dict[str, Any], command: str) -> str:
     """The throughput table: every ratio is against the first batch size of the same method."""
     first = result["rows"][0]["batch_size"]
     lines = [
-        f"# Throughput: {result['pair']} on {result['device']}",
+        f"# Throughput: {result['pair']} on {result['device']} ({result['threads']} CPU threads)",
         "",
         f"`{command}`: {result['examples']} examples, up to {result['max_new_tokens']} new tokens, "
         f"temperature {result['temperature']:g}, N = {result['draft_len']}, median of {result['repeats']} "

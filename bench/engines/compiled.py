@@ -6,7 +6,14 @@ fixed once per batch: K/V buffers of ``capacity`` slots, attention over all of t
 causal-by-position masks as ``EagerEngine``, and one graph per step width the loop declares (draft
 1 and 2, target N + 1; narrower steps are padded into the next graph, the padding lands in slots no
 real query sees). Positions are tensors, so a rollback stays a lower length on the host and the next
-step simply overwrites. On a GPU the graphs are CUDA graphs (``mode="reduce-overhead"``).
+step simply overwrites. On a GPU the graphs are CUDA graphs (``mode="reduce-overhead"``); on a CPU
+inductor writes each graph's launcher in C++ (``cpp_wrapper``): ``ar`` on the tiny pair then takes
+0.66x the time per token (more compile time, measured and reported like the rest).
+
+A call's fixed cost is most of a small model's step, so each engine keeps it low: its graphs are its
+own (``isolate_recompiles``: a call checks only this engine's few graphs, never another model's),
+guards skip the model's modules (an engine serves one model, in eval mode, whose weights it never
+swaps), and the weights are frozen so inductor builds an inference graph, not a training one.
 
 Compilation happens in ``start`` (timed into ``compile_s`` and ``warmup_s``), before the loop starts
 its clock. The prompt's one-off prefill, whose width changes per example, runs the same forward
@@ -28,8 +35,8 @@ from transformers import PreTrainedModel
 from bench.engines.eager import EagerEngine, SlotCache
 from bench.errors import BenchError
 
-# Several models and widths share one compiled function: allow enough graphs, and fail rather than
-# run eagerly when the limit is hit anyway.
+# An engine compiles a graph per step width and batch shape it meets: allow enough, and fail rather
+# than run eagerly when the limit is hit anyway.
 _RECOMPILE_LIMIT = 64
 
 
@@ -73,12 +80,24 @@ class CompiledEngine(EagerEngine):
     def __init__(self, model: PreTrainedModel, widths: Sequence[int]) -> None:
         super().__init__(model)
         check_compiler(model.device)
+        # Weights that require grad make AOT autograd build a training graph (an autograd.Function
+        # around the kernels), even under inference_mode: 1.5-1.7x the inference graph's step on the
+        # tiny pair. The harness never trains a pair's models.
+        model.requires_grad_(False)
         self.widths = sorted(set(widths))
         self.cuda = model.device.type == "cuda"
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, _RECOMPILE_LIMIT)
         torch._dynamo.config.fail_on_recompile_limit_hit = True
         self.compiled = torch.compile(
-            self._forward, fullgraph=True, dynamic=False, mode="reduce-overhead" if self.cuda else None
+            self._forward,
+            fullgraph=True,
+            dynamic=False,
+            isolate_recompiles=True,
+            options={
+                "triton.cudagraphs": self.cuda,
+                "cpp_wrapper": not self.cuda,
+                "guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe,
+            },
         )
         self.cache = StaticSlotCache(0, 0)
         self.caches: list[StaticSlotCache] = []  # one per batch shape met; each has its graphs
@@ -92,9 +111,11 @@ class CompiledEngine(EagerEngine):
                 input_ids=torch.zeros(1, 1, dtype=torch.long, device=model.device), output_hidden_states=True
             )
 
-    def _forward(self, ids: Tensor, positions: Tensor, keep: int) -> tuple[Tensor, Tensor]:
+    def _forward(self, ids: Tensor, start: Tensor, keep: int) -> tuple[Tensor, Tensor]:
         """Logits and last hidden states of the last ``keep`` positions (both always: one graph
-        serves every verifier, and unused outputs cost nothing)."""
+        serves every verifier, and unused outputs cost nothing). Row b's tokens sit at positions
+        start[b], start[b] + 1, ...: computed in the graph, so a step's host work is one tensor."""
+        positions = start.unsqueeze(1) + torch.arange(ids.shape[1], device=ids.device)
         self.cache.positions = positions
         out = self.model(
             input_ids=ids,
@@ -124,18 +145,17 @@ class CompiledEngine(EagerEngine):
 
     def _compile(self) -> None:
         device = self.model.device
-        ids = torch.zeros(self.cache.rows, 1, dtype=torch.long, device=device)
-        self._forward(ids, torch.zeros_like(ids), 1)  # allocates the buffers from the model's keys
+        start = torch.zeros(self.cache.rows, dtype=torch.long, device=device)
+        self._forward(start.unsqueeze(1), start, 1)  # allocates the buffers from the model's keys
         if self.cuda:
             for buf in [*self.cache.keys.values(), *self.cache.values.values()]:
                 torch._dynamo.mark_static_address(buf)
         for width in self.widths:
             ids = torch.zeros(self.cache.rows, width, dtype=torch.long, device=device)
-            positions = torch.arange(width, device=device).repeat(self.cache.rows, 1)  # as a step makes it
             for call in range(3):  # compile; then warm-up runs (CUDA graphs record on a later call)
                 tick = time.perf_counter()
                 try:
-                    self._run(ids, positions)
+                    self._run(ids, start)
                 except Exception as exc:
                     raise BenchError(
                         f"--engine compiled: torch.compile cannot compile {self.model.config.model_type} "
@@ -148,12 +168,12 @@ class CompiledEngine(EagerEngine):
                 else:
                     self.warmup_s += time.perf_counter() - tick
 
-    def _run(self, ids: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
+    def _run(self, ids: Tensor, start: Tensor) -> tuple[Tensor, Tensor]:
         if self.cuda:
             torch.compiler.cudagraph_mark_step_begin()
-            logits, hidden = self.compiled(ids, positions, ids.shape[1])
+            logits, hidden = self.compiled(ids, start, ids.shape[1])
             return logits.clone(), hidden.clone()  # the graph's outputs are overwritten next replay
-        return self.compiled(ids, positions, ids.shape[1])
+        return self.compiled(ids, start, ids.shape[1])
 
     def step(self, ids: Tensor, real: Sequence[int], keep: int, hidden: bool) -> tuple[Tensor, Tensor | None]:
         count, width = ids.shape
@@ -162,15 +182,16 @@ class CompiledEngine(EagerEngine):
             raise RuntimeError(f"step of {width} tokens is wider than the compiled widths {self.widths}")
         if max(self.lengths) + graph > self.cache.max_len:
             raise RuntimeError(f"cache overflow: {max(self.lengths) + graph} > {self.cache.max_len} slots")
-        padded = ids.new_zeros(self.cache.rows, graph)
-        padded[:count, :width] = ids
+        if (count, width) != (self.cache.rows, graph):
+            padded = ids.new_zeros(self.cache.rows, graph)
+            padded[:count, :width] = ids
+            ids = padded
         start = torch.tensor(self.lengths + [0] * (self.cache.rows - count), device=ids.device)
-        positions = start.unsqueeze(1) + torch.arange(graph, device=ids.device)
         if self.fresh:  # the prompt: its width is the example's, so it runs uncompiled
-            logits, states = self._forward(padded, positions, keep)
+            logits, states = self._forward(ids, start, keep)
             window = slice(None)
         else:
-            logits, states = self._run(padded, positions)
+            logits, states = self._run(ids.contiguous(), start)
             window = slice(width - keep, width)
         self.fresh = False
         self.lengths = [n + r for n, r in zip(self.lengths, real)]
