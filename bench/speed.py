@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,8 @@ class Timed:
     drafted: int = 0
     accepted: int = 0
     verified: int = 0
+    prefill: float = 0.0  # seconds of it spent on the prompts (both models' prefill)
+    steps: dict[str, list[float]] = field(default_factory=dict)  # each model's step times, when clocked
 
 
 def run_harness(
@@ -64,14 +66,16 @@ def run_harness(
         eos_token_ids=pair.eos_token_ids,
         engine=engine,
     )
-    outputs, total, drafted, accepted, verified = [], 0.0, 0, 0, 0
+    timed = Timed([], 0.0)
     for prompt in prompts:
         gen = decoder.generate(prompt, max_new)
-        outputs.append(gen.token_ids)
-        total += gen.stats.wall_time_s
-        drafted, accepted = drafted + gen.stats.drafted_tokens, accepted + gen.stats.accepted_tokens
-        verified += sum(gen.stats.reached_per_position)
-    return Timed(outputs, total, drafted, accepted, verified)
+        timed.outputs.append(gen.token_ids)
+        timed.seconds += gen.stats.wall_time_s
+        timed.prefill += gen.stats.prefill_time_s
+        timed.drafted += gen.stats.drafted_tokens
+        timed.accepted += gen.stats.accepted_tokens
+        timed.verified += sum(gen.stats.reached_per_position)
+    return timed
 
 
 @torch.inference_mode()
@@ -146,48 +150,53 @@ class StepClock:
         for cls, step in self.saved.items():
             cls.step = step  # type: ignore[method-assign]
 
-    def total(self) -> float:
-        return sum(map(sum, self.seconds.values()))
 
-
-def step_costs(
-    pair: Pair, prompts: list[list[int]], n: int, max_new: int, engine: EngineFactory
-) -> tuple[float, float]:
-    """Median single-token target step (from an ``ar`` run) and median draft step (from ``sd``),
-    measured inside the decoding loop, where caches and memory behave as they do when timed."""
-    with StepClock(pair) as ar_clock:
-        run_harness(pair, "ar", prompts, 1, max_new, engine)
-    with StepClock(pair) as sd_clock:
-        run_harness(pair, "sd", prompts, n, max_new, engine)
-    return statistics.median(sd_clock.seconds["draft"]), statistics.median(ar_clock.seconds["target"])
-
-
-def forward_share(
-    pair: Pair, prompts: list[list[int]], n: int, max_new: int, engine: EngineFactory
-) -> tuple[float, float]:
-    """Share of an ``sd`` run's wall time spent inside model steps (the rest is loop overhead), and
-    its median target step: the verification of N + 1 tokens, which S prices as one token's step."""
+def clocked(
+    pair: Pair, method: str, prompts: list[list[int]], n: int, max_new: int, engine: EngineFactory
+) -> Timed:
+    """``run_harness`` with every engine step timed, where caches and memory behave as they do in
+    the timed runs (which carry no clock: its syncs would slow them slightly)."""
     with StepClock(pair) as clock:
-        total = run_harness(pair, "sd", prompts, n, max_new, engine).seconds
-    return clock.total() / total, statistics.median(clock.seconds["target"])
+        timed = run_harness(pair, method, prompts, n, max_new, engine)
+    timed.steps = clock.seconds
+    return timed
 
 
-def paired(repeats: int, **runs: Callable[[], Timed]) -> tuple[dict[str, Timed], dict[str, list[float]]]:
-    """Run every named measurement once per repeat, back to back, so ratios taken within a repeat
-    share the machine's state. Returns the first run of each and all their times."""
-    first: dict[str, Timed] = {}
-    times: dict[str, list[float]] = {k: [] for k in runs}
+def paired(repeats: int, **runs: Callable[[], Timed]) -> dict[str, list[Timed]]:
+    """Run every named measurement once per repeat, back to back, so that the values taken from one
+    repeat share the machine's state. Returns each measurement's runs in repeat order."""
+    got: dict[str, list[Timed]] = {k: [] for k in runs}
     for _ in range(repeats):
         for name, fn in runs.items():
-            timed = fn()
-            first.setdefault(name, timed)
-            times[name].append(timed.seconds)
-    return first, times
+            got[name].append(fn())
+    return got
 
 
-def ratio(times: dict[str, list[float]], a: str, b: str) -> float:
+def ratio(got: dict[str, list[Timed]], a: str, b: str) -> float:
     """Median over repeats of time(a) / time(b)."""
-    return statistics.median(x / y for x, y in zip(times[a], times[b]))
+    return statistics.median(x.seconds / y.seconds for x, y in zip(got[a], got[b]))
+
+
+def per_token_ratio(got: dict[str, list[Timed]], a: str, b: str) -> float:
+    """Median over repeats of (time(a) / tokens(a)) / (time(b) / tokens(b))."""
+    tokens = sum(map(len, got[b][0].outputs)) / sum(map(len, got[a][0].outputs))
+    return ratio(got, a, b) * tokens
+
+
+def bound(sd_clock: Timed, ar_clock: Timed, alpha: float, n: int) -> dict[str, float]:
+    """One repeat's step costs (median draft step of ``sd``, median single-token target step of
+    ``ar``, median verification of ``sd``), c, the ideal speedup S and the share of the ``sd`` time
+    inside model steps."""
+    t_draft = statistics.median(sd_clock.steps["draft"])
+    t_target = statistics.median(ar_clock.steps["target"])
+    return {
+        "t_draft_ms": t_draft * 1e3,
+        "t_target_ms": t_target * 1e3,
+        "t_verify_ms": statistics.median(sd_clock.steps["target"]) * 1e3,
+        "c": t_draft / t_target,
+        "ideal_speedup": ideal_speedup(alpha, n, t_draft / t_target),
+        "forward_share": sum(map(sum, sd_clock.steps.values())) / sd_clock.seconds,
+    }
 
 
 def measure(
@@ -201,91 +210,98 @@ def measure(
     engines: dict[str, EngineFactory] | None = None,
 ) -> dict[str, Any]:
     """All measurements for one pair and each engine (the first is the reference the others are
-    compared with), each ratio from runs made back to back within a repeat. Compilation and
-    warm-up happen in a first untimed run per engine and are reported on their own."""
+    compared with). Every value comes from runs made back to back within a repeat: a speedup and
+    the bound S it is compared with (from that repeat's clocked runs) share the machine's state,
+    and each reported figure is a median over repeats. Compilation and warm-up happen in a first
+    untimed run per engine and are reported on their own."""
     engines = engines or {"eager": EagerEngine}
     first = next(iter(engines))
     setups: dict[str, dict[str, float]] = {}
     for name, engine in engines.items():
         tick = time.perf_counter()
-        run_harness(pair, "sd", prompts[:1], draft_lens[0], 8, engine)  # warm-up (and compilation)
-        run_harness(pair, "ar", prompts[:1], 1, 8, engine)
-        for n in draft_lens[1:]:
+        for n in draft_lens:  # warm-up (and compilation)
             run_harness(pair, "sd", prompts[:1], n, 8, engine)
-        t_draft, t_target = step_costs(pair, prompts, draft_lens[0], max_new, engine)
-        setups[name] = {
-            "t_draft_ms": t_draft * 1e3,
-            "t_target_ms": t_target * 1e3,
-            "c": t_draft / t_target,
-            "setup_s": time.perf_counter() - tick,
-            "compile_s": getattr(engine, "compile_s", 0.0),
-            "warmup_s": getattr(engine, "warmup_s", 0.0),
-        }
+        run_harness(pair, "ar", prompts[:1], 1, 8, engine)
+        setups[name] = {"setup_s": time.perf_counter() - tick}
         log(
-            f"{name}: step cost in the loop: draft {t_draft * 1e3:.2f} ms, target {t_target * 1e3:.2f} ms, "
-            f"c = {setups[name]['c']:.3f}; compile {setups[name]['compile_s']:.1f} s, "
-            f"warm-up {setups[name]['warmup_s']:.1f} s"
+            f"{name}: ready in {setups[name]['setup_s']:.1f} s (compile {getattr(engine, 'compile_s', 0.0):.1f} s, "
+            f"warm-up {getattr(engine, 'warmup_s', 0.0):.1f} s)"
         )
     run_transformers(pair, prompts[:1], draft_lens[0], 8, assisted=True)
-    base, base_times = paired(
+    base = paired(
         repeats,
         ar=lambda: run_harness(pair, "ar", prompts, 1, max_new, engines[first]),
         hf=lambda: run_transformers(pair, prompts, 1, max_new, assisted=False),
     )
     rows = []
+    bounds: dict[str, list[dict[str, float]]] = {name: [] for name in engines}
     for n in draft_lens:
         runs: dict[str, Callable[[], Timed]] = {}
         for name, engine in engines.items():  # engines alternate within each repeat
             runs[f"ar@{name}"] = lambda e=engine: run_harness(pair, "ar", prompts, 1, max_new, e)
             runs[f"sd@{name}"] = lambda e=engine: run_harness(pair, "sd", prompts, n, max_new, e)
+            runs[f"ar-clock@{name}"] = lambda e=engine: clocked(pair, "ar", prompts, 1, max_new, e)
+            runs[f"sd-clock@{name}"] = lambda e=engine: clocked(pair, "sd", prompts, n, max_new, e)
         runs["hf_sd"] = lambda: run_transformers(pair, prompts, n, max_new, assisted=True)
         if ensemble_weight is not None:
             runs["ens"] = lambda: run_harness(
                 pair, "ensemble", prompts, n, max_new, engines[first], target_weight=ensemble_weight
             )
             runs["hf_ens"] = lambda: run_transformers(pair, prompts, n, max_new, True, ensemble_weight)
-        got, times = paired(repeats, **runs)
-        for name, engine in engines.items():
-            sd, ar = got[f"sd@{name}"], got[f"ar@{name}"]
+        got = paired(repeats, **runs)
+        for name in engines:
+            sd, ar = got[f"sd@{name}"][0], got[f"ar@{name}"][0]
             alpha = sd.accepted / sd.verified if sd.verified else 0.0
-            share, t_verify = forward_share(pair, prompts, n, max_new, engine)
+            per_repeat = [
+                bound(s, a, alpha, n) for s, a in zip(got[f"sd-clock@{name}"], got[f"ar-clock@{name}"])
+            ]
+            bounds[name] += per_repeat
+            pairs = list(zip(got[f"ar@{name}"], got[f"sd@{name}"]))
+            # S prices the rounds, not the prompts: efficiency compares it with the rounds' speedup.
+            decode = [(a.seconds - a.prefill) / (s.seconds - s.prefill) for a, s in pairs]
             row = {
                 "engine": name,
                 "draft_len": n,
                 "alpha": alpha,
                 "acceptance_rate": sd.accepted / max(sd.drafted, 1),
-                "sd_s": statistics.median(times[f"sd@{name}"]),
-                "hf_assisted_s": statistics.median(times["hf_sd"]),
-                "sd_vs_hf": ratio(times, f"sd@{name}", "hf_sd"),
-                "sd_equals_hf": sd.outputs == got["hf_sd"].outputs,
+                **{k: statistics.median(b[k] for b in per_repeat) for k in per_repeat[0]},
+                "sd_s": statistics.median(t.seconds for t in got[f"sd@{name}"]),
+                "hf_assisted_s": statistics.median(t.seconds for t in got["hf_sd"]),
+                "sd_vs_hf": ratio(got, f"sd@{name}", "hf_sd"),
+                "sd_equals_hf": sd.outputs == got["hf_sd"][0].outputs,
                 "sd_equals_ar": sd.outputs == ar.outputs,
-                "speedup": ratio(times, f"ar@{name}", f"sd@{name}"),
-                "hf_speedup": ratio(times, f"ar@{name}", "hf_sd"),
-                "ideal_speedup": ideal_speedup(alpha, n, setups[name]["c"]),
-                "forward_share": share,
-                "t_verify_ms": t_verify * 1e3,
+                "speedup": statistics.median(a.seconds / s.seconds for a, s in pairs),
+                "decode_speedup": statistics.median(decode),
+                "hf_speedup": ratio(got, f"ar@{name}", "hf_sd"),
+                "efficiency": statistics.median(x / b["ideal_speedup"] for x, b in zip(decode, per_repeat)),
                 # Time per emitted token against the reference engine's, same prompts, same repeat.
-                "sd_vs_first": per_token_ratio(times, got, f"sd@{name}", f"sd@{first}"),
-                "ar_vs_first": per_token_ratio(times, got, f"ar@{name}", f"ar@{first}"),
-                "equals_first": sd.outputs == got[f"sd@{first}"].outputs,
+                "sd_vs_first": per_token_ratio(got, f"sd@{name}", f"sd@{first}"),
+                "ar_vs_first": per_token_ratio(got, f"ar@{name}", f"ar@{first}"),
+                "equals_first": sd.outputs == got[f"sd@{first}"][0].outputs,
             }
-            row["efficiency"] = row["speedup"] / row["ideal_speedup"]
             if ensemble_weight is not None and name == first:
                 row.update(
-                    ensemble_vs_hf=ratio(times, "ens", "hf_ens"),
-                    ensemble_speedup=ratio(times, f"ar@{name}", "ens"),
-                    ensemble_equals_hf=got["ens"].outputs == got["hf_ens"].outputs,
+                    ensemble_vs_hf=ratio(got, "ens", "hf_ens"),
+                    ensemble_speedup=ratio(got, f"ar@{name}", "ens"),
+                    ensemble_equals_hf=got["ens"][0].outputs == got["hf_ens"][0].outputs,
                 )
             log(
-                f"{name} N={n}: alpha {alpha:.3f}, sd/hf {row['sd_vs_hf']:.2f}, speedup {row['speedup']:.2f} "
+                f"{name} N={n}: alpha {alpha:.3f}, sd/hf {row['sd_vs_hf']:.2f}, speedup {row['speedup']:.2f}, "
+                f"of the rounds {row['decode_speedup']:.2f} "
                 f"(ideal {row['ideal_speedup']:.2f}, efficiency {row['efficiency']:.2f}), "
                 f"{100 * row['forward_share']:.0f}% of the time in model steps, verify step {row['t_verify_ms']:.2f} ms"
                 + (f", sd time per token vs {first} {row['sd_vs_first']:.2f}" if name != first else "")
             )
             rows.append(row)
     for name, engine in engines.items():  # graphs for longer examples compile in later untimed starts
+        t_draft = statistics.median(b["t_draft_ms"] for b in bounds[name])
+        t_target = statistics.median(b["t_target_ms"] for b in bounds[name])
         setups[name].update(
-            compile_s=getattr(engine, "compile_s", 0.0), warmup_s=getattr(engine, "warmup_s", 0.0)
+            t_draft_ms=t_draft,
+            t_target_ms=t_target,
+            c=t_draft / t_target,
+            compile_s=getattr(engine, "compile_s", 0.0),
+            warmup_s=getattr(engine, "warmup_s", 0.0),
         )
     return {
         "pair": pair.spec.name,
@@ -297,16 +313,10 @@ def measure(
         "repeats": repeats,
         **setups[first],
         "engines": setups,
-        "ar_vs_hf": ratio(base_times, "ar", "hf"),
-        "ar_equals_hf": base["ar"].outputs == base["hf"].outputs,
+        "ar_vs_hf": ratio(base, "ar", "hf"),
+        "ar_equals_hf": base["ar"][0].outputs == base["hf"][0].outputs,
         "rows": rows,
     }
-
-
-def per_token_ratio(times: dict[str, list[float]], got: dict[str, Timed], a: str, b: str) -> float:
-    """Median over repeats of (time(a) / tokens(a)) / (time(b) / tokens(b))."""
-    tokens = sum(map(len, got[b].outputs)) / sum(map(len, got[a].outputs))
-    return ratio(times, a, b) * tokens
 
 
 def markdown(result: dict[str, Any], command: str) -> str:
@@ -334,18 +344,19 @@ def markdown(result: dict[str, Any], command: str) -> str:
         f"`ar` ({first}): harness / transformers generate() = **{r['ar_vs_hf']:.2f}** "
         f"(outputs equal: {r['ar_equals_hf']})",
         "",
-        "| engine | N | alpha | sd / HF assisted | outputs equal HF | equal ar | speedup | ideal S | efficiency "
+        "| engine | N | alpha | c | sd / HF assisted | outputs equal HF | equal ar | speedup | rounds' speedup | ideal S "
+        "| efficiency "
         f"| in steps | verify step ms | sd vs {first} | ar vs {first} | equal {first} |"
         + (" ensemble / HF | ensemble equal HF |" if ens else ""),
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if ens else ""),
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if ens else ""),
     ]
     for row in r["rows"]:
         line = (
-            f"| {row['engine']} | {row['draft_len']} | {row['alpha']:.3f} | {row['sd_vs_hf']:.2f} | "
-            f"{row['sd_equals_hf']} | {row['sd_equals_ar']} | {row['speedup']:.2f} | {row['ideal_speedup']:.2f} | "
+            f"| {row['engine']} | {row['draft_len']} | {row['alpha']:.3f} | {row['c']:.3f} | {row['sd_vs_hf']:.2f} | "
+            f"{row['sd_equals_hf']} | {row['sd_equals_ar']} | {row['speedup']:.2f} | {row['decode_speedup']:.2f} | "
+            f"{row['ideal_speedup']:.2f} | "
             f"{row['efficiency']:.2f} | {100 * row['forward_share']:.0f}% | {row['t_verify_ms']:.3f} | "
-            f"{row['sd_vs_first']:.2f} | "
-            f"{row['ar_vs_first']:.2f} | {row['equals_first']} |"
+            f"{row['sd_vs_first']:.2f} | {row['ar_vs_first']:.2f} | {row['equals_first']} |"
         )
         if ens:
             line += (
@@ -356,10 +367,12 @@ def markdown(result: dict[str, Any], command: str) -> str:
         lines.append(line)
     lines += [
         "",
-        "Step costs are medians of engine steps inside the loop (target: single-token `ar` steps); compile and "
-        "warm-up happen in untimed runs before any measurement. alpha: per-token acceptance (accepted / verified "
-        "positions); ideal S = (1 - alpha^(N+1)) / ((1 - alpha)(N c + 1)) with the engine's own c; speedup: "
-        "`ar` time / `sd` time in the same engine; efficiency = speedup / S; in steps: share of the sd wall time "
+        "Step costs are medians of engine steps inside the loop, timed in clocked runs made in every repeat "
+        "(draft: `sd`'s steps; target: single-token `ar` steps); compile and warm-up happen in untimed runs before "
+        "any measurement. alpha: per-token acceptance (accepted / verified positions); ideal S = (1 - alpha^(N+1)) "
+        "/ ((1 - alpha)(N c + 1)) with the c of the same repeat; speedup: `ar` time / `sd` time in the same engine; "
+        "rounds' speedup: the same without the prompts' prefill (S models the rounds only); efficiency = rounds' "
+        "speedup / S, per repeat; every figure is a median over repeats; in steps: share of the sd wall time "
         "spent inside model steps (the rest is the loop's own overhead); verify step: median target step of `sd`, "
         f"N + 1 tokens, which S prices as one single-token step; sd / ar vs {first}: time per emitted "
         f"token in this engine over the {first} engine's.",
@@ -378,7 +391,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
         rows = [r for r in result["rows"] if r["engine"] == name]
         n = [r["draft_len"] for r in rows]
         color = f"C{k}"
-        ax.plot(n, [r["speedup"] for r in rows], "o-", color=color, label=f"{name}: measured sd / ar")
+        ax.plot(n, [r["decode_speedup"] for r in rows], "o-", color=color, label=f"{name}: sd / ar, rounds")
         ax.plot(
             n, [r["ideal_speedup"] for r in rows], "s--", color=color, label=f"{name}: ideal S(alpha, N, c)"
         )

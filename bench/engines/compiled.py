@@ -10,10 +10,13 @@ step simply overwrites. On a GPU the graphs are CUDA graphs (``mode="reduce-over
 inductor writes each graph's launcher in C++ (``cpp_wrapper``): ``ar`` on the tiny pair then takes
 0.66x the time per token (more compile time, measured and reported like the rest).
 
-A call's fixed cost is most of a small model's step, so each engine keeps it low: its graphs are its
-own (``isolate_recompiles``: a call checks only this engine's few graphs, never another model's),
-guards skip the model's modules (an engine serves one model, in eval mode, whose weights it never
-swaps), and the weights are frozen so inductor builds an inference graph, not a training one.
+A call's fixed cost is most of a small model's step, so each engine keeps it low. Its graphs are its
+own (``isolate_recompiles``: a call looks only at this engine's few graphs, never another model's).
+Their guards check only the shapes of the step's tensors (ids, start, K/V buffers): an engine serves
+one model, in eval mode, under inference mode, and a step width, a batch shape and a capacity, which
+pick the graph, are all shapes. (Dynamo's lookup per call on the tiny pair, under the profiler: 95 us
+with every guard, 42 us without the modules', 8.5 us with these.) And the weights are frozen, so
+inductor builds an inference graph, not a training one.
 
 Compilation happens in ``start`` (timed into ``compile_s`` and ``warmup_s``), before the loop starts
 its clock. The prompt's one-off prefill, whose width changes per example, runs the same forward
@@ -96,7 +99,7 @@ class CompiledEngine(EagerEngine):
             options={
                 "triton.cudagraphs": self.cuda,
                 "cpp_wrapper": not self.cuda,
-                "guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe,
+                "guard_filter_fn": torch.compiler.keep_tensor_guards_unsafe,
             },
         )
         self.cache = StaticSlotCache(0, 0)
