@@ -476,7 +476,7 @@ class Runner:
                 progress.close()
 
     def batched_pass(self, job: _Job) -> None:
-        """The configuration's other examples, ``batch_size`` at a time, rows flushed per batch."""
+        """The configuration's other examples, ``batch_size`` at a time, each batch written at once."""
         timed = {e.example_id for e in job.timed}
         rest = [e for e in job.pending if e.example_id not in timed]
         if not rest:
@@ -490,8 +490,8 @@ class Runner:
             gens = job.decoder.generate_batch(
                 [job.prompts[e.example_id] for e in batch], job.budget, [job.seed(e) for e in batch]
             )
-            for example, gen in zip(batch, gens):
-                self.store.append(self.row(job, example, gen))
+            self.store.append_batch([self.row(job, example, gen) for example, gen in zip(batch, gens)])
+            for gen in gens:
                 cache_bytes = max(cache_bytes, gen.stats.kv_cache_bytes)
                 progress.update(gen.stats)
         progress.close(f"KV caches peak {cache_bytes / 2**20:.1f} MiB")

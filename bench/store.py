@@ -1,7 +1,7 @@
 """The results directory: one parquet dataset, written so that a crash loses nothing.
 
-Each finished example is written at once as its own small parquet file
-(``parts/<config_id>/<writer>/<example>.parquet``, atomically: write then rename). When a
+Each finished example (or batch of examples decoded together) is written at once as its own small
+parquet file (``parts/<config_id>/<writer>/<example>.parquet``, atomically: write then rename). When a
 configuration finishes, a writer compacts its own parts into ``<config_id>.<writer>.parquet``.
 Readers take the union of everything and drop duplicates, so a kill at any moment, even during
 compaction, leaves no duplicate and no lost row. Writers (processes of one job, or jobs of a
@@ -78,9 +78,14 @@ class ResultStore:
 
     def append(self, row: dict[str, Any]) -> None:
         """Write one finished example now."""
-        parts = self._parts(row["config_id"])
+        self.append_batch([row])
+
+    def append_batch(self, rows: list[dict[str, Any]]) -> None:
+        """Write the examples of one decoded batch now, in one file: a kill leaves all of them or
+        none, so a resumed run decodes the same batches as an uninterrupted one."""
+        parts = self._parts(rows[0]["config_id"])
         parts.mkdir(parents=True, exist_ok=True)
-        _atomic_write_parquet(pd.DataFrame([row]), parts / _example_file(str(row["example_id"])))
+        _atomic_write_parquet(pd.DataFrame(rows), parts / _example_file(str(rows[0]["example_id"])))
 
     def compact(self, config_id: str) -> None:
         """Fold this writer's parts (and its earlier compacted file) into one file."""

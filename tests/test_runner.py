@@ -14,7 +14,7 @@ from conftest import bench_cli
 from bench.grid import configs_from_flags, load_grid
 from bench.report import summarise, write_table
 from bench.runner import Runner
-from bench.store import load_results
+from bench.store import ResultStore, load_results
 
 TIMING = ["wall_time_s", "prefill_time_s"]
 REQUIRED = [
@@ -131,6 +131,17 @@ def test_same_seed_twice_gives_identical_rows(tmp_path):
         rows = load_results(tmp_path / name).drop(columns=TIMING)
         frames.append(rows.sort_values(["config_id", "example_id"]).reset_index(drop=True))
     pd.testing.assert_frame_equal(frames[0], frames[1])
+
+
+def test_a_batch_is_written_in_one_file(tmp_path):
+    """A kill lands between files, never inside a batch, so a resumed run decodes the batches an
+    uninterrupted run decodes (and records the same batch sizes)."""
+    store = ResultStore(tmp_path)
+    store.append_batch([{"config_id": "c", "example_id": str(i), "x": i} for i in range(3)])
+    assert len(list(tmp_path.glob("parts/c/*/*.parquet"))) == 1
+    assert store.done_ids("c") == {"0", "1", "2"}
+    store.compact("c")
+    assert store.done_ids("c") == {"0", "1", "2"} and not list(tmp_path.glob("parts/c/*/*.parquet"))
 
 
 def test_kill_and_resume(tmp_path):
