@@ -57,7 +57,7 @@ class DecodeStats:
     weights: list[float] = field(default_factory=list)
 
     def record_round(
-        self, drafted: int, accepted: int, expected: Sequence[float] = (), bias: Sequence[float] = ()
+        self, drafted: int, accepted: int, expected: Sequence[float], bias: Sequence[float]
     ) -> None:
         """Count one round of ``drafted`` tokens of which the first ``accepted`` were kept, adding
         the verifier's expected acceptance and bias at the positions it reached."""
