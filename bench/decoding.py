@@ -173,7 +173,8 @@ class SpeculativeDecoder:
         self.engines += [engine(draft, (1, 2))] if self.draft_len else []
 
     def _pick(self, probs: Tensor, generators: Sequence[torch.Generator | None]) -> Tensor:
-        """A token per row of ``probs`` [B, V]; rows without a generator draw nothing (argmax)."""
+        """A token per row of ``probs`` [B, V]; rows without a generator draw nothing (argmax).
+        Under greedy decoding logits do as well: they share the argmax."""
         if self.sampling.greedy:
             return probs.argmax(-1)
         drawing = [i for i, g in enumerate(generators) if g is not None]
@@ -206,13 +207,18 @@ class SpeculativeDecoder:
             logits, h = engine.step(ids, real, keep=ids.shape[1] if gather else 1, hidden=hidden)
             q_logits.append(logits[at] if gather else logits[:, -1])
             states.append((h[at] if gather else h[:, -1]) if hidden else None)
-            qs.append(process(q_logits[-1], self.sampling))
-            ids = self._pick(qs[-1], [r.generator if step < nb else None for r, nb in zip(rows, ns)])
+            # Greedy picks the argmax of the logits and processes all steps at once after the loop
+            # (every op is a dispatch, and the loop runs N per round); sampling needs each step's q.
+            scores = q_logits[-1] if self.sampling.greedy else process(q_logits[-1], self.sampling)
+            qs.append(scores)
+            ids = self._pick(scores, [r.generator if step < nb else None for r, nb in zip(rows, ns)])
             ids = ids.view(-1, 1)
             xs.append(ids)
             real = [int(step + 1 < nb) for nb in ns]  # the last drafted token is not fed back
         h_draft = torch.stack(states, dim=1) if hidden else None
-        return torch.cat(xs, dim=1), torch.stack(qs, dim=1), torch.stack(q_logits, dim=1), h_draft
+        logits = torch.stack(q_logits, dim=1)
+        q = process(logits, self.sampling) if self.sampling.greedy else torch.stack(qs, dim=1)
+        return torch.cat(xs, dim=1), q, logits, h_draft
 
     def generate(self, prompt_ids: Sequence[int], max_new_tokens: int, seed: int = 0) -> Generation:
         """Decode up to ``max_new_tokens`` tokens; EOS ends generation wherever it lands."""
@@ -325,14 +331,18 @@ class SpeculativeDecoder:
                 token = self._pick(p_logits[sel, 0] if self.sampling.greedy else p[sel, 0], generators)
                 verdicts.append((sel, torch.zeros_like(token), token))
                 continue
+            mine = [drafted, q, q_logits, h_draft]  # sliced only when needed: each slice is a dispatch
+            if len(idx) < count or k < n:
+                mine = [t[sel, :k] if t is not None else None for t in mine]
+            draft_ids, draft_q, draft_logits, draft_h = mine
             round_ = Round(
-                draft=drafted[sel, :k],
-                q=q[sel, :k],
+                draft=draft_ids,
+                q=draft_q,
                 p=p[sel, :k],
-                q_logits=q_logits[sel, :k],
+                q_logits=draft_logits,
                 p_logits=p_logits[sel, :k],
                 sampling=self.sampling,
-                weights=self.head(h_draft[sel, :k], h_target[sel, :k]) if hidden else None,
+                weights=self.head(draft_h, h_target[sel, :k]) if hidden else None,
             )
             verdict = verify(self.verifier, round_, p[sel, k], generators)
             verdicts.append((sel, verdict.accepted, verdict.next_token))

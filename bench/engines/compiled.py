@@ -192,13 +192,16 @@ class CompiledEngine(EagerEngine):
         start = torch.tensor(self.lengths + [0] * (self.cache.rows - count), device=ids.device)
         if self.fresh:  # the prompt: its width is the example's, so it runs uncompiled
             logits, states = self._forward(ids, start, keep)
-            window = slice(None)
+            first = 0
         else:
             logits, states = self._run(ids.contiguous(), start)
-            window = slice(width - keep, width)
+            first = width - keep
         self.fresh = False
         self.lengths = [n + r for n, r in zip(self.lengths, real)]
-        return logits[:count, window], states[:count, window] if hidden else None
+        if (count, first, keep) != (logits.shape[0], 0, logits.shape[1]):  # padded, or fewer kept
+            window = slice(first, first + keep)
+            logits, states = logits[:count, window], states[:count, window]
+        return logits, states if hidden else None
 
     def select(self, rows: Sequence[int]) -> None:
         self.cache.compact(torch.tensor(list(rows), dtype=torch.long, device=self.model.device))

@@ -122,7 +122,8 @@ def verify(
         ok = r.draft == choice
         candidates = torch.cat([choice, bonus.argmax(-1, keepdim=True)], dim=1)
         expected = ok.float()
-        bias = (choice != r.p.argmax(-1)).float()
+        on_p = choice if target is r.p else r.p.argmax(-1)  # SD verifies against p itself
+        bias = (choice != on_p).float()
     else:
         mass, residual = verifier.rule(r)
         draft_q = r.q.gather(-1, r.draft.unsqueeze(-1)).squeeze(-1)
