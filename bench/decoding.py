@@ -24,7 +24,7 @@ from torch import Tensor
 from transformers import PreTrainedModel
 
 from bench.distributions import Sampling, process, sample
-from bench.engines import EagerEngine, EngineFactory
+from bench.engines import EagerEngine, EngineFactory, to_device
 from bench.errors import BenchError
 from bench.head import WeightHead
 from bench.verifiers import Round, Verifier, verify
@@ -112,7 +112,7 @@ def _synchronizer(device: torch.device) -> Callable[[], None]:
 def _padded(rows: Sequence[Sequence[int]], device: torch.device) -> Tensor:
     """Right-padded [B, max len] token ids; padding is written to slots no real query sees."""
     width = max(len(r) for r in rows)
-    return torch.tensor([list(r) + [0] * (width - len(r)) for r in rows], device=device)
+    return to_device([list(r) + [0] * (width - len(r)) for r in rows], device)
 
 
 def round_counts(drafted: int, accepted: int, eos_at: int | None) -> tuple[int, int]:
@@ -182,7 +182,8 @@ class SpeculativeDecoder:
             return sample(probs, generators)
         tokens = probs.argmax(-1)
         if drawing:
-            tokens[drawing] = sample(probs[drawing], [generators[i] for i in drawing])
+            at = to_device(drawing, probs.device)
+            tokens[at] = sample(probs[at], [generators[i] for i in drawing])
         return tokens
 
     def _draft(self, rows: list[_Row], ns: list[int], n: int) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
@@ -199,7 +200,7 @@ class SpeculativeDecoder:
         if ragged:
             at = (
                 torch.arange(len(rows), device=ids.device),
-                torch.tensor([len(f) - 1 for f in feed], device=ids.device),
+                to_device([len(f) - 1 for f in feed], ids.device),
             )
         xs, qs, q_logits, states = [], [], [], []
         for step in range(n):
@@ -309,7 +310,7 @@ class SpeculativeDecoder:
         device, hidden, n_max = self.device, self.verifier.needs_hidden, self.draft_len
         ns = [min(n_max, r.budget - len(r.out) - 1) for r in rows]
         n, count = max(ns), len(rows)
-        last = torch.tensor([[r.seq[-1]] for r in rows], device=device)
+        last = to_device([[r.seq[-1]] for r in rows], device)
         drafted = last.new_empty(count, 0)
         if n:
             drafted, q, q_logits, h_draft = self._draft(rows, ns, n)
@@ -325,7 +326,7 @@ class SpeculativeDecoder:
         weights: dict[int, Tensor] = {}
         for k in sorted(set(ns)):
             idx = [i for i, nb in enumerate(ns) if nb == k]
-            sel = slice(None) if len(idx) == count else torch.tensor(idx, device=device)
+            sel = slice(None) if len(idx) == count else to_device(idx, device)
             generators = [rows[i].generator for i in idx]
             if k == 0:
                 token = self._pick(p_logits[sel, 0] if self.sampling.greedy else p[sel, 0], generators)

@@ -205,3 +205,37 @@ def test_diversed_weights_cover_reached_positions_only(tiny_pair):
         assert len(s.weights) == sum(s.reached_per_position)
         rejected += s.drafted_tokens - s.accepted_tokens
     assert rejected and len(set(div.generate(prompts(tiny_pair.tokenizer, 1)[0], 48).stats.weights)) > 1
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="host syncs exist only on a CUDA device")
+@pytest.mark.parametrize("engine", ["eager", "compiled"])
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_a_round_syncs_the_host_once_on_cuda(engine, temperature):
+    """The loop's contract: the verdicts are a round's one wait for the device. A blocking copy or
+    a host read in a step would add a sync per draft step (three per round here)."""
+    import warnings
+
+    from bench.engines import make_engine
+
+    pair = load_pair("tiny", device="cuda")
+    sd = SpeculativeDecoder(
+        pair.target,
+        pair.draft,
+        make_verifier("sd"),
+        draft_len=3,
+        sampling=Sampling(temperature=temperature),
+        engine=make_engine(engine),
+    )
+    prompt = prompts(pair.tokenizer, 1)[0]
+    sd.generate(prompt, 32)  # compiles and warms up
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            gen = sd.generate(prompt, 32)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    syncs = sum("synchroniz" in str(w.message) for w in caught)
+    # Per round: the verdicts, then the per-position sums read after them (nothing left to wait
+    # for). Around the loop: the clock's syncs before and after the prefill and at the end.
+    assert syncs <= 2 * gen.stats.rounds + 3, f"{syncs} syncs in {gen.stats.rounds} rounds"

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 
 from transformers import PreTrainedModel
 
-from bench.engines.base import ModelEngine
+from bench.engines.base import ModelEngine, to_device
 from bench.engines.compiled import CompiledEngine, CompiledEngines
 from bench.engines.eager import EagerEngine
 from bench.errors import BenchError
@@ -41,4 +41,5 @@ __all__ = [
     "EngineFactory",
     "ModelEngine",
     "make_engine",
+    "to_device",
 ]

@@ -5,7 +5,18 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
+import torch
 from torch import Tensor
+
+
+def to_device(values: list, device: torch.device) -> Tensor:
+    """Host integers as a long tensor on ``device``, without a host sync. ``torch.tensor(values,
+    device=cuda)`` copies from pageable memory, which waits for every kernel already queued on the
+    stream; a copy from pinned memory is queued behind them instead (torch keeps the pinned block
+    alive until the copy is done). So a round's only sync stays its verdicts."""
+    if device.type != "cuda":
+        return torch.tensor(values, dtype=torch.long, device=device)
+    return torch.tensor(values, dtype=torch.long, pin_memory=True).to(device, non_blocking=True)
 
 
 class ModelEngine(ABC):

@@ -6,9 +6,10 @@ fixed once per batch: K/V buffers of ``capacity`` slots, attention over all of t
 causal-by-position masks as ``EagerEngine``, and one graph per step width the loop declares (draft
 1 and 2, target N + 1; narrower steps are padded into the next graph, the padding lands in slots no
 real query sees). Positions are tensors, so a rollback stays a lower length on the host and the next
-step simply overwrites. On a GPU the graphs are CUDA graphs (``mode="reduce-overhead"``); on a CPU
-inductor writes each graph's launcher in C++ (``cpp_wrapper``): ``ar`` on the tiny pair then takes
-0.66x the time per token (more compile time, measured and reported like the rest).
+step simply overwrites. On a GPU the graphs are CUDA graphs (inductor's ``triton.cudagraphs``, what
+``mode="reduce-overhead"`` turns on); on a CPU inductor writes each graph's launcher in C++
+(``cpp_wrapper``): ``ar`` on the tiny pair then takes 0.66x the time per token (more compile time,
+measured and reported like the rest).
 
 A call's fixed cost is most of a small model's step, so each engine keeps it low. Its graphs are its
 own (``isolate_recompiles``: a call looks only at this engine's few graphs, never another model's).
@@ -35,6 +36,7 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel
 
+from bench.engines.base import to_device
 from bench.engines.eager import EagerEngine, SlotCache
 from bench.errors import BenchError
 
@@ -189,7 +191,7 @@ class CompiledEngine(EagerEngine):
             padded = ids.new_zeros(self.cache.rows, graph)
             padded[:count, :width] = ids
             ids = padded
-        start = torch.tensor(self.lengths + [0] * (self.cache.rows - count), device=ids.device)
+        start = to_device(self.lengths + [0] * (self.cache.rows - count), ids.device)
         if self.fresh:  # the prompt: its width is the example's, so it runs uncompiled
             logits, states = self._forward(ids, start, keep)
             first = 0
@@ -204,7 +206,7 @@ class CompiledEngine(EagerEngine):
         return logits, states if hidden else None
 
     def select(self, rows: Sequence[int]) -> None:
-        self.cache.compact(torch.tensor(list(rows), dtype=torch.long, device=self.model.device))
+        self.cache.compact(to_device(list(rows), self.model.device))
         self.lengths = [self.lengths[i] for i in rows]
 
 

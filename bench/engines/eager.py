@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel
 
-from bench.engines.base import ModelEngine
+from bench.engines.base import ModelEngine, to_device
 from bench.errors import BenchError
 
 
@@ -94,7 +94,7 @@ class EagerEngine(ModelEngine):
 
     def step(self, ids: Tensor, real: Sequence[int], keep: int, hidden: bool) -> tuple[Tensor, Tensor | None]:
         width = ids.shape[1]
-        start = torch.tensor(self.lengths, device=ids.device)
+        start = to_device(self.lengths, ids.device)
         positions = start.unsqueeze(1) + torch.arange(width, device=ids.device)
         self.cache.positions = positions
         self.cache.visible = max(self.lengths) + width
@@ -113,7 +113,7 @@ class EagerEngine(ModelEngine):
         return out.logits, out.hidden_states[-1][:, -keep:] if hidden else None
 
     def select(self, rows: Sequence[int]) -> None:
-        self.cache.select(torch.tensor(list(rows), dtype=torch.long, device=self.model.device))
+        self.cache.select(to_device(list(rows), self.model.device))
         self.lengths = [self.lengths[i] for i in rows]
 
     @property
