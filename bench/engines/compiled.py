@@ -116,22 +116,12 @@ class CompiledEngine(EagerEngine):
                 input_ids=torch.zeros(1, 1, dtype=torch.long, device=model.device), output_hidden_states=True
             )
 
-    def _forward(self, ids: Tensor, start: Tensor, keep: int) -> tuple[Tensor, Tensor]:
+    def _forward(self, ids: Tensor, start: Tensor, keep: int) -> tuple[Tensor, Tensor | None]:
         """Logits and last hidden states of the last ``keep`` positions (both always: one graph
         serves every verifier, and unused outputs cost nothing). Row b's tokens sit at positions
         start[b], start[b] + 1, ...: computed in the graph, so a step's host work is one tensor."""
         positions = start.unsqueeze(1) + torch.arange(ids.shape[1], device=ids.device)
-        self.cache.positions = positions
-        out = self.model(
-            input_ids=ids,
-            position_ids=positions,
-            attention_mask=self._masks(positions, self.cache.max_len),
-            past_key_values=self.cache,
-            use_cache=True,
-            logits_to_keep=keep,
-            output_hidden_states=True,
-        )
-        return out.logits, out.hidden_states[-1][:, -keep:]
+        return self._forward_at(ids, positions, self.cache.max_len, keep, hidden=True)
 
     def start(self, rows: int, max_len: int) -> None:
         """Reuse the smallest cache (and its graphs) that holds the batch, extra rows running as
@@ -173,7 +163,7 @@ class CompiledEngine(EagerEngine):
                 else:
                     self.warmup_s += time.perf_counter() - tick
 
-    def _run(self, ids: Tensor, start: Tensor) -> tuple[Tensor, Tensor]:
+    def _run(self, ids: Tensor, start: Tensor) -> tuple[Tensor, Tensor | None]:
         if self.cuda:
             torch.compiler.cudagraph_mark_step_begin()
             logits, hidden = self.compiled(ids, start, ids.shape[1])

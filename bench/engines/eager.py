@@ -96,20 +96,29 @@ class EagerEngine(ModelEngine):
         width = ids.shape[1]
         start = to_device(self.lengths, ids.device)
         positions = start.unsqueeze(1) + torch.arange(width, device=ids.device)
-        self.cache.positions = positions
         self.cache.visible = max(self.lengths) + width
         if self.cache.visible > self.cache.max_len:
             raise RuntimeError(f"cache overflow: {self.cache.visible} > {self.cache.max_len} slots")
+        out = self._forward_at(ids, positions, self.cache.visible, keep, hidden)
+        self.lengths = [n + r for n, r in zip(self.lengths, real)]
+        return out
+
+    def _forward_at(
+        self, ids: Tensor, positions: Tensor, visible: int, keep: int, hidden: bool
+    ) -> tuple[Tensor, Tensor | None]:
+        """The transformers forward of every engine: ``ids`` at explicit ``positions``, attending
+        to ``visible`` cache slots under ready masks. Logits (and last hidden states) of the last
+        ``keep`` positions."""
+        self.cache.positions = positions
         out = self.model(
             input_ids=ids,
             position_ids=positions,
-            attention_mask=self._masks(positions, self.cache.visible),
+            attention_mask=self._masks(positions, visible),
             past_key_values=self.cache,
             use_cache=True,
             logits_to_keep=keep,
             output_hidden_states=hidden,
         )
-        self.lengths = [n + r for n, r in zip(self.lengths, real)]
         return out.logits, out.hidden_states[-1][:, -keep:] if hidden else None
 
     def select(self, rows: Sequence[int]) -> None:
