@@ -30,6 +30,17 @@ def _root() -> None:
 ENGINE_HELP = (
     "eager (the reference) or compiled (static KV cache, torch.compile'd steps, CUDA graphs on GPU)."
 )
+THREADS_HELP = (
+    "CPU threads per operator (torch.set_num_threads; default: torch's). The kernels of a tiny "
+    "model are too small to split, so one thread is faster there; the results name the count."
+)
+
+
+def _set_threads(threads: Optional[int]) -> None:
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(_positive(str(threads), "--threads"))
 
 
 @app.command()
@@ -171,6 +182,7 @@ def run(
         4, help="First K examples of every configuration decoded alone and timed, methods interleaved."
     ),
     engine: str = typer.Option("eager", help=ENGINE_HELP),
+    threads: Optional[int] = typer.Option(None, help=THREADS_HELP),
     report: bool = typer.Option(True, help="Print the table and write the plots at the end."),
     progress: bool = typer.Option(
         True, help="Show progress: a bar on a terminal, one line per configuration in a log or pipe."
@@ -189,6 +201,7 @@ def run(
     from bench.sandbox import use_sandbox
 
     use_sandbox(sandbox)
+    _set_threads(threads)
 
     if grid:
         given = {
@@ -215,8 +228,8 @@ def run(
         if clash:
             raise BenchError(
                 f"--grid sets tasks, pairs, methods and their settings; drop {', '.join(clash)} or edit the "
-                "grid file (only --limit, --device, --dtype, --output-dir, --shard, --batch-size and "
-                "--timing-examples combine with --grid)"
+                "grid file (only --limit, --device, --dtype, --output-dir, --shard, --batch-size, "
+                "--timing-examples, --engine and --threads combine with --grid)"
             )
         configs, limit = configs_from_grid(grid, device=device, dtype=dtype, limit=limit)
     else:
@@ -437,11 +450,7 @@ def speed(
     engine: str = typer.Option(
         "eager", help="eager, compiled, or eager,compiled to time both (ratios against the first)."
     ),
-    threads: Optional[int] = typer.Option(
-        None,
-        help="CPU threads per operator (torch.set_num_threads; default: torch's). The kernels of a tiny "
-        "model are too small to split, so one thread is faster there; the reports name the count.",
-    ),
+    threads: Optional[int] = typer.Option(None, help=THREADS_HELP),
 ) -> None:
     """Time the harness against transformers generate() and assisted generation, and against the
     ideal speedup S(alpha, N, c); checks that greedy outputs agree. With --throughput, time batched
@@ -462,10 +471,7 @@ def speed(
     engines = {name: make_engine(name) for name in _list(engine)}
     if not engines:
         raise BenchError("--engine takes eager, compiled or eager,compiled")
-    if threads is not None:
-        import torch
-
-        torch.set_num_threads(_positive(str(threads), "--threads"))
+    _set_threads(threads)
 
     if throughput:
         sizes = [_positive(b, "--batch-sizes") for b in _list(batch_sizes)]

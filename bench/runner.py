@@ -247,6 +247,7 @@ def environment(device: torch.device) -> dict[str, Any]:
             "python": platform.python_version(),
         },
         "device_name": name,
+        "cpu_threads": torch.get_num_threads(),  # a CPU's timings depend on it (--threads)
         "git_revision": git_revision(),
     }
 

@@ -28,3 +28,25 @@ def test_generate_refuses_diversed_without_a_head():
 
     result = CliRunner().invoke(app, ["generate", "hi", "--method", "diversed", "--device", "cpu"])
     assert isinstance(result.exception, BenchError) and "--head" in str(result.exception)
+
+
+def test_run_sets_and_records_the_cpu_threads(tmp_path):
+    import json
+
+    import torch
+
+    from bench.errors import BenchError
+
+    args = ["run", "--task", "gsm8k", "--pair", "tiny", "--method", "ar", "--limit", "1"]
+    args += ["--max-new-tokens", "4", "--no-report", "--no-progress", "--device", "cpu"]
+    before = torch.get_num_threads()
+    try:
+        result = CliRunner().invoke(app, [*args, "--output-dir", str(tmp_path), "--threads", "1"])
+        assert result.exit_code == 0, result.output
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+    manifest = json.loads(next((tmp_path / "manifests").glob("*.json")).read_text())
+    assert manifest["cpu_threads"] == 1
+    bad = CliRunner().invoke(app, [*args, "--output-dir", str(tmp_path / "bad"), "--threads", "0"])
+    assert isinstance(bad.exception, BenchError) and "--threads" in str(bad.exception)
