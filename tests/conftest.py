@@ -7,6 +7,7 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 import subprocess  # noqa: E402
 import sys  # noqa: E402
+from concurrent.futures import ThreadPoolExecutor  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
@@ -38,3 +39,10 @@ def bench_cli(*args: str, env: dict | None = None, timeout: int = 300) -> subpro
         timeout=timeout,
         env=env or {**os.environ, "HF_HUB_OFFLINE": "1"},
     )
+
+
+def run_all(commands: list[list[str]], **kwargs) -> list[subprocess.CompletedProcess]:
+    """``subprocess.run`` each of several independent commands, all at once: most of a short
+    command's time is importing torch and transformers, which overlap on two cores."""
+    with ThreadPoolExecutor(max_workers=len(commands)) as pool:
+        return list(pool.map(lambda command: subprocess.run(command, **kwargs), commands))

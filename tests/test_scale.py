@@ -6,6 +6,7 @@ import sys
 
 import pandas as pd
 import pytest
+from conftest import run_all
 
 from bench.errors import BenchError
 from bench.grid import configs_from_flags
@@ -83,14 +84,16 @@ def single(tmp_path_factory):
 
 
 def test_shard_jobs_merge_to_the_single_run(tmp_path, single):
-    for i in range(3):
-        subprocess.run(
-            [sys.executable, *RUN, "--shard", f"{i}/3", "--output-dir", str(tmp_path / f"job{i}")],
-            env=ENV,
-            check=True,
-            capture_output=True,
-            timeout=600,
-        )
+    jobs = run_all(
+        [
+            [sys.executable, *RUN, "--shard", f"{i}/3", "--output-dir", str(tmp_path / f"job{i}")]
+            for i in range(3)
+        ],
+        env=ENV,
+        capture_output=True,
+        timeout=600,
+    )
+    assert all(job.returncode == 0 for job in jobs), [job.stderr[-2000:] for job in jobs]
     merge([tmp_path / f"job{i}" for i in range(3)], tmp_path / "merged")
     pd.testing.assert_frame_equal(rows(tmp_path / "merged"), single)
 
@@ -139,19 +142,16 @@ def test_mixed_settings_are_refused(tmp_path):
         "--no-progress",
     ]
     shared = tmp_path / "shared"
-    subprocess.run(
-        [*base, "--shard", "0/2", "--output-dir", str(shared)],
-        env=ENV,
-        check=True,
-        capture_output=True,
-        timeout=600,
-    )
-    subprocess.run(
-        [*base, "--shard", "1/2", "--seed", "1", "--output-dir", str(shared)],
+    first, _ = run_all(
+        [
+            [*base, "--shard", "0/2", "--output-dir", str(shared)],
+            [*base, "--shard", "1/2", "--seed", "1", "--output-dir", str(shared)],
+        ],
         env=ENV,
         capture_output=True,
         timeout=600,
     )
+    assert first.returncode == 0, first.stderr[-2000:]
     with pytest.raises(BenchError, match="disagree on seed"):
         load_results(shared)
     out = subprocess.run(
