@@ -7,7 +7,8 @@ command with it registered. Nothing in the core CLI imports this module.
 ``generate_until`` decodes through ``SpeculativeDecoder.generate_batch`` to the request's token
 budget (or EOS) and then cuts at the ``until`` strings, the harness's protocol: the counters
 describe every decoded token. Log-likelihood requests are answered by the target model alone,
-which is lossless by definition (no draft is involved), so multiple-choice tasks run too.
+which is lossless by definition (no draft is involved), ``--batch_size`` at a time, so
+multiple-choice tasks run too.
 """
 
 from __future__ import annotations
@@ -392,20 +393,34 @@ class DiversedLM(LM):
 
     @torch.inference_mode()
     def loglikelihood(self, requests: list[Instance], disable_tqdm: bool = False) -> list[tuple[float, bool]]:
-        """Scored by the target model alone: lossless by definition, no draft, no counters."""
-        out = []
+        """Scored by the target model alone: lossless by definition, no draft, no counters.
+
+        ``--batch_size`` requests share a forward, right-padded: a causal model's logits at a
+        real position never see the padding after it (the longest first, so a batch's rows are
+        of similar lengths)."""
+        pairs = []
         for req in requests:
             ctx, cont = self._encode_pair(*req.args)
             if not cont:
                 raise BenchError(f"loglikelihood: continuation {req.args[1]!r} encodes to no tokens")
-            ids = torch.tensor([ctx + cont[:-1]], device=self.device)
-            logits = self.pair.target(input_ids=ids).logits[0, len(ctx) - 1 :].float()
-            logprobs = logits.log_softmax(-1)
-            target = torch.tensor(cont, device=self.device)
-            score = float(logprobs.gather(-1, target.unsqueeze(-1)).sum())
-            greedy = bool((logits.argmax(-1) == target).all())
-            out.append((score, greedy))
-            self.cache_hook.add_partial("loglikelihood", req.args, (score, greedy))
+            pairs.append((ctx, cont))
+        order = sorted(range(len(requests)), key=lambda i: -sum(map(len, pairs[i])))
+        out: list[tuple[float, bool]] = [(0.0, False)] * len(requests)
+        for start in range(0, len(order), self.batch_size):
+            chunk = order[start : start + self.batch_size]
+            rows = [pairs[i][0] + pairs[i][1][:-1] for i in chunk]
+            width = max(map(len, rows))
+            ids = torch.tensor([r + [0] * (width - len(r)) for r in rows], device=self.device)
+            real = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows], device=self.device)
+            logits = self.pair.target(input_ids=ids, attention_mask=real).logits.float()
+            for i, row in zip(chunk, logits):
+                ctx, cont = pairs[i]
+                scores = row[len(ctx) - 1 : len(ctx) - 1 + len(cont)]
+                target = torch.tensor(cont, device=self.device)
+                score = float(scores.log_softmax(-1).gather(-1, target.unsqueeze(-1)).sum())
+                greedy = bool((scores.argmax(-1) == target).all())
+                out[i] = (score, greedy)
+                self.cache_hook.add_partial("loglikelihood", requests[i].args, (score, greedy))
         return out
 
     def loglikelihood_rolling(self, requests: list[Instance], disable_tqdm: bool = False) -> list[float]:

@@ -155,6 +155,19 @@ def test_loglikelihood_is_the_target_alone(sd_lm):
         sd_lm.loglikelihood_rolling([Instance("loglikelihood_rolling", {}, ("text",), 0)])
 
 
+def test_batched_loglikelihood_equals_one_request_at_a_time(sd_lm, tmp_path):
+    """Requests of different lengths (an empty context among them) share right-padded forwards;
+    each score and greedy flag is the one its own forward gives, in the requests' order."""
+    texts = [(p, c) for p in ["", *PROMPTS] for c in (" 19", " the new bridge", "\n    return")]
+    reqs = [Instance("loglikelihood", {}, text, i) for i, text in enumerate(texts)]
+    alone = sd_lm.loglikelihood(reqs)  # batch size 1
+    batched = DiversedLM(pair="tiny", method="sd", device="cpu", batch_size=5, output_dir=str(tmp_path))
+    together = batched.loglikelihood(reqs)
+    assert [g for _, g in together] == [g for _, g in alone]
+    assert [s for s, _ in together] == pytest.approx([s for s, _ in alone], abs=1e-4)
+    assert len({round(s, 3) for s, _ in alone}) > len(texts) // 2  # the scores tell requests apart
+
+
 def test_custom_verifier_and_diversed_head_through_model_args(tmp_path):
     custom = DiversedLM(
         method="example_verifier:ConfidenceEnsemble", floor=0.5, device="cpu", output_dir=str(tmp_path)
