@@ -22,7 +22,8 @@ inductor builds an inference graph, not a training one.
 Compilation happens in ``start`` (timed into ``compile_s`` and ``warmup_s``), before the loop starts
 its clock. The prompt's one-off prefill, whose width changes per example, runs the same forward
 uncompiled. Anything that stops compilation is an error naming the model, never a quiet fallback:
-``fullgraph=True`` turns graph breaks into errors.
+``fullgraph=True`` turns graph breaks into errors, and a step CUDA graphs skip (inductor would run
+it without them, with a warning) stops the run too.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from collections.abc import Sequence
 
 import torch
 from torch import Tensor
+from torch._dynamo.utils import counters
 from transformers import PreTrainedModel
 
 from bench.engines.base import to_device
@@ -100,6 +102,7 @@ class CompiledEngine(EagerEngine):
             isolate_recompiles=True,
             options={
                 "triton.cudagraphs": self.cuda,
+                "triton.cudagraph_or_error": self.cuda,  # a graph CUDA graphs cannot take is an error
                 "cpp_wrapper": not self.cuda,
                 "guard_filter_fn": torch.compiler.keep_tensor_guards_unsafe,
             },
@@ -149,6 +152,7 @@ class CompiledEngine(EagerEngine):
             ids = torch.zeros(self.cache.rows, width, dtype=torch.long, device=device)
             for call in range(3):  # compile; then warm-up runs (CUDA graphs record on a later call)
                 tick = time.perf_counter()
+                skips = counters["inductor"]["cudagraph_skips"]
                 try:
                     self._run(ids, start)
                 except Exception as exc:
@@ -156,6 +160,12 @@ class CompiledEngine(EagerEngine):
                         f"--engine compiled: torch.compile cannot compile {self.model.config.model_type} "
                         f"(step width {width}): {_first_line(exc)}; use --engine eager"
                     ) from exc
+                if self.cuda and counters["inductor"]["cudagraph_skips"] > skips:  # inductor only warns
+                    raise BenchError(
+                        f"--engine compiled: CUDA graphs cannot capture {self.model.config.model_type}'s "
+                        f"step of width {width} (the 'skipping cudagraphs' warning above says why); "
+                        "use --engine eager"
+                    )
                 if self.cuda:
                     torch.cuda.synchronize(device)
                 if call == 0:
