@@ -46,3 +46,18 @@ def run_all(commands: list[list[str]], **kwargs) -> list[subprocess.CompletedPro
     command's time is importing torch and transformers, which overlap on two cores."""
     with ThreadPoolExecutor(max_workers=len(commands)) as pool:
         return list(pool.map(lambda command: subprocess.run(command, **kwargs), commands))
+
+
+def cli_error(*args: str) -> str:
+    """The error a command stops with, run in-process (no interpreter start-up): ``bench.cli.main``
+    prints it as ``error: MESSAGE`` and exits 2, so one line is a message without a newline."""
+    from typer.testing import CliRunner
+
+    from bench.cli import app
+    from bench.errors import BenchError
+
+    result = CliRunner().invoke(app, list(args))
+    assert isinstance(result.exception, BenchError), result.output or repr(result.exception)
+    message = str(result.exception)
+    assert "\n" not in message, message
+    return message

@@ -6,7 +6,7 @@ import sys
 
 import pandas as pd
 import pytest
-from conftest import run_all
+from conftest import cli_error, run_all
 
 from bench.errors import BenchError
 from bench.grid import configs_from_flags
@@ -157,14 +157,7 @@ def test_mixed_settings_are_refused(tmp_path):
     )
     with pytest.raises(BenchError, match="disagree on seed"):
         load_results(shared)
-    out = subprocess.run(
-        [sys.executable, "-m", "bench", "table", str(shared)],
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert out.returncode == 2 and "disagree on seed" in out.stderr
+    assert "disagree on seed" in cli_error("table", str(shared))
 
 
 def test_different_library_versions_are_refused(tmp_path):
