@@ -210,15 +210,16 @@ class SpeculativeDecoder:
             states.append((h[at] if gather else h[:, -1]) if hidden else None)
             # Greedy picks the argmax of the logits and processes all steps at once after the loop
             # (every op is a dispatch, and the loop runs N per round); sampling needs each step's q.
-            scores = q_logits[-1] if self.sampling.greedy else process(q_logits[-1], self.sampling)
-            qs.append(scores)
+            if not self.sampling.greedy:
+                qs.append(process(q_logits[-1], self.sampling))
+            scores = qs[-1] if qs else q_logits[-1]
             ids = self._pick(scores, [r.generator if step < nb else None for r, nb in zip(rows, ns)])
             ids = ids.view(-1, 1)
             xs.append(ids)
             real = [int(step + 1 < nb) for nb in ns]  # the last drafted token is not fed back
         h_draft = torch.stack(states, dim=1) if hidden else None
         logits = torch.stack(q_logits, dim=1)
-        q = process(logits, self.sampling) if self.sampling.greedy else torch.stack(qs, dim=1)
+        q = torch.stack(qs, dim=1) if qs else process(logits, self.sampling)
         return torch.cat(xs, dim=1), q, logits, h_draft
 
     def generate(self, prompt_ids: Sequence[int], max_new_tokens: int, seed: int = 0) -> Generation:

@@ -408,19 +408,20 @@ class DiversedLM(LM):
         out: list[tuple[float, bool]] = [(0.0, False)] * len(requests)
         for start in range(0, len(order), self.batch_size):
             chunk = order[start : start + self.batch_size]
-            rows = [pairs[i][0] + pairs[i][1][:-1] for i in chunk]
+            rows = [pairs[i][0] + pairs[i][1] for i in chunk]  # the last token is only a target
             width = max(map(len, rows))
             ids = torch.tensor([r + [0] * (width - len(r)) for r in rows], device=self.device)
             real = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows], device=self.device)
-            logits = self.pair.target(input_ids=ids, attention_mask=real).logits.float()
-            for i, row in zip(chunk, logits):
-                ctx, cont = pairs[i]
-                scores = row[len(ctx) - 1 : len(ctx) - 1 + len(cont)]
-                target = torch.tensor(cont, device=self.device)
-                score = float(scores.log_softmax(-1).gather(-1, target.unsqueeze(-1)).sum())
-                greedy = bool((scores.argmax(-1) == target).all())
-                out[i] = (score, greedy)
-                self.cache_hook.add_partial("loglikelihood", requests[i].args, (score, greedy))
+            logits = self.pair.target(input_ids=ids[:, :-1], attention_mask=real[:, :-1]).logits
+            scored = []
+            for b, i in enumerate(chunk):
+                at = slice(len(pairs[i][0]) - 1, len(rows[b]) - 1)  # the positions predicting cont
+                row, target = logits[b, at].float(), ids[b, at.start + 1 : at.stop + 1]
+                logprob = row.log_softmax(-1).gather(-1, target.unsqueeze(-1)).sum()
+                scored.append(torch.stack([logprob, (row.argmax(-1) == target).all().float()]))
+            for i, (score, greedy) in zip(chunk, torch.stack(scored).tolist()):  # one read per batch
+                out[i] = (score, bool(greedy))
+                self.cache_hook.add_partial("loglikelihood", requests[i].args, out[i])
         return out
 
     def loglikelihood_rolling(self, requests: list[Instance], disable_tqdm: bool = False) -> list[float]:

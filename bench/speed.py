@@ -324,7 +324,7 @@ def markdown(result: dict[str, Any], command: str) -> str:
     ens = "ensemble_vs_hf" in r["rows"][0]
     first = r["rows"][0]["engine"]
     lines = [
-        f"# Speed: pair {r['pair']} on {r['device']} ({r['dtype']}, {r['threads']} CPU threads)",
+        f"# Speed: pair {r['pair']} on {r['device']} ({r['dtype']}, CPU threads: {r['threads']})",
         "",
         f"Command: `{command}`",
         "",
@@ -497,7 +497,7 @@ def throughput_markdown(result: dict[str, Any], command: str) -> str:
     """The throughput table: every ratio is against the first batch size of the same method."""
     first = result["rows"][0]["batch_size"]
     lines = [
-        f"# Throughput: {result['pair']} on {result['device']} ({result['threads']} CPU threads)",
+        f"# Throughput: {result['pair']} on {result['device']} (CPU threads: {result['threads']})",
         "",
         f"`{command}`: {result['examples']} examples, up to {result['max_new_tokens']} new tokens, "
         f"temperature {result['temperature']:g}, N = {result['draft_len']}, median of {result['repeats']} "
