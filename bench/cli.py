@@ -287,8 +287,8 @@ def run(
 
 
 def _report(results: Path, plots_dir: Path, fmt: str) -> None:
-    from bench.plots import write_plots
-    from bench.report import write_table
+    from bench.reports.plots import write_plots
+    from bench.reports.table import write_table
 
     text, path = write_table(results, fmt)
     typer.echo(text)
@@ -345,7 +345,7 @@ def table(
 
     Example: diversed-bench table results --format latex
     """
-    from bench.report import write_table
+    from bench.reports.table import write_table
 
     text, path = write_table(results, format, output)
     typer.echo(text)
@@ -362,7 +362,7 @@ def plot(
 
     Example: diversed-bench plot results --output-dir plots
     """
-    from bench.plots import write_plots
+    from bench.reports.plots import write_plots
 
     paths = write_plots(results, output_dir)
     typer.echo("\n".join(str(p) for p in paths))

@@ -176,7 +176,7 @@ def test_batched_run_gives_batch_one_rows_and_times_only_the_timing_pass(tmp_pat
     import pandas as pd
 
     from bench.grid import configs_from_flags
-    from bench.report import summarise
+    from bench.reports.summary import summarise
     from bench.runner import Runner
     from bench.store import load_results
 

@@ -20,7 +20,7 @@ from bench.decoding import SpeculativeDecoder
 from bench.distributions import Sampling
 from bench.errors import BenchError
 from bench.lm_eval_model import DiversedLM
-from bench.report import summarise
+from bench.reports.summary import summarise
 from bench.runner import Runner, example_seed
 from bench.store import load_results
 from bench.verifiers import make_verifier

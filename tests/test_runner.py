@@ -12,7 +12,8 @@ import pytest
 from conftest import bench_cli, cli_error
 
 from bench.grid import configs_from_flags, load_grid
-from bench.report import summarise, write_table
+from bench.reports.summary import summarise
+from bench.reports.table import write_table
 from bench.runner import Runner
 from bench.store import ResultStore, load_results
 
@@ -99,7 +100,7 @@ def test_table_is_sane(full_run):
 
 
 def test_plots_are_written(full_run, tmp_path):
-    from bench.plots import write_plots
+    from bench.reports.plots import write_plots
 
     paths = write_plots(full_run, tmp_path)
     names = {p.name for p in paths}

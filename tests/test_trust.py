@@ -8,7 +8,8 @@ import pytest
 
 from bench.cli import main
 from bench.grid import configs_from_flags
-from bench.report import panels, summarise, write_table
+from bench.reports.summary import panels, summarise
+from bench.reports.table import write_table
 from bench.runner import Runner, RunConfig
 from bench.store import SHARED_SETTINGS, load_results
 

@@ -1,4 +1,4 @@
-"""Results -> per-configuration summaries -> Table 1 in the paper's layout.
+"""Results -> per-configuration summaries with bootstrap intervals, grouped into panels.
 
 Normalised time is paired: the mean time of a configuration over the examples it shares with the
 ``ar`` run of the same settings (``SHARED_SETTINGS``: task, pair, temperature, budget, seed, data,
@@ -11,7 +11,6 @@ emitted token.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,7 +23,6 @@ METHOD_ORDER = ["ar", "sd", "lossy", "cascade", "ensemble", "diversed", "typical
 PERCENT_METRICS = {"exact_flexible", "exact_strict", "pass@1"}
 TASK_ORDER = ["gsm8k", "cnndm", "xsum", "mbpp", "humaneval"]
 TASK_TITLES = {"gsm8k": "GSM8K", "cnndm": "CNNDM", "xsum": "XSum", "mbpp": "MBPP", "humaneval": "HumanEval"}
-FORMATS = ("markdown", "latex", "csv")
 BOOTSTRAP = 1000
 # A panel of the table holds the configurations that share these settings (tasks are its columns).
 PANEL = [k for k in SHARED_SETTINGS if k != "task"]
@@ -134,15 +132,6 @@ def summarise(rows: pd.DataFrame) -> pd.DataFrame:
     return summary.reset_index(drop=True)
 
 
-def _cell(value: float, ci: tuple[float, float], percent: bool, digits: int = 1) -> str:
-    if value is None or (isinstance(value, float) and np.isnan(value)):
-        return "NA"
-    scale = 100 if percent else 1
-    half = (ci[1] - ci[0]) / 2 * scale if ci and not np.isnan(ci[0]) else np.nan
-    body = f"{value * scale:.{digits}f}" + ("%" if percent else "")
-    return body if np.isnan(half) else f"{body} ±{half:.{digits}f}"
-
-
 @dataclass(frozen=True)
 class Panel:
     """Configurations compared with each other: one table panel, one set of figures."""
@@ -182,97 +171,6 @@ def panels(summary: pd.DataFrame) -> list[Panel]:
     return out
 
 
-def table_frames(
-    summary: pd.DataFrame, quality_metric: dict[str, str]
-) -> list[tuple[str, pd.DataFrame, pd.DataFrame]]:
-    """(title, Table 1 frame, speed frame) per panel, with formatted cells."""
-    result = []
-    for panel in panels(summary):
-        title, part = panel.title, panel.part
-        tasks = sorted(part["task"].unique(), key=lambda t: TASK_ORDER.index(t) if t in TASK_ORDER else 99)
-        labels = list(dict.fromkeys(part["label"]))
-        quality, speed = {}, {}
-        for task in tasks:
-            t = TASK_TITLES.get(task, task)
-            percent_q = quality_metric.get(task) in PERCENT_METRICS
-            q_name = (
-                "accuracy"
-                if quality_metric.get(task, "").startswith("exact")
-                else quality_metric.get(task, "quality")
-            )
-            rows = part[part["task"] == task].set_index("label")
-            get = lambda label, col: rows.loc[label, col] if label in rows.index else np.nan  # noqa: E731
-            ci = lambda label, col: rows.loc[label, col] if label in rows.index else (np.nan, np.nan)  # noqa: E731
-            quality[(t, "accept rate")] = [
-                _cell(get(lb, "acceptance_rate"), ci(lb, "acceptance_rate_ci"), True) for lb in labels
-            ]
-            quality[(t, q_name)] = [
-                _cell(get(lb, "quality"), ci(lb, "quality_ci"), percent_q, 1 if percent_q else 2)
-                for lb in labels
-            ]
-            speed[(t, "norm. time")] = [
-                _cell(get(lb, "normalised_time"), ci(lb, "normalised_time_ci"), False, 2) for lb in labels
-            ]
-            speed[(t, "speedup")] = [_cell(get(lb, "speedup"), (np.nan, np.nan), False, 2) for lb in labels]
-            speed[(t, "s/example")] = [
-                _cell(get(lb, "wall_time_s"), (np.nan, np.nan), False, 3) for lb in labels
-            ]
-            speed[(t, "ms/token")] = [
-                _cell(get(lb, "time_per_token_s") * 1e3, (np.nan, np.nan), False, 2) for lb in labels
-            ]
-            speed[(t, "accept len")] = [
-                _cell(get(lb, "acceptance_length"), (np.nan, np.nan), False, 2) for lb in labels
-            ]
-        q = pd.DataFrame(quality, index=pd.Index(labels, name="method"))
-        s = pd.DataFrame(speed, index=pd.Index(labels, name="method"))
-        result.append((title, q, s))
-    return result
-
-
-def _markdown(frame: pd.DataFrame) -> str:
-    cols = [f"{a} {b}" for a, b in frame.columns]
-    lines = ["| method | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
-    lines += [
-        "| " + str(idx) + " | " + " | ".join(map(str, row)) + " |"
-        for idx, row in zip(frame.index, frame.to_numpy())
-    ]
-    return "\n".join(lines)
-
-
-def render(summary: pd.DataFrame, quality_metric: dict[str, str], fmt: str) -> str:
-    if fmt not in FORMATS:
-        raise BenchError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
-    if fmt == "csv":
-        flat = summary.copy()
-        for col in [c for c in flat.columns if c.endswith("_ci")]:
-            flat[col + "_low"] = flat[col].map(lambda v: v[0])
-            flat[col + "_high"] = flat[col].map(lambda v: v[1])
-            flat = flat.drop(columns=col)
-        return flat.to_csv(index=False)
-    parts = []
-    for title, q, s in table_frames(summary, quality_metric):
-        if fmt == "markdown":
-            parts += [
-                f"### {title}",
-                "",
-                "Acceptance rate and quality (Table 1 layout; ± is half the 95% bootstrap interval)",
-                "",
-                _markdown(q),
-                "",
-                "Time per example relative to ar on the same examples, and tokens per round",
-                "",
-                _markdown(s),
-                "",
-            ]
-        else:
-            parts += [
-                f"% {title}",
-                q.to_latex(escape=True, multicolumn_format="c"),
-                s.to_latex(escape=True, multicolumn_format="c"),
-            ]
-    return "\n".join(parts)
-
-
 def quality_metrics(summary: pd.DataFrame) -> dict[str, str]:
     from bench.tasks import resolve_task
 
@@ -283,13 +181,3 @@ def quality_metrics(summary: pd.DataFrame) -> dict[str, str]:
         except BenchError:
             out[task] = "quality"
     return out
-
-
-def write_table(results: Path, fmt: str, output: Path | None = None) -> tuple[str, Path]:
-    from bench.store import load_results
-
-    summary = summarise(load_results(results))
-    text = render(summary, quality_metrics(summary), fmt)
-    path = output or results / {"markdown": "table.md", "latex": "table.tex", "csv": "table.csv"}[fmt]
-    path.write_text(text)
-    return text, path

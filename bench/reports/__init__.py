@@ -1,0 +1,1 @@
+"""Reports: results -> summaries (``summary``) -> Table 1 (``table``) and figures (``plots``)."""

@@ -1,0 +1,123 @@
+"""Summaries -> Table 1 in the paper's layout (markdown, LaTeX or CSV)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from bench.errors import BenchError
+from bench.reports.summary import PERCENT_METRICS, TASK_ORDER, TASK_TITLES, panels, quality_metrics, summarise
+
+FORMATS = ("markdown", "latex", "csv")
+
+
+def _cell(value: float, ci: tuple[float, float], percent: bool, digits: int = 1) -> str:
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return "NA"
+    scale = 100 if percent else 1
+    half = (ci[1] - ci[0]) / 2 * scale if ci and not np.isnan(ci[0]) else np.nan
+    body = f"{value * scale:.{digits}f}" + ("%" if percent else "")
+    return body if np.isnan(half) else f"{body} ±{half:.{digits}f}"
+
+
+def table_frames(
+    summary: pd.DataFrame, quality_metric: dict[str, str]
+) -> list[tuple[str, pd.DataFrame, pd.DataFrame]]:
+    """(title, Table 1 frame, speed frame) per panel, with formatted cells."""
+    result = []
+    for panel in panels(summary):
+        title, part = panel.title, panel.part
+        tasks = sorted(part["task"].unique(), key=lambda t: TASK_ORDER.index(t) if t in TASK_ORDER else 99)
+        labels = list(dict.fromkeys(part["label"]))
+        quality, speed = {}, {}
+        for task in tasks:
+            t = TASK_TITLES.get(task, task)
+            percent_q = quality_metric.get(task) in PERCENT_METRICS
+            q_name = (
+                "accuracy"
+                if quality_metric.get(task, "").startswith("exact")
+                else quality_metric.get(task, "quality")
+            )
+            rows = part[part["task"] == task].set_index("label")
+            get = lambda label, col: rows.loc[label, col] if label in rows.index else np.nan  # noqa: E731
+            ci = lambda label, col: rows.loc[label, col] if label in rows.index else (np.nan, np.nan)  # noqa: E731
+            quality[(t, "accept rate")] = [
+                _cell(get(lb, "acceptance_rate"), ci(lb, "acceptance_rate_ci"), True) for lb in labels
+            ]
+            quality[(t, q_name)] = [
+                _cell(get(lb, "quality"), ci(lb, "quality_ci"), percent_q, 1 if percent_q else 2)
+                for lb in labels
+            ]
+            speed[(t, "norm. time")] = [
+                _cell(get(lb, "normalised_time"), ci(lb, "normalised_time_ci"), False, 2) for lb in labels
+            ]
+            speed[(t, "speedup")] = [_cell(get(lb, "speedup"), (np.nan, np.nan), False, 2) for lb in labels]
+            speed[(t, "s/example")] = [
+                _cell(get(lb, "wall_time_s"), (np.nan, np.nan), False, 3) for lb in labels
+            ]
+            speed[(t, "ms/token")] = [
+                _cell(get(lb, "time_per_token_s") * 1e3, (np.nan, np.nan), False, 2) for lb in labels
+            ]
+            speed[(t, "accept len")] = [
+                _cell(get(lb, "acceptance_length"), (np.nan, np.nan), False, 2) for lb in labels
+            ]
+        q = pd.DataFrame(quality, index=pd.Index(labels, name="method"))
+        s = pd.DataFrame(speed, index=pd.Index(labels, name="method"))
+        result.append((title, q, s))
+    return result
+
+
+def _markdown(frame: pd.DataFrame) -> str:
+    cols = [f"{a} {b}" for a, b in frame.columns]
+    lines = ["| method | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
+    lines += [
+        "| " + str(idx) + " | " + " | ".join(map(str, row)) + " |"
+        for idx, row in zip(frame.index, frame.to_numpy())
+    ]
+    return "\n".join(lines)
+
+
+def render(summary: pd.DataFrame, quality_metric: dict[str, str], fmt: str) -> str:
+    if fmt not in FORMATS:
+        raise BenchError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    if fmt == "csv":
+        flat = summary.copy()
+        for col in [c for c in flat.columns if c.endswith("_ci")]:
+            flat[col + "_low"] = flat[col].map(lambda v: v[0])
+            flat[col + "_high"] = flat[col].map(lambda v: v[1])
+            flat = flat.drop(columns=col)
+        return flat.to_csv(index=False)
+    parts = []
+    for title, q, s in table_frames(summary, quality_metric):
+        if fmt == "markdown":
+            parts += [
+                f"### {title}",
+                "",
+                "Acceptance rate and quality (Table 1 layout; ± is half the 95% bootstrap interval)",
+                "",
+                _markdown(q),
+                "",
+                "Time per example relative to ar on the same examples, and tokens per round",
+                "",
+                _markdown(s),
+                "",
+            ]
+        else:
+            parts += [
+                f"% {title}",
+                q.to_latex(escape=True, multicolumn_format="c"),
+                s.to_latex(escape=True, multicolumn_format="c"),
+            ]
+    return "\n".join(parts)
+
+
+def write_table(results: Path, fmt: str, output: Path | None = None) -> tuple[str, Path]:
+    from bench.store import load_results
+
+    summary = summarise(load_results(results))
+    text = render(summary, quality_metrics(summary), fmt)
+    path = output or results / {"markdown": "table.md", "latex": "table.tex", "csv": "table.csv"}[fmt]
+    path.write_text(text)
+    return text, path
