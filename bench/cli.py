@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Optional
@@ -45,7 +46,19 @@ def _set_threads(threads: Optional[int]) -> None:
 
 @app.command()
 def generate(
-    prompt: str = typer.Argument(..., help="Raw text prompt."),
+    prompt: Optional[str] = typer.Argument(
+        None, help="The text: the raw prompt, or with --task what fills the task's query."
+    ),
+    task: Optional[str] = typer.Option(
+        None, help="Apply this task's template and few-shot exemplars, as `run` does (name or YAML path)."
+    ),
+    example: Optional[str] = typer.Option(
+        None, help="With --task: decode this dataset example (its example_id) instead of PROMPT."
+    ),
+    data: Optional[str] = typer.Option(
+        None, help="With --task: hub, fixture or a local path (default as in `run`)."
+    ),
+    chat_template: bool = typer.Option(False, help="Wrap the prompt in the tokenizer's chat template."),
     pair: str = typer.Option("tiny", help="Pair name or pair YAML path."),
     method: str = typer.Option("sd", help="Method name or module:Class of a verifier."),
     draft_len: int = typer.Option(5, help="Drafted tokens per round."),
@@ -57,17 +70,21 @@ def generate(
     device: str = typer.Option("auto"),
     engine: str = typer.Option("eager", help=ENGINE_HELP),
 ) -> None:
-    """Decode one prompt and print the text and its acceptance counters.
+    """Decode one prompt and print the text and its acceptance counters. Without --task the prompt
+    is used raw; with --task it is wrapped in the task's template and exemplars, as `run` does.
 
     Example: diversed-bench generate "Question: 2 + 3?" --method ensemble --target-weight 0.6
+    Example: diversed-bench generate "347 + 285" --task arith --pair ref --method sd
     """
     from bench.decoding import SpeculativeDecoder
     from bench.distributions import Sampling
     from bench.engines import make_engine
     from bench.head import required_head
-    from bench.pairs import load_pair
+    from bench.pairs import load_pair, resolve_pair
+    from bench.runner import Runner
     from bench.verifiers import make_verifier
 
+    text, note = _generate_prompt(prompt, task, example, data, resolve_pair(pair).kind)
     params = {"target_weight": target_weight} if method == "ensemble" else {}
     verifier = make_verifier(method, **params)
     factory = make_engine(engine)
@@ -87,13 +104,37 @@ def generate(
         head=weight_head,
         engine=factory,
     )
-    gen = decoder.generate(loaded.tokenizer(prompt).input_ids, max_new_tokens, seed=seed)
+    ids = Runner.encode(loaded, text, chat_template)
+    typer.echo(f"--- prompt: {note}, {len(ids)} tokens ---\n{text}\n--- completion ---", err=True)
+    gen = decoder.generate(ids, max_new_tokens, seed=seed)
     s = gen.stats
     typer.echo(loaded.tokenizer.decode(gen.token_ids, skip_special_tokens=True))
     typer.echo(
         f"\n[{method}] {s.new_tokens} tokens in {s.rounds} rounds, acceptance_rate "
         f"{s.acceptance_rate:.3f}, acceptance_length {s.acceptance_length:.2f}, {s.wall_time_s:.3f} s"
     )
+
+
+def _generate_prompt(
+    prompt: Optional[str], task: Optional[str], example: Optional[str], data: Optional[str], pair_kind: str
+) -> tuple[str, str]:
+    """The text `generate` decodes, and a note saying where it came from."""
+    if task is None:
+        if prompt is None or example is not None or data is not None:
+            raise BenchError("give a PROMPT; --example and --data need --task T")
+        return prompt, "the raw text given (no task template: pass --task T to decode what `run` decodes)"
+    from bench.tasks import Task, default_data, resolve_task
+
+    spec = resolve_task(task)
+    bound = Task(spec, data or default_data(spec.name, pair_kind))
+    if (prompt is None) == (example is None):
+        raise BenchError(
+            f"with --task {spec.name}, give either a PROMPT or --example ID, not both or neither"
+        )
+    text = bound.example(example).prompt if example is not None else bound.render_text(prompt or "")
+    shots = f"{bound.spec.num_fewshot}-shot from {bound.data}" if bound.spec.num_fewshot else "0-shot"
+    what = f"example {example}" if example is not None else "the text given"
+    return text, f"task {spec.name}'s template around {what}, {shots}"
 
 
 PAPER_TASKS = "gsm8k,cnndm,xsum,mbpp"
@@ -166,7 +207,9 @@ def run(
     ),
     chat_template: bool = typer.Option(False, help="Wrap prompts in the tokenizer's chat template."),
     output_dir: Path = typer.Option(Path("results"), help="Results directory (a parquet dataset)."),
-    plots_dir: Path = typer.Option(Path("plots"), help="Where the plots go after the run."),
+    plots_dir: Optional[Path] = typer.Option(
+        None, help="Where the plots go after the run (default: OUTPUT_DIR/plots, beside the table)."
+    ),
     device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N."),
     dtype: Optional[str] = typer.Option(
         None, help="float32, bfloat16 or float16 (default: the pair file's)."
@@ -280,10 +323,18 @@ def run(
         progress=progress and launch.rank == 0,
         log=lambda m: typer.echo(m, err=True),
     )
-    runner.run(configs)
+    try:
+        runner.run(configs)
+    except KeyboardInterrupt:
+        typer.echo(
+            f"\ninterrupted: {output_dir}/ holds every finished example ({runner.store.rows_written} written "
+            f"by this run); resume with: diversed-bench {shlex.join(sys.argv[1:])}",
+            err=True,
+        )
+        raise typer.Exit(130) from None
     launch.finish()
     if report and count == 1 and launch.rank == 0:
-        _report(output_dir, plots_dir, "markdown")
+        _report(output_dir, plots_dir or output_dir / "plots", "markdown")
 
 
 def _report(results: Path, plots_dir: Path, fmt: str) -> None:
@@ -355,16 +406,18 @@ def table(
 @app.command()
 def plot(
     results: Path = typer.Argument(Path("results"), help="Results directory."),
-    output_dir: Path = typer.Option(Path("plots"), help="Folder for PNG and PDF files."),
+    output_dir: Optional[Path] = typer.Option(
+        None, help="Folder for the PNG, PDF and SVG files (default: RESULTS/plots)."
+    ),
 ) -> None:
     """Write the Pareto frontier, acceptance vs weight, acceptance per position (and DIVERSED
-    weights) as PNG and PDF.
+    weights) as PNG, PDF and SVG, each with a caption file naming its settings.
 
-    Example: diversed-bench plot results --output-dir plots
+    Example: diversed-bench plot results --output-dir figures
     """
     from bench.reports.plots import write_plots
 
-    paths = write_plots(results, output_dir)
+    paths = write_plots(results, output_dir or results / "plots")
     typer.echo("\n".join(str(p) for p in paths))
 
 
@@ -460,7 +513,6 @@ def speed(
     Example: diversed-bench speed --throughput --pair tiny --draft-len 5 --batch-sizes 1,4,16,64
     """
     import json
-    import shlex
 
     from bench.pairs import load_pair
     from bench.engines import make_engine

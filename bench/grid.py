@@ -7,9 +7,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from bench.errors import BenchError
+from bench.registry import load_yaml
 from bench.runner import RunConfig, expand_methods
 
 GRID_KEYS = {
@@ -79,7 +78,7 @@ def load_grid(name_or_path: str) -> dict[str, Any]:
     path = builtin if builtin.is_file() else Path(name_or_path)
     if not path.is_file():
         raise BenchError(f"no grid {name_or_path!r}: give a YAML path or one of paper, tiny, demo")
-    grid = yaml.safe_load(path.read_text())
+    grid = load_yaml(path, "grid")
     unknown = set(grid) - GRID_KEYS
     if unknown:
         raise BenchError(

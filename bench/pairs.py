@@ -11,11 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from bench.errors import BenchError
-from bench.registry import entries, find
+from bench.registry import entries, find, load_yaml
 from bench.tiny import TinyConfig, build_synthetic_pair, build_tiny_pair
 
 PAIR_KINDS = ("tiny", "hub", "synthetic", "packaged")
@@ -48,7 +47,7 @@ class PairSpec:
 
     @classmethod
     def from_file(cls, path: Path | Any) -> PairSpec:
-        data = yaml.safe_load(path.read_text())
+        data = load_yaml(path, "pair")
         try:
             return cls(**data)
         except TypeError as exc:

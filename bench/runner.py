@@ -17,6 +17,7 @@ import hashlib
 import json
 import math
 import platform
+import re
 import subprocess
 import sys
 import typing
@@ -98,7 +99,8 @@ class RunConfig:
         """A hash of every setting (call on a resolved configuration)."""
         settings = json.dumps(asdict(self), sort_keys=True, default=str)
         digest = hashlib.sha1(f"{SCHEMA}|{settings}".encode()).hexdigest()[:10]
-        return f"{Path(self.task).stem}-{Path(self.pair).stem}-{self.method.replace(':', '.')}-{digest}"
+        method = re.sub(r"[^A-Za-z0-9_.-]+", ".", self.method)  # module:Class, path/to/file.py:Class
+        return f"{Path(self.task).stem}-{Path(self.pair).stem}-{method}-{digest}"
 
     @property
     def label(self) -> str:
@@ -460,6 +462,7 @@ class Runner:
                 self.log,
                 live=False,
                 quiet=not self.progress,
+                own_time=True,
             )
             for job in jobs
         ]
@@ -467,6 +470,9 @@ class Runner:
             for job, progress in zip(jobs, each):
                 if i < len(job.timed):
                     example = job.timed[i]
+                    overall.describe(
+                        f"{job.task.name} | {job.pair.spec.name} | {job.cfg.label} | timing, batch 1"
+                    )
                     gen = job.decoder.generate(job.prompts[example.example_id], job.budget, job.seed(example))
                     self.store.append(self.row(job, example, gen))
                     overall.update(gen.stats)

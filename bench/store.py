@@ -58,6 +58,7 @@ class ResultStore:
     def __init__(self, root: Path, writer: str = "0of1") -> None:
         self.root = Path(root)
         self.writer = writer
+        self.rows_written = 0  # by this process: what an interrupted run reports as saved
         self.root.mkdir(parents=True, exist_ok=True)
 
     def _parts(self, config_id: str) -> Path:
@@ -86,6 +87,7 @@ class ResultStore:
         parts = self._parts(rows[0]["config_id"])
         parts.mkdir(parents=True, exist_ok=True)
         _atomic_write_parquet(pd.DataFrame(rows), parts / _example_file(str(rows[0]["example_id"])))
+        self.rows_written += len(rows)
 
     def compact(self, config_id: str) -> None:
         """Fold this writer's parts (and its earlier compacted file) into one file."""

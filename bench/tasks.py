@@ -6,16 +6,16 @@ existing ones fits.
 
 from __future__ import annotations
 
+import string
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from bench.data import has_fixture, load_rows
 from bench.errors import BenchError
-from bench.registry import entries, find
+from bench.registry import entries, find, load_yaml
 from bench.metrics import get_metric
 
 
@@ -40,13 +40,41 @@ class TaskSpec:
 
     @classmethod
     def from_file(cls, path: Path | Any) -> TaskSpec:
-        data = yaml.safe_load(path.read_text())
+        data = load_yaml(path, "task")
+        if not isinstance(data.get("dataset"), dict) or "split" not in data["dataset"]:
+            raise BenchError(
+                f"task file {path}: dataset needs at least a split, e.g. dataset: {{data_files: test.jsonl, split: test}}"
+            )
+        if "data_files" in data["dataset"]:
+            data["dataset"] = {
+                **data["dataset"],
+                "data_files": _local_files(data["dataset"]["data_files"], data["dataset"], path),
+            }
         try:
             spec = cls(**data)
         except TypeError as exc:
             raise BenchError(f"task file {path}: {exc}") from None
         get_metric(spec.metric)
         return spec
+
+
+def _local_files(files: Any, dataset: dict[str, Any], path: Path | Any) -> dict[str, str]:
+    """``data_files`` as {split: absolute path}: a path relative to the task file is read from
+    beside it, so a task folder can be moved or shared as a whole."""
+    if isinstance(files, str):
+        files = {dataset.get("split", "test"): files}
+    if not isinstance(files, dict) or not files:
+        raise BenchError(f"task file {path}: data_files takes a file path or {{split: file path, ...}}")
+    out = {}
+    for split, name in files.items():
+        file = Path(str(name)).expanduser()
+        file = file if file.is_absolute() else Path(str(path)).parent / file
+        if file.suffix not in (".json", ".jsonl", ".parquet"):
+            raise BenchError(f"task file {path}: data_files {split}: {name} is not .json, .jsonl or .parquet")
+        if not file.is_file():
+            raise BenchError(f"task file {path}: data_files {split}: no file {file}")
+        out[str(split)] = str(file.resolve())
+    return out
 
 
 @dataclass(frozen=True)
@@ -130,6 +158,24 @@ class Task:
         query = self.spec.query.format(**_fields(doc))
         prefix = self.fewshot_block()
         return prefix + self.spec.separator + query if prefix else query
+
+    def render_text(self, text: str) -> str:
+        """A user's text put where a dataset row's field goes, with the task's instruction and
+        exemplars around it: the prompt ``run`` would decode for such a row."""
+        names = {f for _, f, _, _ in string.Formatter().parse(self.spec.query) if f}
+        if len(names) != 1:
+            raise BenchError(
+                f"task {self.name}: its query fills {len(names)} fields ({', '.join(sorted(names))}), "
+                "so one text cannot fill it; pick a dataset example with --example ID instead"
+            )
+        return self.render({names.pop(): text})
+
+    def example(self, example_id: str) -> Example:
+        """One example by its id (as in the results' ``example_id``), rendered as ``run`` renders it."""
+        for i, doc in enumerate(self.rows()):
+            if self.example_id(i, doc) == example_id:
+                return Example(example_id, doc, self.render(doc))
+        raise BenchError(f"task {self.name} ({self.data}): no example with id {example_id!r}")
 
     def examples(self, limit: int | None = None, seed: int = 0) -> list[Example]:
         rows = self.rows()

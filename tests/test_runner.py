@@ -111,8 +111,13 @@ def test_plots_are_written(full_run, tmp_path):
         "acceptance_per_position_tiny",
         "diversed_weights_tiny",
     ):
-        assert {f"{stem}.png", f"{stem}.pdf"} <= names
-    assert all(p.stat().st_size > 1000 for p in paths)
+        assert {f"{stem}.png", f"{stem}.pdf", f"{stem}.svg", f"{stem}.txt"} <= names
+    assert all(p.stat().st_size > 1000 for p in paths if p.suffix != ".txt")
+    # axes in words with units, not column names; the settings in the caption, not the title
+    svg = (tmp_path / "pareto_acceptance_tiny.svg").read_text()
+    assert "acceptance rate (%)" in svg and "accuracy (%)" in svg and "ROUGE-2 F1" in svg
+    assert "acceptance_rate" not in svg and "temperature" not in svg
+    assert "temperature 1" in (tmp_path / "pareto_acceptance_tiny.txt").read_text()
 
 
 def test_finished_configurations_are_skipped(full_run):

@@ -34,3 +34,21 @@ def find(kind: str, name_or_path: str) -> Any:
     raise BenchError(
         f"unknown {what} {name_or_path!r}; choose one of {', '.join(sorted(registry))} or give a {what} YAML path"
     )
+
+
+def load_yaml(path: Any, what: str) -> dict[str, Any]:
+    """A registry or user YAML file as a mapping; a syntax error is one line: file, line, problem."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise BenchError(f"{what} file {path}{line}: {problem}; fix the YAML there") from None
+    if not isinstance(data, dict):
+        raise BenchError(
+            f"{what} file {path}: expected a mapping of fields (name: ..., ...), got {type(data).__name__}"
+        )
+    return data

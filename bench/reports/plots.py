@@ -1,9 +1,16 @@
 """Figures from a results directory: the Pareto frontier (the paper's Figure 2), acceptance against
-the static-ensemble weight with its theory line, acceptance per draft position, DIVERSED weights."""
+the static-ensemble weight with its theory line, acceptance per draft position, DIVERSED weights.
+
+Each figure is written as PNG, PDF and SVG, ready for a paper: axes in words with units, 95%
+intervals as (asymmetric) error bars, one colour and one marker per method, a short title, and the
+settings that produced it in a caption file (``<name>.txt``) rather than on the figure.
+"""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 import matplotlib.ticker
@@ -13,19 +20,44 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from bench.reports.summary import METHOD_ORDER, TASK_ORDER, TASK_TITLES, Panel, panels, quality_metrics, summarise  # noqa: E402
+from bench.reports.summary import (  # noqa: E402
+    METHOD_ORDER,
+    PERCENT_METRICS,
+    TASK_ORDER,
+    TASK_TITLES,
+    Panel,
+    panels,
+    quality_metrics,
+    summarise,
+)
 from bench.store import load_results  # noqa: E402
 
+FORMATS = ("png", "pdf", "svg")
+# One colour and one marker per method (Okabe-Ito colours: distinguishable in colour-blind vision
+# and, with the markers, in greyscale print).
 STYLE = {
-    "ar": dict(marker="s", color="black"),
-    "sd": dict(marker="o", color="tab:blue"),
-    "lossy": dict(marker="v", color="tab:orange"),
-    "cascade": dict(marker="D", color="tab:purple"),
-    "ensemble": dict(marker=".", color="tab:green"),
-    "diversed": dict(marker="*", color="tab:red", markersize=16, markeredgecolor="black", zorder=5),
-    "typical": dict(marker="P", color="tab:brown"),
-    "threshold": dict(marker="X", color="tab:pink"),
-    "relaxed": dict(marker="h", color="tab:olive"),
+    "ar": dict(marker="s", color="#000000"),
+    "sd": dict(marker="o", color="#0072B2"),
+    "lossy": dict(marker="v", color="#E69F00"),
+    "cascade": dict(marker="D", color="#CC79A7"),
+    "ensemble": dict(marker="o", color="#009E73"),
+    "diversed": dict(marker="*", color="#D55E00", markersize=15, markeredgecolor="black", zorder=5),
+    "typical": dict(marker="P", color="#56B4E9"),
+    "threshold": dict(marker="X", color="#999999"),
+    "relaxed": dict(marker="h", color="#F0E442", markeredgecolor="black"),
+}
+QUALITY_LABELS = {
+    "exact_flexible": "accuracy (%)",
+    "exact_strict": "accuracy, strict (%)",
+    "pass@1": "pass@1 (%)",
+    "rouge1": "ROUGE-1 F1 (x100)",
+    "rouge2": "ROUGE-2 F1 (x100)",
+    "rougeL": "ROUGE-L F1 (x100)",
+}
+PARETO_AXES = {
+    # column: (file name, title, axis label, scale)
+    "normalised_time": ("pareto", "Quality vs time", "time per example vs AR (AR = 1)", 1.0),
+    "acceptance_rate": ("pareto_acceptance", "Quality vs acceptance", "acceptance rate (%)", 100.0),
 }
 
 
@@ -34,104 +66,152 @@ def _tasks(frame: pd.DataFrame) -> list[str]:
 
 
 def _grid(n: int) -> tuple[plt.Figure, list[plt.Axes]]:
-    cols = min(n, 2) if n > 1 else 1
+    cols = min(n, 2)
     rows = (n + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 4.0 * rows), squeeze=False)
+    width = 4.6 * cols if cols > 1 else 5.6
+    fig, axes = plt.subplots(
+        rows, cols, figsize=(width, 3.6 * rows + 1.0), squeeze=False, layout="constrained"
+    )
     flat = list(axes.flat)
     for ax in flat[n:]:
         ax.set_visible(False)
     return fig, flat[:n]
 
 
-def _save(fig: plt.Figure, out: Path, name: str) -> list[Path]:
+def _save(fig: plt.Figure, out: Path, name: str, caption: str) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
-    paths = [out / f"{name}.png", out / f"{name}.pdf"]
-    for p in paths:
-        fig.savefig(p, dpi=150, bbox_inches="tight")
+    paths = [out / f"{name}.{fmt}" for fmt in FORMATS]
+    # Text stays text (editable in a paper's figure tools): SVG <text>, TrueType fonts in the PDF.
+    with plt.rc_context({"svg.fonttype": "none", "pdf.fonttype": 42}):
+        for p in paths:
+            fig.savefig(p, dpi=200, bbox_inches="tight", pad_inches=0.03)
     plt.close(fig)
-    return paths
+    text = out / f"{name}.txt"
+    text.write_text(caption.strip() + "\n")
+    return [*paths, text]
 
 
-def pareto_frontier(points: np.ndarray) -> np.ndarray:
-    """Points (time, quality) not beaten by another with less time and more quality, by time."""
-    order = points[np.argsort(points[:, 0])]
-    keep, best = [], -np.inf
-    for t, q in order:
-        if q > best:
-            keep.append((t, q))
-            best = q
-    return np.array(keep)
+def quality_label(metric: str) -> str:
+    return QUALITY_LABELS.get(metric, metric)
 
 
-PARETO_AXES = {
-    "normalised_time": ("pareto", "Quality vs time", "normalised time (vs ar, same examples)"),
-    "acceptance_rate": ("pareto_acceptance", "Quality vs acceptance", "acceptance rate (accepted / drafted)"),
-}
+def _scale(metric: str) -> float:
+    return 100.0 if metric in PERCENT_METRICS else 1.0
+
+
+def _err(value: float, ci: Any, scale: float) -> list[list[float]] | None:
+    """Distances from a value to the ends of its interval, as measured (not symmetric)."""
+    if not isinstance(ci, (tuple, list)) or np.isnan(ci[0]) or np.isnan(value):
+        return None
+    return [[max(value - ci[0], 0.0) * scale], [max(ci[1] - value, 0.0) * scale]]
+
+
+def _place_labels(ax: plt.Axes, points: list[tuple[float, float]], texts: list[str], color: str) -> None:
+    """Label points without overlaps: each label takes the first of several offsets around its
+    point whose box meets no label already placed and no point of the sweep."""
+    fig = ax.figure
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    centres = [ax.transData.transform(p) for p in points]
+    line = np.array(points, float)
+    for a, b in zip(line[:-1], line[1:]):  # the sweep line between its points is an obstacle too
+        centres += [ax.transData.transform(a + (b - a) * t) for t in np.linspace(0.1, 0.9, 9)]
+    taken: list[Any] = []
+    offsets = [
+        (6, 6),
+        (6, -14),
+        (-8, 8),
+        (-8, -16),
+        (10, -4),
+        (-12, -4),
+        (4, 16),
+        (4, -24),
+        (-4, 16),
+        (-4, -24),
+    ]
+    for (x, y), text in zip(points, texts):
+        label = None
+        for dx, dy in offsets:
+            ha = "left" if dx >= 0 else "right"
+            if label is not None:
+                label.remove()
+            label = ax.annotate(
+                text, (x, y), textcoords="offset points", xytext=(dx, dy), fontsize=8, color=color, ha=ha
+            )
+            box = label.get_window_extent(renderer).expanded(1.05, 1.1)
+            if not any(box.overlaps(b) for b in taken) and not any(box.contains(*c) for c in centres):
+                break
+        taken.append(label.get_window_extent(renderer))
 
 
 def plot_pareto(panel: Panel, qualities: dict[str, str], out: Path, x: str = "normalised_time") -> list[Path]:
-    """Quality against ``x`` (normalised time or acceptance rate), the ensemble's weight sweep as a
-    line; a method above that line beats the static frontier."""
+    """Quality against ``x`` (time relative to AR, or acceptance rate), the ensemble's weight sweep
+    as a line; a method above that line beats the static frontier."""
     part = panel.part
-    name, title, x_label = PARETO_AXES[x]
+    name, title, x_label, x_scale = PARETO_AXES[x]
     tasks = _tasks(part)
     fig, axes = _grid(len(tasks))
+    sweeps: list[tuple[plt.Axes, list[tuple[float, float]], list[str], str]] = []
     for ax, task in zip(axes, tasks):
         rows = part[part["task"] == task]
+        metric = qualities.get(task, "quality")
+        q_scale = _scale(metric)
         ens = rows[rows["method"] == "ensemble"].sort_values("target_weight")
+        ens = ens[ens[x].notna()]
         if len(ens):
-            ax.plot(
-                ens[x],
-                ens["quality"],
-                "-o",
-                color="tab:green",
-                ms=5,
-                alpha=0.7,
-                label="static ensemble (w sweep)",
-            )
-            for i, (_, r) in enumerate(ens.iterrows()):
-                ax.annotate(
-                    f"w={r['target_weight']:g}",
-                    (r[x], r["quality"]),
-                    fontsize=7,
-                    textcoords="offset points",
-                    xytext=(4, -11 if i % 2 else 6),
-                    color="tab:green",
+            style = STYLE["ensemble"]
+            xs, ys = ens[x].to_numpy(float) * x_scale, ens["quality"].to_numpy(float) * q_scale
+            ax.plot(xs, ys, "-", lw=1.2, ms=6, label="static ensemble, weight sweep", **style)
+            for (_, r), px, py in zip(ens.iterrows(), xs, ys):
+                ax.errorbar(
+                    px,
+                    py,
+                    xerr=_err(r[x], r.get(f"{x}_ci"), x_scale),
+                    yerr=_err(r["quality"], r["quality_ci"], q_scale),
+                    fmt="none",
+                    ecolor=style["color"],
+                    elinewidth=0.8,
+                    capsize=2,
                 )
-            pts = ens[[x, "quality"]].dropna().to_numpy(float)
-            if x == "acceptance_rate":  # more acceptance is better: mirror to reuse the time frontier
-                pts[:, 0] = -pts[:, 0]
-            if len(pts) > 1:
-                front = pareto_frontier(pts)
-                if x == "acceptance_rate":
-                    front[:, 0] = -front[:, 0]
-                ax.step(
-                    front[:, 0],
-                    front[:, 1],
-                    where="post",
-                    ls="--",
-                    color="tab:green",
-                    lw=1,
-                    label="ensemble frontier",
-                )
+            sweeps.append((ax, list(zip(xs, ys)), [f"w={w:g}" for w in ens["target_weight"]], style["color"]))
+        for _, r in rows[rows["method"] == "ar"].iterrows():  # the reference: a line, never hidden
+            ax.axhline(r["quality"] * q_scale, color="black", ls="--", lw=0.9, label="ar (target alone)")
         for method in METHOD_ORDER:
-            if method == "ensemble":
+            if method in ("ensemble", "ar"):
                 continue
             for _, r in rows[rows["method"] == method].iterrows():
-                ax.plot(
-                    r[x],
-                    r["quality"],
+                if np.isnan(r[x]):
+                    continue  # not drawn, so not in the legend
+                ax.errorbar(
+                    r[x] * x_scale,
+                    r["quality"] * q_scale,
+                    xerr=_err(r[x], r.get(f"{x}_ci"), x_scale),
+                    yerr=_err(r["quality"], r["quality_ci"], q_scale),
                     ls="none",
-                    label=r["label"],
-                    **{"markersize": 9, **STYLE[method]},
+                    elinewidth=0.8,
+                    capsize=2,
+                    label=_short(r["label"]),
+                    **{"markersize": 8, **STYLE[method]},
                 )
-        ax.set_title(TASK_TITLES.get(task, task))
+        ax.set_title(TASK_TITLES.get(task, task), fontsize=10)
         ax.set_xlabel(x_label)
-        ax.set_ylabel(qualities.get(task, "quality"))
+        ax.set_ylabel(quality_label(metric))
         ax.grid(alpha=0.3)
     _legend(fig, axes)
-    fig.suptitle(f"{title}, {panel.title}", y=1.02)
-    return _save(fig, out, f"{name}_{panel.slug}")
+    fig.suptitle(f"{title} ({panel.slug})", fontsize=11)
+    for sweep in sweeps:  # once the layout is final, so that label boxes are where they will be drawn
+        _place_labels(*sweep)
+    what = (
+        "time per example relative to AR with the same settings, on the same timed examples"
+        if x == "normalised_time"
+        else "acceptance rate = accepted / drafted tokens"
+    )
+    caption = (
+        f"{title}. x: {what}; y: the task's quality. Error bars: 95% bootstrap intervals over examples "
+        f"(asymmetric, as measured). Line: the static ensemble's target-weight sweep (w labelled); dashed: "
+        f"the quality of AR, the target alone. Settings: {panel.title}."
+    )
+    return _save(fig, out, f"{name}_{panel.slug}", caption)
 
 
 def plot_acceptance_vs_weight(panel: Panel, out: Path) -> list[Path]:
@@ -145,29 +225,45 @@ def plot_acceptance_vs_weight(panel: Panel, out: Path) -> list[Path]:
         ens = rows[rows["method"] == "ensemble"].sort_values("target_weight")
         ax.plot(
             ens["target_weight"],
-            ens["per_token_acceptance"],
-            "o",
-            color="tab:green",
-            label="measured (accepted / verified)",
+            ens["per_token_acceptance"] * 100,
+            ls="none",
+            ms=7,
+            label="measured: accepted / verified",
+            **STYLE["ensemble"],
         )
         ax.plot(
-            ens["target_weight"], ens["expected_acceptance"], "x", color="black", label="logged 1 - TV(q, pi)"
+            ens["target_weight"],
+            ens["expected_acceptance"] * 100,
+            "x",
+            color="black",
+            ms=7,
+            label="logged 1 - TV(q, pi)",
         )
         sd = rows[rows["method"] == "sd"]
         if len(sd):
             tv = 1 - float(sd["per_token_acceptance"].iloc[0])
             w = np.linspace(0, 1, 50)
-            ax.plot(w, 1 - w * tv, "--", color="tab:blue", label="theory 1 - w TV(p, q), TV from sd")
-            ax.text(0.03, 0.05, f"TV(p, q) = {tv:.3f}", transform=ax.transAxes, fontsize=8)
+            ax.plot(w, (1 - w * tv) * 100, "--", color=STYLE["sd"]["color"], label="theory 1 - w TV(p, q)")
+            ax.text(0.03, 0.05, f"TV(p, q) = {tv:.3f} (from SD)", transform=ax.transAxes, fontsize=8)
+        shown = np.concatenate(
+            [ens["per_token_acceptance"], ens["expected_acceptance"], (1 - tv,) if len(sd) else ()]
+        )
+        low = float(np.nanmin(shown)) * 100 if len(shown) else 0.0
         ax.set_xlim(0, 1.02)
-        ax.set_ylim(0, 1.02)
-        ax.set_title(TASK_TITLES.get(task, task))
+        ax.set_ylim(max(0.0, low - 0.15 * (100 - low) - 1), 100.5)  # the data fill the axes
+        ax.set_title(TASK_TITLES.get(task, task), fontsize=10)
         ax.set_xlabel("target weight w")
-        ax.set_ylabel("per-token acceptance")
+        ax.set_ylabel("per-token acceptance (%)")
         ax.grid(alpha=0.3)
     _legend(fig, axes)
-    fig.suptitle(f"Static ensemble acceptance vs weight, {panel.title}", y=1.02)
-    return _save(fig, out, f"acceptance_vs_weight_{panel.slug}")
+    fig.suptitle(f"Ensemble acceptance vs weight ({panel.slug})", fontsize=11)
+    caption = (
+        "Static ensemble: per-token acceptance (accepted / verified positions) against the target "
+        "weight w; crosses: the expected acceptance 1 - TV(q, pi) logged per position; dashed: the "
+        "theory line 1 - w TV(p, q), with TV(p, q) = 1 - SD's per-token acceptance. "
+        f"Settings: {panel.title}."
+    )
+    return _save(fig, out, f"acceptance_vs_weight_{panel.slug}", caption)
 
 
 def _panel_rows(rows: pd.DataFrame, panel: Panel) -> pd.DataFrame:
@@ -181,29 +277,34 @@ def plot_acceptance_per_position(rows: pd.DataFrame, panel: Panel, out: Path) ->
     if not tasks:
         return []
     fig, axes = _grid(len(tasks))
+    order = list(dict.fromkeys(panel.part["label"]))  # methods in the table's order, weights ascending
     for ax, task in zip(axes, tasks):
-        for label, g in part[part["task"] == task].groupby("label", sort=False):
+        groups = dict(list(part[part["task"] == task].groupby("label", sort=False)))
+        seen: dict[str, int] = {}
+        for label in [lb for lb in order if lb in groups]:
+            g = groups[label]
             acc = np.stack(g["accepted_per_position"].to_numpy()).sum(0)
             drafted = np.stack(g["drafted_per_position"].to_numpy()).sum(0)
-            rate = acc / np.maximum(drafted, 1)
-            style = STYLE.get(g["method"].iloc[0], {"marker": "."})
-            ax.plot(
-                np.arange(1, len(rate) + 1),
-                rate,
-                "-",
-                label=label,
-                marker=style["marker"],
-                color=style.get("color"),
-            )
-        ax.set_title(TASK_TITLES.get(task, task))
-        ax.set_xlabel("draft position")
+            rate = acc / np.maximum(drafted, 1) * 100
+            method = g["method"].iloc[0]
+            style = {**STYLE.get(method, {"marker": "."}), "markersize": 6}
+            k = seen[method] = seen.get(method, -1) + 1
+            if method == "ensemble":  # the sweep: darker green for more weight on the target
+                style["color"] = plt.cm.Greens(0.35 + 0.6 * float(g["target_weight"].iloc[0]))
+            ls = ("-", "--", ":", "-.")[k % 4] if method != "ensemble" else "-"
+            ax.plot(np.arange(1, len(rate) + 1), rate, ls=ls, label=_short(label), lw=1, **style)
+        ax.set_title(TASK_TITLES.get(task, task), fontsize=10)
+        ax.set_xlabel("position in the draft")
         ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
-        ax.set_ylabel("accepted / drafted")
-        ax.set_ylim(0, 1.02)
+        ax.set_ylabel("acceptance rate (%)")
         ax.grid(alpha=0.3)
     _legend(fig, axes)
-    fig.suptitle(f"Acceptance per draft position, {panel.title}", y=1.02)
-    return _save(fig, out, f"acceptance_per_position_{panel.slug}")
+    fig.suptitle(f"Acceptance per draft position ({panel.slug})", fontsize=11)
+    caption = (
+        "Acceptance rate at each position of the draft: tokens accepted at position i / tokens drafted "
+        f"at position i, pooled over examples. Settings: {panel.title}."
+    )
+    return _save(fig, out, f"acceptance_per_position_{panel.slug}", caption)
 
 
 def plot_weights(rows: pd.DataFrame, panel: Panel, out: Path) -> list[Path]:
@@ -216,34 +317,49 @@ def plot_weights(rows: pd.DataFrame, panel: Panel, out: Path) -> list[Path]:
     for ax, task in zip(axes, tasks):
         for label, g in part[part["task"] == task].groupby("label", sort=False):
             w = np.concatenate([np.asarray(x, float) for x in g["weights"]])
-            ax.hist(w, bins=np.linspace(0, 1, 41), alpha=0.6, label=f"{label}: mean {w.mean():.2f}")
-        ax.set_title(TASK_TITLES.get(task, task))
-        ax.set_xlabel("per-token target weight w_t")
-        ax.set_ylabel("tokens")
+            ax.hist(
+                w,
+                bins=np.linspace(0, 1, 41),
+                alpha=0.7,
+                color=STYLE["diversed"]["color"],
+                label=f"{_short(label)}: mean {w.mean():.2f}",
+            )
+        ax.set_title(TASK_TITLES.get(task, task), fontsize=10)
+        ax.set_xlabel("weight on the target, w_t")
+        ax.set_ylabel("verified positions")
     _legend(fig, axes)
-    fig.suptitle(f"DIVERSED weights, {panel.title}", y=1.02)
-    return _save(fig, out, f"diversed_weights_{panel.slug}")
+    fig.suptitle(f"DIVERSED weights ({panel.slug})", fontsize=11)
+    caption = (
+        "Histogram of the per-token target weight w_t that the DIVERSED head gave each verified "
+        f"position. Settings: {panel.title}."
+    )
+    return _save(fig, out, f"diversed_weights_{panel.slug}", caption)
+
+
+def _short(label: str) -> str:
+    """A legend label: a head is named by its folder, not its whole path."""
+    return re.sub(r"head=[^,)]*[/:]([^/,)]+)", r"head=\1", label)
 
 
 def _legend(fig: plt.Figure, axes: list[plt.Axes]) -> None:
-    """One legend for the figure, below the panels, with each label once."""
+    """One legend for the figure, below the panels, with each drawn label once."""
     seen: dict[str, object] = {}
     for ax in axes:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             seen.setdefault(label, handle)
-    fig.legend(
-        seen.values(),
-        seen.keys(),
-        loc="upper center",
-        bbox_to_anchor=(0.5, 0.0),
-        ncol=min(3, len(seen)),
-        fontsize=8,
-        frameon=False,
-    )
-    fig.tight_layout()
+    if seen:
+        fig.legend(
+            seen.values(),
+            seen.keys(),
+            loc="outside lower center",
+            ncol=min(2, len(seen)),
+            fontsize=8,
+            frameon=False,
+        )
 
 
 def write_plots(results: Path, out: Path) -> list[Path]:
+    """Every figure of every panel of a results directory; returns the files written."""
     rows = load_results(results)
     summary = summarise(rows)
     qualities = quality_metrics(summary)

@@ -24,6 +24,7 @@ PERCENT_METRICS = {"exact_flexible", "exact_strict", "pass@1"}
 TASK_ORDER = ["gsm8k", "cnndm", "xsum", "mbpp", "humaneval"]
 TASK_TITLES = {"gsm8k": "GSM8K", "cnndm": "CNNDM", "xsum": "XSum", "mbpp": "MBPP", "humaneval": "HumanEval"}
 BOOTSTRAP = 1000
+SPREAD_LIMIT = 2.0  # max / min time over timed examples beyond which a timing is flagged, not trusted
 # A panel of the table holds the configurations that share these settings (tasks are its columns).
 PANEL = [k for k in SHARED_SETTINGS if k != "task"]
 
@@ -45,6 +46,14 @@ def _ratio(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def _mean_ratio(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return a.mean(-1) / b.mean(-1)
+
+
+def _spread(times: np.ndarray, tokens: np.ndarray) -> float:
+    """max / min over the timed examples of the time per emitted token (examples emit different
+    numbers of tokens; per token they should cost alike): above ``SPREAD_LIMIT`` a mean time, and
+    any ratio of it, says more about the machine's state than about the method."""
+    per_token = times / np.maximum(tokens, 1)
+    return float(per_token.max() / per_token.min()) if len(per_token) > 1 and per_token.min() > 0 else np.nan
 
 
 def _agrees(frame: pd.DataFrame, values: pd.Series) -> pd.Series:
@@ -107,6 +116,7 @@ def summarise(rows: pd.DataFrame) -> pd.DataFrame:
             if len(timed)
             else np.nan,
             "timed_examples": len(timed),
+            "time_spread": _spread(timed["wall_time_s"].to_numpy(float), timed["new_tokens"].to_numpy(float)),
         }
         ref = ar[_agrees(ar, first[list(SHARED_SETTINGS)])]
         if ref["config_id"].nunique() > 1:
@@ -115,12 +125,18 @@ def summarise(rows: pd.DataFrame) -> pd.DataFrame:
                 "settings; the results directory mixes runs of different harness versions: use a fresh one"
             )
         ref = ref[ref["wall_time_s"].notna()]
-        shared = timed.merge(ref[["example_id", "wall_time_s"]], on="example_id", suffixes=("", "_ar"))
+        shared = timed.merge(
+            ref[["example_id", "wall_time_s", "new_tokens"]], on="example_id", suffixes=("", "_ar")
+        )
         if len(shared):
             t, t_ar = shared["wall_time_s"].to_numpy(float), shared["wall_time_s_ar"].to_numpy(float)
             rec["normalised_time"] = t.mean() / t_ar.mean()
             rec["normalised_time_ci"] = bootstrap(_mean_ratio, t, t_ar)
             rec["speedup"] = t_ar.mean() / t.mean()
+            ar_spread = _spread(t_ar, shared["new_tokens_ar"].to_numpy(float))
+            rec["time_spread"] = max(
+                (v for v in (rec["time_spread"], ar_spread) if not np.isnan(v)), default=np.nan
+            )
         else:
             rec.update(normalised_time=np.nan, normalised_time_ci=(np.nan, np.nan), speedup=np.nan)
         out.append(rec)

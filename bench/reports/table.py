@@ -8,18 +8,34 @@ import numpy as np
 import pandas as pd
 
 from bench.errors import BenchError
-from bench.reports.summary import PERCENT_METRICS, TASK_ORDER, TASK_TITLES, panels, quality_metrics, summarise
+from bench.reports.summary import (
+    PERCENT_METRICS,
+    SPREAD_LIMIT,
+    TASK_ORDER,
+    TASK_TITLES,
+    panels,
+    quality_metrics,
+    summarise,
+)
 
 FORMATS = ("markdown", "latex", "csv")
 
 
 def _cell(value: float, ci: tuple[float, float], percent: bool, digits: int = 1) -> str:
+    """A number and its 95% interval as measured, ``[low, high]``: bootstrap intervals of a ratio
+    or of a bounded score are not symmetric, so no ``±`` is printed."""
     if value is None or (isinstance(value, float) and np.isnan(value)):
         return "NA"
     scale = 100 if percent else 1
-    half = (ci[1] - ci[0]) / 2 * scale if ci and not np.isnan(ci[0]) else np.nan
-    body = f"{value * scale:.{digits}f}" + ("%" if percent else "")
-    return body if np.isnan(half) else f"{body} ±{half:.{digits}f}"
+    unit = "%" if percent else ""
+    body = f"{value * scale:.{digits}f}{unit}"
+    if not ci or np.isnan(ci[0]):
+        return body
+    return f"{body} [{ci[0] * scale:.{digits}f}, {ci[1] * scale:.{digits}f}]"
+
+
+def _spread_note(spread: float) -> str:
+    return f"times vary {spread:.1f}x" if not np.isnan(spread) and spread > SPREAD_LIMIT else ""
 
 
 def table_frames(
@@ -50,10 +66,16 @@ def table_frames(
                 _cell(get(lb, "quality"), ci(lb, "quality_ci"), percent_q, 1 if percent_q else 2)
                 for lb in labels
             ]
+            notes = [_spread_note(get(lb, "time_spread")) for lb in labels]
             speed[(t, "norm. time")] = [
-                _cell(get(lb, "normalised_time"), ci(lb, "normalised_time_ci"), False, 2) for lb in labels
+                _cell(get(lb, "normalised_time"), ci(lb, "normalised_time_ci"), False, 2)
+                + (f" ({note})" if note else "")
+                for lb, note in zip(labels, notes)
             ]
-            speed[(t, "speedup")] = [_cell(get(lb, "speedup"), (np.nan, np.nan), False, 2) for lb in labels]
+            speed[(t, "speedup")] = [
+                f"not shown: {note}" if note else _cell(get(lb, "speedup"), (np.nan, np.nan), False, 2)
+                for lb, note in zip(labels, notes)
+            ]
             speed[(t, "s/example")] = [
                 _cell(get(lb, "wall_time_s"), (np.nan, np.nan), False, 3) for lb in labels
             ]
@@ -95,11 +117,16 @@ def render(summary: pd.DataFrame, quality_metric: dict[str, str], fmt: str) -> s
             parts += [
                 f"### {title}",
                 "",
-                "Acceptance rate and quality (Table 1 layout; ± is half the 95% bootstrap interval)",
+                "Acceptance rate and quality (Table 1 layout); [low, high] is the 95% bootstrap interval "
+                "over examples",
                 "",
                 _markdown(q),
                 "",
-                "Time per example relative to ar on the same examples, and tokens per round",
+                "Time relative to ar with the same settings on the same timed examples (norm. time = "
+                "mean time / ar's mean time, [low, high] its 95% bootstrap interval), and tokens per round. "
+                f"Where the time per token of the timed examples (or of ar's) varies more than "
+                f"{SPREAD_LIMIT:g}x, the speedup is not shown: time more examples (--timing-examples) on a "
+                "quieter machine",
                 "",
                 _markdown(s),
                 "",

@@ -18,10 +18,14 @@ No models, tasks or I/O in this module.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import importlib.util
+import sys
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, fields
 from functools import cached_property
+from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
@@ -159,14 +163,38 @@ def register(cls: type[Verifier]) -> type[Verifier]:
     return cls
 
 
-def verifier_class(name: str) -> type[Verifier]:
-    """Look a method up by registry name or by a ``module:attr`` path to a Verifier subclass."""
-    if ":" in name:
-        module_name, _, attr = name.partition(":")
+def _module_from_file(file: str) -> Any:
+    """A verifier's Python file, imported once under a name of its own (no PYTHONPATH needed)."""
+    path = Path(file).expanduser().resolve()
+    if not path.is_file():
+        raise BenchError(f"verifier file {file} does not exist; give path/to/file.py:ClassName")
+    module_name = "bench_user_verifier_" + hashlib.sha1(str(path).encode()).hexdigest()[:10]
+    if module_name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        sys.modules[module_name] = module  # dataclasses look their module up while the file runs
         try:
-            cls = getattr(importlib.import_module(module_name), attr)
+            spec.loader.exec_module(module)  # type: ignore[union-attr]
+        except BaseException:
+            del sys.modules[module_name]
+            raise
+    return sys.modules[module_name]
+
+
+def verifier_class(name: str) -> type[Verifier]:
+    """Look a method up by registry name, by ``module:Class`` (an importable module) or by
+    ``path/to/file.py:Class`` (a file, imported without touching PYTHONPATH)."""
+    if ":" in name:
+        module_name, _, attr = name.rpartition(":")
+        try:
+            if module_name.endswith(".py"):
+                cls = getattr(_module_from_file(module_name), attr)
+            else:
+                cls = getattr(importlib.import_module(module_name), attr)
         except (ImportError, AttributeError) as exc:
-            raise BenchError(f"cannot import verifier {name!r} ({exc}); check module:attr") from None
+            raise BenchError(
+                f"cannot import verifier {name!r} ({exc}); give module:Class or path/to/file.py:Class"
+            ) from None
         if not (isinstance(cls, type) and issubclass(cls, Verifier)):
             raise BenchError(f"{name!r} is not a subclass of bench.verifiers.Verifier")
         return cls

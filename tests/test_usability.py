@@ -1,0 +1,263 @@
+"""What a new user trips on: verifiers from a file, generate with a task's template, tasks reading
+local files, broken YAML, timings that cannot be trusted, Ctrl-C, progress lines, plot folders and
+the lm-eval extra. Cheap: no test here decodes more than a few tokens of the 2-layer pairs."""
+
+import importlib.metadata
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import cli_error
+from typer.testing import CliRunner
+
+from bench.cli import _generate_prompt, app
+from bench.decoding import DecodeStats
+from bench.errors import BenchError
+from bench.grid import configs_from_flags
+from bench.progress import Progress
+from bench.reports.summary import summarise
+from bench.reports.table import render
+from bench.runner import Runner
+from bench.store import SCHEMA, SHARED_SETTINGS, load_results
+from bench.tasks import Task, resolve_task
+from bench.verifiers import Verifier, verifier_class
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+
+
+# --- a verifier from a file ----------------------------------------------------------------------
+
+
+def test_verifier_from_a_file_runs_without_pythonpath(tmp_path, monkeypatch):
+    folder = tmp_path / "elsewhere"
+    folder.mkdir()
+    shutil.copy(HERE / "example_verifier.py", folder / "my_verifier.py")
+    monkeypatch.chdir(tmp_path)
+    assert str(folder) not in sys.path
+    method = "elsewhere/my_verifier.py:ConfidenceEnsemble"
+    cls = verifier_class(method)
+    assert issubclass(cls, Verifier) and cls.name == "confidence"
+    assert verifier_class(method) is cls  # imported once, not once per lookup
+    assert verifier_class("example_verifier:ConfidenceEnsemble").name == "confidence"  # module:Class
+    out = tmp_path / "results"
+    run = configs_from_flags(tasks=["arith"], pairs=["ref"], methods=[method], device="cpu", max_new_tokens=4)
+    Runner(out, limit=1, progress=False, log=lambda m: None).run(run)
+    rows = load_results(out)
+    assert rows["method"].tolist() == ["confidence"] and "/" not in rows["config_id"].iloc[0]
+    assert "does not exist" in cli_error("run", "--method", "elsewhere/missing.py:X", "--task", "arith")
+
+
+# --- generate shows what run decodes -------------------------------------------------------------
+
+
+def test_generate_prompt_is_the_task_prompt_of_run():
+    text, note = _generate_prompt(None, "gsm8k", "3", None, "tiny")
+    first = {e.example_id: e.prompt for e in Task(resolve_task("gsm8k"), "fixture").examples()}
+    assert text == first["3"] and "4-shot" in note
+    text, note = _generate_prompt("347 + 285", "arith", None, None, "packaged")
+    assert text == "Q: 347 + 285\nA: " and "arith" in note
+    text, note = _generate_prompt("hello", None, None, None, "tiny")
+    assert text == "hello" and "raw" in note and "--task" in note
+    with pytest.raises(BenchError, match="--example"):
+        _generate_prompt("x", "mbpp", None, None, "tiny")  # two fields: one text cannot fill them
+
+
+def test_generate_with_a_task_prints_the_prompt_it_decodes():
+    result = CliRunner().invoke(
+        app,
+        [
+            "generate",
+            "347 + 285",
+            "--task",
+            "arith",
+            "--pair",
+            "ref",
+            "--max-new-tokens",
+            "3",
+            "--device",
+            "cpu",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "task arith's template" in result.stderr and "Q: 347 + 285\nA: " in result.stderr
+    assert "[sd] 3 tokens" in result.stdout
+
+
+# --- a task reading local files ------------------------------------------------------------------
+
+
+def _task_file(folder: Path, data_files: str) -> Path:
+    (folder / "data").mkdir(parents=True)
+    (folder / "data" / "test.jsonl").write_text(
+        "\n".join(json.dumps({"question": f"{a} + 1", "answer": f"#### {a + 1}"}) for a in range(5))
+    )
+    (folder / "data" / "train.json").write_text(json.dumps([{"question": "1 + 1", "answer": "#### 2"}]))
+    pd.DataFrame([{"question": "9 + 9", "answer": "#### 18"}]).to_parquet(folder / "data" / "extra.parquet")
+    path = folder / "my_task.yaml"
+    path.write_text(
+        "name: my_task\n"
+        f"dataset: {{data_files: {data_files}, split: test, fewshot_split: train}}\n"
+        "num_fewshot: 1\n"
+        'exemplar: "Q: {question}\\nA: {answer}"\n'
+        'query: "Q: {question}\\nA: "\n'
+        "metric: gsm8k\nreference_field: answer\nquality: exact_flexible\n"
+    )
+    return path
+
+
+def test_task_yaml_reads_local_files_relative_or_absolute(tmp_path):
+    path = _task_file(tmp_path / "t", "{test: data/test.jsonl, train: data/train.json}")
+    task = Task(resolve_task(str(path)), "hub")
+    examples = task.examples()
+    assert len(examples) == 5 and examples[0].prompt.startswith("Q: 1 + 1\nA: #### 2\n\nQ: ")
+    absolute = tmp_path / "t" / "data" / "extra.parquet"
+    other = tmp_path / "u" / "task.yaml"
+    other.parent.mkdir()
+    other.write_text(
+        path.read_text().replace("{test: data/test.jsonl, train: data/train.json}", str(absolute))
+    )
+    assert [e.doc["question"] for e in Task(resolve_task(str(other)), "hub", num_fewshot=0).examples()] == [
+        "9 + 9"
+    ]
+    other.write_text(path.read_text().replace("data/test.jsonl", "data/nope.jsonl"))
+    with pytest.raises(BenchError, match="no file .*nope.jsonl"):
+        resolve_task(str(other))
+
+
+# --- a broken task YAML --------------------------------------------------------------------------
+
+
+def test_broken_task_yaml_is_one_line_with_file_and_line(tmp_path):
+    path = tmp_path / "broken.yaml"
+    path.write_text('name: broken\ndataset: {path: x, split: test\nquery: "{q}"\n')
+    message = cli_error("run", "--task", str(path), "--pair", "tiny")
+    assert str(path) in message and "line 3" in message
+    path.write_text("- just\n- a list\n")
+    assert "expected a mapping" in cli_error("run", "--task", str(path))
+
+
+# --- timings: intervals as measured, untrustworthy ones flagged ----------------------------------
+
+
+def _rows(times: dict[str, list[float]]) -> pd.DataFrame:
+    """Result rows of ar and sd on four examples with given times (everything else constant)."""
+    settings = dict(
+        task="gsm8k",
+        pair="tiny",
+        temperature=1.0,
+        max_new_tokens=8,
+        seed=0,
+        data="fixture",
+        num_fewshot=0,
+        split="test",
+        chat_template=False,
+        device="cpu",
+        dtype="float32",
+        engine="eager",
+    )
+    assert set(settings) == set(SHARED_SETTINGS)
+    out = []
+    for method, ts in times.items():
+        for i, t in enumerate(ts):
+            out.append(
+                {
+                    **settings,
+                    "config_id": method,
+                    "label": method,
+                    "method": method,
+                    "example_id": str(i),
+                    "draft_len": 0 if method == "ar" else 5,
+                    "target_weight": np.nan,
+                    "lenience": np.nan,
+                    "cascade_rule": None,
+                    "cascade_alpha": np.nan,
+                    "head": None,
+                    "schema": SCHEMA,
+                    "drafted_tokens": 0 if method == "ar" else 10,
+                    "accepted_tokens": 0 if method == "ar" else 7,
+                    "reached_per_position": [0] * 5 if method == "ar" else [2, 2, 2, 2, 2],
+                    "expected_acceptance": np.nan,
+                    "bias": np.nan,
+                    "quality": float(i % 2),
+                    "new_tokens": 8,
+                    "rounds": 8 if method == "ar" else 2,
+                    "weight_mean": np.nan,
+                    "wall_time_s": t,
+                }
+            )
+    return pd.DataFrame(out)
+
+
+def test_table_prints_measured_intervals_and_flags_spread_timings():
+    steady = render(
+        summarise(_rows({"ar": [1.0, 1.1, 0.9, 1.0], "sd": [0.5, 0.55, 0.5, 0.45]})), {}, "markdown"
+    )
+    assert "±" not in steady and "not shown" not in steady
+    assert "| sd |" in steady and "2.00" in steady  # the speedup of sd, printed
+    assert "50.0% [" in steady  # quality with its [low, high] interval
+    noisy = render(
+        summarise(_rows({"ar": [1.0, 1.1, 0.9, 1.0], "sd": [0.2, 0.55, 0.5, 2.0]})), {}, "markdown"
+    )
+    assert "not shown: times vary 10.0x" in noisy and "(times vary 10.0x)" in noisy
+
+
+# --- Ctrl-C, progress, plot folders --------------------------------------------------------------
+
+
+def test_ctrl_c_prints_what_was_saved_and_the_command_that_resumes(tmp_path, monkeypatch):
+    def interrupted(self, configs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Runner, "run", interrupted)
+    argv = ["run", "--task", "arith", "--pair", "ref", "--method", "ar", "--output-dir", str(tmp_path / "r")]
+    monkeypatch.setattr(sys, "argv", ["diversed-bench", *argv])
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code == 130
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "interrupted" in lines[0] and str(tmp_path / "r") in lines[0]
+    assert lines[0].endswith("resume with: diversed-bench " + " ".join(argv))
+
+
+def test_progress_names_the_configuration_and_its_own_time():
+    logged: list[str] = []
+    progress = Progress(
+        2, "arith | ref | ensemble (w=0.2) | batch 1", logged.append, live=False, own_time=True
+    )
+    for seconds in (0.25, 0.5):
+        progress.update(
+            DecodeStats(
+                prompt_tokens=3,
+                draft_len=5,
+                new_tokens=10,
+                drafted_tokens=10,
+                accepted_tokens=5,
+                wall_time_s=seconds,
+            )
+        )
+    progress.close()
+    assert logged == [
+        "arith | ref | ensemble (w=0.2) | batch 1: 2/2 examples in 0.8 s of its own decoding, acceptance "
+        "0.500, 27 tokens/s"
+    ]
+
+
+def test_plots_follow_the_results_folder(tmp_path, monkeypatch):
+    seen = []
+    monkeypatch.setattr("bench.reports.plots.write_plots", lambda results, out: seen.append(out) or [])
+    CliRunner().invoke(app, ["plot", str(tmp_path / "mine")])
+    assert seen == [tmp_path / "mine" / "plots"]
+
+
+# --- the lm-eval extra ---------------------------------------------------------------------------
+
+
+def test_lm_eval_extra_installs_as_documented():
+    meta = importlib.metadata.metadata("diversed-bench")
+    assert "lm-eval" in meta.get_all("Provides-Extra")
+    assert any(r.startswith("lm-eval") and 'extra == "lm-eval"' in r for r in meta.get_all("Requires-Dist"))
+    assert 'pip install ".[lm-eval]"' in (REPO / "docs" / "lm-eval.md").read_text()
