@@ -30,6 +30,14 @@ def _root() -> None:
 ENGINE_HELP = (
     "eager (the reference) or compiled (static KV cache, torch.compile'd steps, CUDA graphs on GPU)."
 )
+TRUNCATE_HELP = (
+    "none (default): refuse a prompt whose length + the token budget exceeds a model's context; "
+    "left: keep the prompt's last tokens (and its BOS) instead; rows record how many were dropped."
+)
+DRAFT_POLICY_HELP = (
+    "sample (draw drafts from q) or greedy (draft the argmax of q); default: what the method's "
+    "engine does (greedy for threshold and relaxed, sample for the others)."
+)
 THREADS_HELP = (
     "CPU threads per operator (torch.set_num_threads; default: torch's). The kernels of a tiny "
     "model are too small to split, so one thread is faster there; the results name the count."
@@ -56,11 +64,14 @@ def generate(
     seed: int = typer.Option(0),
     device: str = typer.Option("auto"),
     engine: str = typer.Option("eager", help=ENGINE_HELP),
+    truncate_prompt: str = typer.Option("none", help=TRUNCATE_HELP),
+    draft_policy: Optional[str] = typer.Option(None, help=DRAFT_POLICY_HELP),
 ) -> None:
     """Decode one prompt and print the text and its acceptance counters.
 
     Example: diversed-bench generate "Question: 2 + 3?" --method ensemble --target-weight 0.6
     """
+    from bench.context import Context, check_truncation, fit_prompt
     from bench.decoding import SpeculativeDecoder
     from bench.distributions import Sampling
     from bench.engines import make_engine
@@ -70,6 +81,7 @@ def generate(
 
     params = {"target_weight": target_weight} if method == "ensemble" else {}
     verifier = make_verifier(method, **params)
+    check_truncation(truncate_prompt)
     factory = make_engine(engine)
     loaded = load_pair(pair, device=device)
     weight_head = (
@@ -86,13 +98,23 @@ def generate(
         eos_token_ids=loaded.eos_token_ids,
         head=weight_head,
         engine=factory,
+        draft_policy=draft_policy,
     )
-    gen = decoder.generate(loaded.tokenizer(prompt).input_ids, max_new_tokens, seed=seed)
+    ids, dropped = fit_prompt(
+        loaded.tokenizer(prompt).input_ids,
+        max_new_tokens,
+        Context.of(loaded.target, loaded.draft if verifier.uses_draft else None),
+        truncate_prompt,
+        example="the prompt",
+        bos_token_id=loaded.tokenizer.bos_token_id,
+    )
+    gen = decoder.generate(ids, max_new_tokens, seed=seed)
     s = gen.stats
     typer.echo(loaded.tokenizer.decode(gen.token_ids, skip_special_tokens=True))
+    cut = f", {dropped} prompt tokens dropped" if dropped else ""
     typer.echo(
         f"\n[{method}] {s.new_tokens} tokens in {s.rounds} rounds, acceptance_rate "
-        f"{s.acceptance_rate:.3f}, acceptance_length {s.acceptance_length:.2f}, {s.wall_time_s:.3f} s"
+        f"{s.acceptance_rate:.3f}, acceptance_length {s.acceptance_length:.2f}, {s.wall_time_s:.3f} s{cut}"
     )
 
 
@@ -165,6 +187,8 @@ def run(
         None, help="Evaluation split (default: the task file's; mbpp: validation = the authors')."
     ),
     chat_template: bool = typer.Option(False, help="Wrap prompts in the tokenizer's chat template."),
+    truncate_prompt: str = typer.Option("none", help=TRUNCATE_HELP),
+    draft_policy: Optional[str] = typer.Option(None, help=DRAFT_POLICY_HELP),
     output_dir: Path = typer.Option(Path("results"), help="Results directory (a parquet dataset)."),
     plots_dir: Path = typer.Option(Path("plots"), help="Where the plots go after the run."),
     device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N."),
@@ -223,6 +247,8 @@ def run(
             "--num-fewshot": num_fewshot is not None,
             "--split": split is not None,
             "--chat-template": chat_template,
+            "--truncate-prompt": truncate_prompt != "none",
+            "--draft-policy": draft_policy is not None,
         }
         clash = [flag for flag, set_ in given.items() if set_]
         if clash:
@@ -261,6 +287,8 @@ def run(
             num_fewshot=num_fewshot,
             split=split,
             chat_template=chat_template,
+            truncate_prompt=truncate_prompt,
+            draft_policy=draft_policy,
             device=device,
             dtype=dtype,
         )
@@ -388,6 +416,7 @@ def train(
     device: str = typer.Option("auto"),
     dtype: Optional[str] = typer.Option(None),
     engine: str = typer.Option("eager", help="Rollout engine: " + ENGINE_HELP),
+    truncate_prompt: str = typer.Option("none", help=TRUNCATE_HELP.replace("token budget", "rollout length")),
 ) -> None:
     """Train a DIVERSED weight head with both models frozen; writes head.safetensors, card.json,
     train_log.parquet and a checkpoint that a re-run resumes from.
@@ -411,6 +440,7 @@ def train(
         temperature=temperature,
         rollout_tokens=rollout_tokens,
         seed=seed,
+        truncate_prompt=truncate_prompt,
     )
     spec = resolve_task(task)
     if "fewshot_split" not in spec.dataset:

@@ -29,6 +29,14 @@ from bench.errors import BenchError
 from bench.head import WeightHead
 from bench.verifiers import Round, Verifier, verify
 
+DRAFT_POLICIES = ("sample", "greedy")
+
+
+def check_draft_policy(policy: str) -> str:
+    if policy not in DRAFT_POLICIES:
+        raise BenchError(f"--draft-policy takes {' or '.join(DRAFT_POLICIES)}, got {policy!r}")
+    return policy
+
 
 @dataclass
 class DecodeStats:
@@ -151,6 +159,7 @@ class SpeculativeDecoder:
         eos_token_ids: Sequence[int] = (),
         head: WeightHead | None = None,
         engine: EngineFactory = EagerEngine,
+        draft_policy: str | None = None,
     ) -> None:
         if verifier.uses_draft and draft is None:
             raise BenchError(f"{verifier.name}: needs a draft model")
@@ -165,6 +174,9 @@ class SpeculativeDecoder:
         self.device = target.device  # a model's .device walks its parameters: read it once
         self.draft_len = draft_len if verifier.uses_draft else 0
         self.sampling = sampling
+        self.draft_policy = check_draft_policy(draft_policy or verifier.draft_policy)
+        # Drafts are the draft's argmax under greedy decoding or the greedy draft policy: no draws.
+        self.greedy_draft = sampling.greedy or self.draft_policy == "greedy"
         self.eos = frozenset(eos_token_ids)
         self.head = head
         # Step widths after the prompt: the target verifies N + 1 tokens (fewer near the budget);
@@ -208,12 +220,14 @@ class SpeculativeDecoder:
             logits, h = engine.step(ids, real, keep=ids.shape[1] if gather else 1, hidden=hidden)
             q_logits.append(logits[at] if gather else logits[:, -1])
             states.append((h[at] if gather else h[:, -1]) if hidden else None)
-            # Greedy picks the argmax of the logits and processes all steps at once after the loop
-            # (every op is a dispatch, and the loop runs N per round); sampling needs each step's q.
-            if not self.sampling.greedy:
+            # A greedy draft picks the argmax of the logits and processes all steps at once after
+            # the loop (every op is a dispatch, and the loop runs N per round); sampling needs each
+            # step's q.
+            if self.greedy_draft:
+                ids = q_logits[-1].argmax(-1)
+            else:
                 qs.append(process(q_logits[-1], self.sampling))
-            scores = qs[-1] if qs else q_logits[-1]
-            ids = self._pick(scores, [r.generator if step < nb else None for r, nb in zip(rows, ns)])
+                ids = self._pick(qs[-1], [r.generator if step < nb else None for r, nb in zip(rows, ns)])
             ids = ids.view(-1, 1)
             xs.append(ids)
             real = [int(step + 1 < nb) for nb in ns]  # the last drafted token is not fed back
@@ -345,6 +359,7 @@ class SpeculativeDecoder:
                 p_logits=p_logits[sel, :k],
                 sampling=self.sampling,
                 weights=self.head(draft_h, h_target[sel, :k]) if hidden else None,
+                greedy_draft=self.greedy_draft,
             )
             verdict = verify(self.verifier, round_, p[sel, k], generators)
             verdicts.append((sel, verdict.accepted, verdict.next_token))

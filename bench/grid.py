@@ -32,6 +32,8 @@ GRID_KEYS = {
     "num_fewshot",
     "split",
     "chat_template",
+    "truncate_prompt",
+    "draft_policy",
 }
 
 
@@ -111,6 +113,8 @@ def configs_from_grid(
         num_fewshot=g.get("num_fewshot"),
         split=g.get("split"),
         chat_template=g.get("chat_template", False),
+        truncate_prompt=g.get("truncate_prompt", "none"),
+        draft_policy=g.get("draft_policy"),
         device=device,
         dtype=dtype,
     )

@@ -28,7 +28,8 @@ from typing import Any
 
 import torch
 
-from bench.decoding import DecodeStats, Generation, SpeculativeDecoder
+from bench.context import Context, check_truncation, fit_prompt
+from bench.decoding import DecodeStats, Generation, SpeculativeDecoder, check_draft_policy
 from bench.distributions import Sampling
 from bench.engines import CompiledEngines, make_engine
 from bench.errors import BenchError
@@ -66,6 +67,8 @@ class RunConfig:
     device: str = "auto"
     dtype: str | None = None  # None: the pair file's for the device
     engine: str = "eager"  # how model steps run (bench/engines); it changes times, so ids see it
+    truncate_prompt: str = "none"  # none: refuse prompt + budget past a model's context; left: cut
+    draft_policy: str | None = None  # sample or greedy; None: what the method's engine does
 
     def resolve(self) -> RunConfig:
         """Defaults made concrete, and settings the method does not read dropped (``ar`` has no
@@ -81,9 +84,13 @@ class RunConfig:
             raise BenchError(f"--temperature must be >= 0 (0 = greedy), got {self.temperature}")
         if self.seed < 0:
             raise BenchError(f"--seed must be >= 0, got {self.seed}")
+        check_truncation(self.truncate_prompt)
+        # Under greedy decoding every draft is the argmax, whatever the policy.
+        policy = "greedy" if self.temperature == 0 else check_draft_policy(self.draft_policy or cls.draft_policy)
         return replace(
             self,
             draft_len=self.draft_len if cls.uses_draft else 0,
+            draft_policy=policy if cls.uses_draft else None,
             head=self.head if cls.needs_hidden else None,
             max_new_tokens=self.max_new_tokens or spec.max_new_tokens,
             data=self.data or default_data(spec.name, pair.kind),
@@ -120,6 +127,9 @@ class RunConfig:
         parts = [f"{shown.get(k, k)}={v}" if shown.get(k, k) else str(v) for k, v in params.items()]
         if self.head:  # heads trained on different tasks sit side by side in the cross-task table
             parts.append(f"head={self.head}")
+        default = verifier_class(self.method).draft_policy
+        if self.draft_policy and self.temperature != 0 and self.draft_policy != default:
+            parts.append(f"{self.draft_policy} draft")
         return self.method + (f" ({', '.join(parts)})" if parts else "")
 
 
@@ -293,6 +303,7 @@ class _Job:
     pair: Pair
     fixed: dict[str, Any]
     prompts: dict[str, list[int]]
+    dropped: dict[str, int]  # prompt tokens cut to fit the context (--truncate-prompt left)
     budget: int
     timed: list[Example]  # decoded alone in the timing pass
 
@@ -340,6 +351,7 @@ class Runner:
         )
         self._pairs: dict[str, Pair] = {}
         self._tasks: dict[tuple[Any, ...], Task] = {}
+        self._prompts: dict[str, dict[str, tuple[list[int], int]]] = {}
 
     def pair(self, cfg: RunConfig) -> Pair:
         device = self.device or cfg.device
@@ -382,6 +394,11 @@ class Runner:
                 self.store.compact(cfg.config_id)
                 continue
             groups.setdefault((cfg.task, cfg.pair, cfg.device, cfg.dtype), []).append((cfg, pending))
+        # Every prompt is checked against the models' context before anything decodes; the
+        # groups are checked last to first, so the first group's pair is the one left loaded.
+        for group in reversed(list(groups.values())):
+            for cfg, pending in group:
+                self._prompts[cfg.config_id] = self.prompts(cfg, pending)
         for group in groups.values():
             jobs = [self.job(cfg, pending) for cfg, pending in group]
             self.timing_pass(jobs)
@@ -408,6 +425,7 @@ class Runner:
             eos_token_ids=pair.eos_token_ids,
             head=head,
             engine=self.engine,
+            draft_policy=cfg.draft_policy,
         )
         budget = cfg.max_new_tokens
         self.store.write_manifest(
@@ -431,12 +449,34 @@ class Runner:
             **{k: cfg.params.get(k) for k in PARAM_COLUMNS},
             "params": json.dumps(cfg.params, sort_keys=True),
             "head": cfg.head,
+            "draft_policy": cfg.draft_policy,
             "schema": SCHEMA,
         }
-        prompts = {e.example_id: self.encode(pair, e.prompt, cfg.chat_template) for e in pending}
+        fitted = self._prompts.pop(cfg.config_id, None) or self.prompts(cfg, pending)
+        prompts = {example_id: ids for example_id, (ids, _) in fitted.items()}
+        dropped = {example_id: n for example_id, (_, n) in fitted.items()}
         first = {e.example_id for e in task.examples(self.limit, cfg.seed)[: self.timing_examples]}
         timed = [e for e in pending if e.example_id in first or self.batch_size == 1]
-        return _Job(cfg, pending, decoder, task, pair, fixed, prompts, budget, timed)
+        return _Job(cfg, pending, decoder, task, pair, fixed, prompts, dropped, budget, timed)
+
+    def prompts(self, cfg: RunConfig, pending: list[Example]) -> dict[str, tuple[list[int], int]]:
+        """Each example's prompt ids and how many prompt tokens were cut to fit the context of the
+        models the method feeds (refused with one line unless --truncate-prompt left)."""
+        pair = self.pair(cfg)
+        uses_draft = verifier_class(cfg.method).uses_draft
+        context = Context.of(pair.target, pair.draft if uses_draft else None)
+        bos = getattr(pair.tokenizer, "bos_token_id", None)
+        return {
+            e.example_id: fit_prompt(
+                self.encode(pair, e.prompt, cfg.chat_template),
+                cfg.max_new_tokens,  # type: ignore[arg-type]
+                context,
+                cfg.truncate_prompt,
+                example=f"{cfg.task} example {e.example_id}",
+                bos_token_id=bos,
+            )
+            for e in pending
+        }
 
     def timing_pass(self, jobs: list[_Job]) -> None:
         """Examples decoded alone, timed: after one warm-up decode per configuration, example i of
@@ -503,6 +543,7 @@ class Runner:
         row = {**job.fixed, "example_id": example.example_id, "completion": completion}
         row.update(job.task.score(example.doc, completion))
         row.update(stats_columns(gen.stats))
+        row["prompt_tokens_dropped"] = job.dropped[example.example_id]
         return row
 
     @staticmethod

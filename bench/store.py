@@ -37,9 +37,10 @@ SHARED_SETTINGS = (
     "device",
     "dtype",
     "engine",
+    "truncate_prompt",
 )
 # Version of the rows' columns and of the configuration ids; results of another are refused.
-SCHEMA = 2
+SCHEMA = 3
 
 
 def _atomic_write_parquet(frame: pd.DataFrame, path: Path) -> None:
