@@ -359,6 +359,7 @@ def list_() -> None:
     for name, cls in VERIFIERS.items():
         params = ", ".join(f"{f.name}={f.default}" for f in fields(cls) if f.default is not MISSING)
         extra = " (needs --head)" if cls.needs_hidden else ""
+        extra += " (drafts greedily)" if cls.uses_draft and cls.draft_policy == "greedy" else ""
         typer.echo(f"  {name:<10} {params or '-'}{extra}   {(cls.__doc__ or '').strip().splitlines()[0]}")
 
 

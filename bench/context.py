@@ -81,7 +81,9 @@ def fit_prompt(
         f"> {limit}, the context (max_position_embeddings) of the {context.model}"
     )
     if room < 1:
-        raise BenchError(f"{where}; {budget_flag} alone leaves no room for the prompt: lower it below {limit - head}")
+        raise BenchError(
+            f"{where}; {budget_flag} alone leaves no room for the prompt: lower it below {limit - head}"
+        )
     raise BenchError(
         f"{where}; shorten the prompt (e.g. fewer exemplars), lower {budget_flag}, or pass "
         f"--truncate-prompt left to keep its last {room} tokens{' after the BOS' if head else ''}"

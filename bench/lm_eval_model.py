@@ -268,7 +268,9 @@ class DiversedLM(LM):
             params=self.params,
             head=self.head_path if cls.needs_hidden else None,
             draft_len=self.draft_len if cls.uses_draft else 0,
-            draft_policy=("greedy" if sampling.greedy else self.verifier.draft_policy) if cls.uses_draft else None,
+            draft_policy=("greedy" if sampling.greedy else self.verifier.draft_policy)
+            if cls.uses_draft
+            else None,
             temperature=sampling.temperature,
             max_new_tokens=budget,
             seed=self.seed,
@@ -287,7 +289,9 @@ class DiversedLM(LM):
             digest = hashlib.sha1(f"{context}\0{sorted(gen_kwargs.items())}".encode()).hexdigest()[:10]
             base = f"{req.task_name}/{req.doc_id}/{req.idx}/{digest}"
             repeat = seen[base] = seen.get(base, -1) + 1  # repeats>1 tasks pass one instance n times
-            prompt, _ = fit_prompt(self.encode(context), budget, self.context, "none", example=f"lm-eval {base}")
+            prompt, _ = fit_prompt(
+                self.encode(context), budget, self.context, "none", example=f"lm-eval {base}"
+            )
             job = _Job(i, f"{base}/{repeat}", req, prompt, until)
             groups.setdefault((sampling, budget), []).append(job)
         out: list[str] = [""] * len(requests)

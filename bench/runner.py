@@ -86,7 +86,9 @@ class RunConfig:
             raise BenchError(f"--seed must be >= 0, got {self.seed}")
         check_truncation(self.truncate_prompt)
         # Under greedy decoding every draft is the argmax, whatever the policy.
-        policy = "greedy" if self.temperature == 0 else check_draft_policy(self.draft_policy or cls.draft_policy)
+        policy = (
+            "greedy" if self.temperature == 0 else check_draft_policy(self.draft_policy or cls.draft_policy)
+        )
         return replace(
             self,
             draft_len=self.draft_len if cls.uses_draft else 0,

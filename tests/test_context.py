@@ -103,7 +103,9 @@ def test_truncation_and_draft_policy_are_part_of_the_configuration_id():
     }
     assert len(ids) == 3
     # the default is the engine's own policy, so naming it changes nothing
-    assert RunConfig(**base, draft_policy="greedy").resolve().config_id == RunConfig(**base).resolve().config_id
+    assert (
+        RunConfig(**base, draft_policy="greedy").resolve().config_id == RunConfig(**base).resolve().config_id
+    )
     with pytest.raises(BenchError, match="--truncate-prompt takes none or left"):
         RunConfig(**base, truncate_prompt="right").resolve()
     with pytest.raises(BenchError, match="--draft-policy takes sample or greedy"):

@@ -289,4 +289,3 @@ def test_greedy_drafts_are_the_draft_argmax_and_the_verifier_sees_both_laws(tiny
     else:
         assert not all(argmax)
         assert all(r.proposal is r.q for r in rounds)
-

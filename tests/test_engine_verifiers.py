@@ -324,10 +324,14 @@ def test_threshold_on_a_greedy_draft_is_sglangs_per_token_rule(single, acc):
         a = verifier.accept_prob(one(P))[0, 0, x]
         without = P.clone()
         without[x] = 0
-        expected = a * torch.nn.functional.one_hot(torch.tensor(x), len(P)) + (1 - a) * without / without.sum()
+        expected = (
+            a * torch.nn.functional.one_hot(torch.tensor(x), len(P)) + (1 - a) * without / without.sum()
+        )
         verdict = verify(verifier, r, BONUS.view(1, -1), torch.Generator().manual_seed(0))
         mass, residual = verifier.rule(r)
-        emitted = mass + (1 - mass.sum(-1, keepdim=True)) * residual / residual.sum(-1, keepdim=True).clamp_min(1e-30)
+        emitted = mass + (1 - mass.sum(-1, keepdim=True)) * residual / residual.sum(
+            -1, keepdim=True
+        ).clamp_min(1e-30)
         assert torch.allclose(emitted[0, 0], expected, atol=1e-6)
         assert verdict.expected_acceptance.item() == pytest.approx(float(a))
 
@@ -345,5 +349,7 @@ def test_a_greedy_draft_is_accepted_by_its_target_law_alone(method):
         elif method == "lossy":
             assert verdict.expected_acceptance.item() == pytest.approx(min(1.0, float(P[x]) / 0.5))
         else:
-            kept = (verifier.accept_set(one(P)) if method == "typical" else verifier.candidates(one(P)))[0, 0, x]
+            kept = (verifier.accept_set(one(P)) if method == "typical" else verifier.candidates(one(P)))[
+                0, 0, x
+            ]
             assert verdict.accepted.item() == int(kept)
