@@ -1,9 +1,10 @@
 """The runner: task + pair + method configurations -> decoded, scored rows in the results store.
 
 A configuration is everything that changes a row: task, pair, method and its parameters, draft
-length, temperature, token budget, seed, data source, prompt options, device and dtype. Its id is a
-hash of those settings, so re-running the same command resumes it, and raising ``--limit`` adds
-examples to it (the subset is a prefix of one seeded permutation).
+length and draft policy, temperature, token budget, seed, data source, prompt options (prompt
+truncation included), device and dtype. Its id is a hash of those settings, so re-running the
+same command resumes it, and raising ``--limit`` adds examples to it (the subset is a prefix of one
+seeded permutation).
 
 Examples are decoded in batches (``batch_size``): a row's tokens and counters do not depend on its
 batch, but its latency does, so batched rows carry no time (NaN) and a timing pass decodes the
