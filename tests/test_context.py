@@ -110,3 +110,17 @@ def test_truncation_and_draft_policy_are_part_of_the_configuration_id():
         RunConfig(**base, truncate_prompt="right").resolve()
     with pytest.raises(BenchError, match="--draft-policy takes sample or greedy"):
         RunConfig(**base, draft_policy="topk").resolve()
+
+
+def test_train_truncates_left_when_asked_and_logs_the_cut(tmp_path):
+    from bench.pairs import load_pair
+    from bench.tasks import Task, resolve_task
+    from bench.train import TrainConfig, Trainer
+
+    pair = load_pair("ref", device="cpu")
+    task = Task(resolve_task("gsm8k"), "fixture", split="train")  # the task's 4 shots: ~1000 tokens
+    cfg = TrainConfig(batch_size=2, epochs=1, num_prompts=2, rollout_tokens=4, truncate_prompt="left")
+    trainer = Trainer(pair, task, cfg, tmp_path, reward=lambda example, rollout, text: 0.0)
+    trainer.train()
+    lengths = [len(pair.tokenizer(e.prompt).input_ids) for e in task.examples(2, 0)]
+    assert trainer.history[-1]["prompt_tokens_dropped"] == sum(n - (REF_CONTEXT - 4) for n in lengths)
