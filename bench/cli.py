@@ -105,7 +105,7 @@ def generate(
         max_new_tokens,
         Context.of(loaded.target, loaded.draft if verifier.uses_draft else None),
         truncate_prompt,
-        example="the prompt",
+        example="generate",
         bos_token_id=loaded.tokenizer.bos_token_id,
     )
     gen = decoder.generate(ids, max_new_tokens, seed=seed)

@@ -71,7 +71,7 @@ def test_run_refuses_a_budget_that_runs_past_the_context(tmp_path):
 def test_generate_and_train_refuse_in_one_line(tmp_path):
     long = "1 + 2 = 3. " * 200
     message = cli_error("generate", long, "--pair", "ref", "--device", "cpu", "--max-new-tokens", "8")
-    assert message.startswith("the prompt: prompt ") and f"> {REF_CONTEXT}" in message
+    assert message.startswith("generate: prompt ") and f"> {REF_CONTEXT}" in message
     message = cli_error(
         "train", "--task", "gsm8k", "--pair", "ref", "--data", "fixture", "--device", "cpu",
         "--num-prompts", "2", "--output-dir", str(tmp_path / "head"),
