@@ -172,7 +172,9 @@ def run(
         None, help="float32, bfloat16 or float16 (default: the pair file's)."
     ),
     grid: Optional[str] = typer.Option(
-        None, help="A grid YAML (or 'paper', 'tiny') listing tasks x pairs x methods."
+        None,
+        help="A grid YAML (or 'paper', 'tiny', 'demo') listing tasks x pairs x methods; 'baselines' sweeps "
+        "every baseline family for `compare`: --grid baselines --method my.py:MyVerifier --task T --pair P.",
     ),
     shard: str = typer.Option("0/1", help="Run only share i of k of every configuration's examples."),
     batch_size: int = typer.Option(
@@ -205,14 +207,10 @@ def run(
 
     if grid:
         given = {
-            "--task": task != PAPER_TASKS,
-            "--pair": pair != "tiny",
-            "--method": method != ALL_METHODS,
             "--target-weight": target_weight != "0.7",
             "--lenience": lenience != "0.5",
             "--cascade-rule": cascade_rule != "opt",
             "--cascade-alpha": cascade_alpha != "0.5",
-            "--head": bool(head),
             "--mix": mix != "prob",
             "--param": bool(param),
             "--data": data is not None,
@@ -229,9 +227,19 @@ def run(
             raise BenchError(
                 f"--grid sets tasks, pairs, methods and their settings; drop {', '.join(clash)} or edit the "
                 "grid file (only --limit, --device, --dtype, --output-dir, --shard, --batch-size, "
-                "--timing-examples, --engine and --threads combine with --grid)"
+                "--timing-examples, --engine and --threads combine with --grid, and --task, --pair, "
+                "--method, --head with a grid that leaves tasks and pairs open, such as baselines)"
             )
-        configs, limit = configs_from_grid(grid, device=device, dtype=dtype, limit=limit)
+        configs, limit = configs_from_grid(
+            grid,
+            device=device,
+            dtype=dtype,
+            limit=limit,
+            tasks=_list(task) if task != PAPER_TASKS else [],
+            pairs=_list(pair) if pair != "tiny" else [],
+            candidates=_list(method) if method != ALL_METHODS else [],
+            heads=_list(head),
+        )
     else:
         methods = _list(method)
         heads = _list(head)
@@ -366,6 +374,26 @@ def plot(
 
     paths = write_plots(results, output_dir)
     typer.echo("\n".join(str(p) for p in paths))
+
+
+@app.command()
+def compare(
+    results: Path = typer.Argument(Path("results"), help="Results directory."),
+    candidate: Optional[list[str]] = typer.Option(
+        None, "--candidate", help="Method or label (as `table` prints it) to judge; repeatable."
+    ),
+    format: str = typer.Option("markdown", "--format", help="markdown, csv, json or latex."),
+) -> None:
+    """Judge a candidate verifier against every swept baseline family: its quality minus the
+    family's frontier at its acceptance rate, with a paired 95% bootstrap interval, and a verdict
+    (above / indistinguishable / below). Baseline sweeps: run --grid baselines --method CANDIDATE
+    --task T --pair P.
+
+    Example: diversed-bench compare results --candidate diversed
+    """
+    from bench.reports.compare import write_compare
+
+    typer.echo(write_compare(results, candidate or [], format))
 
 
 @app.command()
