@@ -192,6 +192,9 @@ def run(
     sandbox: str = typer.Option(
         "bwrap", help="Jail for generated code: bwrap, or guard (weaker; only where bwrap cannot run)."
     ),
+    trace: bool = typer.Option(
+        False, help="Also store every token's fate, p, q and weight in RESULTS/traces/ (for `report`)."
+    ),
 ) -> None:
     """Decode every example with every method; rows are flushed as they finish, and re-running
     the same command resumes where it stopped.
@@ -287,6 +290,7 @@ def run(
         engine=engine,
         progress=progress and launch.rank == 0,
         log=lambda m: typer.echo(m, err=True),
+        trace=trace,
     )
     runner.run(configs)
     launch.finish()

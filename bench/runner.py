@@ -26,9 +26,10 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import torch
 
-from bench.decoding import DecodeStats, Generation, SpeculativeDecoder
+from bench.decoding import TRACE_FIELDS, DecodeStats, Generation, SpeculativeDecoder
 from bench.distributions import Sampling
 from bench.engines import CompiledEngines, make_engine
 from bench.errors import BenchError
@@ -321,6 +322,7 @@ class Runner:
         engine: str = "eager",
         progress: bool = True,
         log: Any = print,
+        trace: bool = False,
     ) -> None:
         if limit is not None and limit < 1:
             raise BenchError(f"--limit must be >= 1 (or left out for every example), got {limit}")
@@ -338,6 +340,7 @@ class Runner:
             progress,
             log,
         )
+        self.trace = trace
         self._pairs: dict[str, Pair] = {}
         self._tasks: dict[tuple[Any, ...], Task] = {}
 
@@ -408,6 +411,7 @@ class Runner:
             eos_token_ids=pair.eos_token_ids,
             head=head,
             engine=self.engine,
+            trace=self.trace,
         )
         budget = cfg.max_new_tokens
         self.store.write_manifest(
@@ -468,7 +472,7 @@ class Runner:
                 if i < len(job.timed):
                     example = job.timed[i]
                     gen = job.decoder.generate(job.prompts[example.example_id], job.budget, job.seed(example))
-                    self.store.append(self.row(job, example, gen))
+                    self.store.append(self.row(job, example, gen), self.trace_frame(job, [(example, gen)]))
                     overall.update(gen.stats)
                     progress.update(gen.stats)
         overall.close()
@@ -491,7 +495,10 @@ class Runner:
             gens = job.decoder.generate_batch(
                 [job.prompts[e.example_id] for e in batch], job.budget, [job.seed(e) for e in batch]
             )
-            self.store.append_batch([self.row(job, example, gen) for example, gen in zip(batch, gens)])
+            self.store.append_batch(
+                [self.row(job, example, gen) for example, gen in zip(batch, gens)],
+                self.trace_frame(job, list(zip(batch, gens))),
+            )
             for gen in gens:
                 cache_bytes = max(cache_bytes, gen.stats.kv_cache_bytes)
                 progress.update(gen.stats)
@@ -504,6 +511,22 @@ class Runner:
         row.update(job.task.score(example.doc, completion))
         row.update(stats_columns(gen.stats))
         return row
+
+    def trace_frame(self, job: _Job, decoded: list[tuple[Example, Generation]]) -> pd.DataFrame | None:
+        """The token traces of decoded examples, one row per token (None when not tracing)."""
+        if not self.trace:
+            return None
+        frames = []
+        for example, gen in decoded:
+            frame = pd.DataFrame(gen.trace or [], columns=list(TRACE_FIELDS))
+            frame["token_text"] = job.pair.tokenizer.batch_decode([[t] for t in frame["token_id"]])
+            frame["rejected_text"] = job.pair.tokenizer.batch_decode(
+                [[t] if t >= 0 else [] for t in frame["rejected_token_id"]]
+            )
+            frame.insert(0, "example_id", example.example_id)
+            frame.insert(0, "config_id", job.cfg.config_id)
+            frames.append(frame)
+        return pd.concat(frames, ignore_index=True)
 
     @staticmethod
     def encode(pair: Pair, prompt: str, chat_template: bool) -> list[int]:

@@ -195,8 +195,8 @@ def compare(rows: pd.DataFrame, candidates: list[str], *, seed: int = 0) -> list
             chosen = part[part["label"].isin(candidates) | part["method"].isin(candidates)]
             for _, cand in chosen.iterrows():
                 for family, members in part[~part["method"].isin(NOT_BASELINES)].groupby("family", sort=False):
-                    if set(members["config_id"]) == {cand["config_id"]}:
-                        continue  # the candidate alone: no baseline to compare with
+                    if len(members) == 1 and members["method"].iloc[0] in set(chosen["method"]):
+                        continue  # a single candidate is no baseline
                     out.append(
                         _one(rows, panel.title, str(task), cand, str(family), members, metrics, seed)
                     )
