@@ -401,6 +401,26 @@ def compare(
 
 
 @app.command()
+def report(
+    results: Path = typer.Argument(Path("results"), help="Results directory."),
+    output: Path = typer.Option(Path("report.html"), help="The HTML file to write."),
+    candidate: Optional[list[str]] = typer.Option(
+        None, "--candidate", help="Method or label to judge against the baselines (as `compare`); repeatable."
+    ),
+    token_examples: int = typer.Option(100, help="Examples whose token traces the page carries."),
+) -> None:
+    """Write one self-contained HTML page: settings, Table 1, Pareto plots, compare verdicts and,
+    for runs with --trace, a token view coloured by each token's fate.
+
+    Example: diversed-bench report results --candidate diversed --output report.html
+    """
+    from bench.reports.html import write_report
+
+    path = write_report(results, output, candidate or [], token_examples)
+    typer.echo(f"written to {path} ({path.stat().st_size / 1e6:.2f} MB)")
+
+
+@app.command()
 def train(
     task: str = typer.Option(..., help="Task whose train split supplies prompts and reward."),
     pair: str = typer.Option("tiny", help="Pair name or pair YAML path."),
