@@ -438,7 +438,11 @@ class SpeculativeDecoder:
         host = torch.cat([accepted, next_token, drafted.flatten()]).tolist()  # the round's sync
         # Per group (their lengths differ), read after the sync above, so without a stall.
         sums = dict(zip(verified, (row for f in floats for row in f.tolist())))
-        probs = self._trace_probs(p_logits, p, q if n else None, drafted, accepted, next_token) if self.trace else None
+        probs = (
+            self._trace_probs(p_logits, p, q if n else None, drafted, accepted, next_token)
+            if self.trace
+            else None
+        )
 
         finished: set[int] = set()
         for i, (row, nb) in enumerate(zip(rows, ns)):

@@ -88,7 +88,13 @@ def demo_results(tmp_path_factory) -> Path:
         device="cpu",
     )
     runner = Runner(
-        out, limit=DEMO_EXAMPLES, batch_size=DEMO_EXAMPLES, timing_examples=0, progress=False, log=lambda m: None, trace=True
+        out,
+        limit=DEMO_EXAMPLES,
+        batch_size=DEMO_EXAMPLES,
+        timing_examples=0,
+        progress=False,
+        log=lambda m: None,
+        trace=True,
     )
     runner.run(configs)
     return out

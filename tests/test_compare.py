@@ -62,7 +62,9 @@ def test_paired_bootstrap_interval_covers_a_known_difference_at_its_nominal_rate
 def test_demo_diversed_is_above_the_static_ensemble_and_an_ensemble_point_is_not(demo_results):
     rows = load_results(demo_results)
     result = compare(rows, ["diversed", "ensemble"])
-    by = {(c.candidate.split(" ")[0] if c.candidate.startswith("diversed") else c.candidate): c for c in result}
+    by = {
+        (c.candidate.split(" ")[0] if c.candidate.startswith("diversed") else c.candidate): c for c in result
+    }
     diversed = by["diversed"]
     assert diversed.family == "ensemble" and diversed.family_points == 4
     assert diversed.verdict == "above", diversed
@@ -74,7 +76,12 @@ def test_demo_diversed_is_above_the_static_ensemble_and_an_ensemble_point_is_not
     assert on_hull and all(c.verdict == "indistinguishable" for c in on_hull)
     text = render(result, "markdown")
     assert "| above |" in text and "--grid baselines" in text
-    assert json.loads(render(result, "json"))[0]["verdict"] in {"above", "indistinguishable", "below", "cannot judge"}
+    assert json.loads(render(result, "json"))[0]["verdict"] in {
+        "above",
+        "indistinguishable",
+        "below",
+        "cannot judge",
+    }
     assert render(result, "csv").splitlines()[0].startswith("panel,task,candidate,family")
 
 
@@ -132,7 +139,9 @@ def test_traces_match_the_rows_and_tracing_changes_no_token(demo_results):
     assert traces["p"].between(0, 1).all()
     # Traced and untraced decoding give the same tokens (sampled ensemble, greedy sd).
     pair = load_pair("ref", device="cpu")
-    prompts = [list(pair.tokenizer(e.prompt).input_ids) for e in Task(resolve_task("arith"), "hub").examples(4, 0)]
+    prompts = [
+        list(pair.tokenizer(e.prompt).input_ids) for e in Task(resolve_task("arith"), "hub").examples(4, 0)
+    ]
     for method, params, temperature in [("ensemble", {"target_weight": 0.4}, 1.0), ("sd", {}, 0.0)]:
         outs = []
         for trace in (False, True):

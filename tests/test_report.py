@@ -64,7 +64,9 @@ def open_in_chromium(page: str, pick: dict | None = None, screenshot: Path | Non
             "--disable-sync",
             f"--user-data-dir={tmp}/profile",
         ]
-        done = subprocess.run([*flags, "--dump-dom", path.as_uri()], capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [*flags, "--dump-dom", path.as_uri()], capture_output=True, text=True, timeout=120
+        )
         if screenshot:
             subprocess.run(
                 [*flags, "--window-size=1300,2400", f"--screenshot={screenshot}", path.as_uri()],
@@ -83,12 +85,16 @@ def test_report_renders_in_a_browser_with_table_and_token_colours(demo_results, 
     # A known trace holding all three fates: the browser must colour each token by its fate.
     counts = traces.groupby(["config_id", "example_id"])["fate"].agg(lambda f: len(set(f)))
     config, example = counts[counts == 3].index[0]
-    known = traces[(traces["config_id"] == config) & (traces["example_id"] == example)].sort_values("position")
+    known = traces[(traces["config_id"] == config) & (traces["example_id"] == example)].sort_values(
+        "position"
+    )
     seen = open_in_chromium(page, {"config": config, "example": example})
     assert seen["errors"] == []
     labels = list(dict.fromkeys(rows.sort_values("config_id")["label"]))
     assert sorted(seen["rows"]) == sorted(labels)
-    assert seen["fates"] == "".join({"accepted": "a", "resampled": "r", "bonus": "b"}[f] for f in known["fate"])
+    assert seen["fates"] == "".join(
+        {"accepted": "a", "resampled": "r", "bonus": "b"}[f] for f in known["fate"]
+    )
     assert seen["colours"] == COLOURS
     assert seen["tip"].startswith("#0 ") and "p=" in seen["tip"] and "q=" in seen["tip"]
     assert "verdict-above" in page

@@ -194,12 +194,12 @@ def compare(rows: pd.DataFrame, candidates: list[str], *, seed: int = 0) -> list
             part = part.assign(family=part.apply(family_of, axis=1))
             chosen = part[part["label"].isin(candidates) | part["method"].isin(candidates)]
             for _, cand in chosen.iterrows():
-                for family, members in part[~part["method"].isin(NOT_BASELINES)].groupby("family", sort=False):
+                for family, members in part[~part["method"].isin(NOT_BASELINES)].groupby(
+                    "family", sort=False
+                ):
                     if len(members) == 1 and members["method"].iloc[0] in set(chosen["method"]):
                         continue  # a single candidate is no baseline
-                    out.append(
-                        _one(rows, panel.title, str(task), cand, str(family), members, metrics, seed)
-                    )
+                    out.append(_one(rows, panel.title, str(task), cand, str(family), members, metrics, seed))
     if not out:
         raise BenchError(
             f"no baseline family to compare {', '.join(candidates)} with: run a sweep; {HOW_TO_SWEEP}"
@@ -304,7 +304,10 @@ def render(comparisons: list[Comparison], fmt: str) -> str:
         return frame(comparisons).to_csv(index=False)
     if fmt == "json":
         records = frame(comparisons).to_dict("records")
-        clean = [{k: (None if isinstance(v, float) and not np.isfinite(v) else v) for k, v in r.items()} for r in records]
+        clean = [
+            {k: (None if isinstance(v, float) and not np.isfinite(v) else v) for k, v in r.items()}
+            for r in records
+        ]
         return json.dumps(clean, indent=2)
     parts = []
     for title in dict.fromkeys(c.panel for c in comparisons):

@@ -86,9 +86,7 @@ def _esc(value: Any) -> str:
 
 def _table(frame: pd.DataFrame, cls: str) -> str:
     """A frame with a flat or two-level header as an HTML table; rows keyed by their index."""
-    head = "".join(
-        f"<th>{_esc(' '.join(c) if isinstance(c, tuple) else c)}</th>" for c in frame.columns
-    )
+    head = "".join(f"<th>{_esc(' '.join(c) if isinstance(c, tuple) else c)}</th>" for c in frame.columns)
     body = "".join(
         f"<tr><th>{_esc(idx)}</th>" + "".join(f"<td>{_esc(v)}</td>" for v in row) + "</tr>"
         for idx, row in zip(frame.index, frame.to_numpy())
@@ -168,15 +166,25 @@ def _chart(c: Comparison, summary: pd.DataFrame) -> str:
     ]
     hull = hull_points(fam["acceptance_rate"].to_numpy(float), fam["quality"].to_numpy(float))
     line = " ".join(f"{sx(a):.1f},{sy(q):.1f}" for a, q in hull)
-    parts.append(f'<polyline points="{line}" fill="none" stroke="#2a9d8f" stroke-width="2" stroke-dasharray="5 3"/>')
+    parts.append(
+        f'<polyline points="{line}" fill="none" stroke="#2a9d8f" stroke-width="2" stroke-dasharray="5 3"/>'
+    )
     for i, (a, q, aci, qci) in enumerate(pts):
         colour = "#d62828" if i == len(pts) - 1 else "#2a9d8f"
         if all(np.isfinite(aci)):
-            parts.append(f'<line x1="{sx(aci[0]):.1f}" y1="{sy(q):.1f}" x2="{sx(aci[1]):.1f}" y2="{sy(q):.1f}" stroke="{colour}"/>')
+            parts.append(
+                f'<line x1="{sx(aci[0]):.1f}" y1="{sy(q):.1f}" x2="{sx(aci[1]):.1f}" y2="{sy(q):.1f}" stroke="{colour}"/>'
+            )
         if all(np.isfinite(qci)):
-            parts.append(f'<line x1="{sx(a):.1f}" y1="{sy(qci[0]):.1f}" x2="{sx(a):.1f}" y2="{sy(qci[1]):.1f}" stroke="{colour}"/>')
-        parts.append(f'<circle cx="{sx(a):.1f}" cy="{sy(q):.1f}" r="{5 if i == len(pts) - 1 else 3.5}" fill="{colour}"/>')
-    parts.append(f'<text x="{m + 6}" y="20" fill="#d62828">{_esc(c.candidate[:40])}: {_esc(c.verdict)}</text>')
+            parts.append(
+                f'<line x1="{sx(a):.1f}" y1="{sy(qci[0]):.1f}" x2="{sx(a):.1f}" y2="{sy(qci[1]):.1f}" stroke="{colour}"/>'
+            )
+        parts.append(
+            f'<circle cx="{sx(a):.1f}" cy="{sy(q):.1f}" r="{5 if i == len(pts) - 1 else 3.5}" fill="{colour}"/>'
+        )
+    parts.append(
+        f'<text x="{m + 6}" y="20" fill="#d62828">{_esc(c.candidate[:40])}: {_esc(c.verdict)}</text>'
+    )
     parts.append(f'<text x="{m + 6}" y="33" fill="#2a9d8f">{_esc(c.family)} frontier</text></svg>')
     return "".join(parts)
 
@@ -199,8 +207,10 @@ def _verdicts(comparisons: list[Comparison], summary: pd.DataFrame) -> str:
             + "</tr>"
             for c in mine
         )
-        charts = "".join(_chart(c, summary) for c in mine if c.verdict != "cannot judge" or np.isfinite(c.quality))
-        out.append(f"<h3>{_esc(title)}</h3><table class=\"verdicts\"><tr>{head}</tr>{body}</table>")
+        charts = "".join(
+            _chart(c, summary) for c in mine if c.verdict != "cannot judge" or np.isfinite(c.quality)
+        )
+        out.append(f'<h3>{_esc(title)}</h3><table class="verdicts"><tr>{head}</tr>{body}</table>')
         out.append(f'<div class="charts">{charts}</div>')
     return "\n".join(out)
 
@@ -253,6 +263,7 @@ def trace_data(rows: pd.DataFrame, traces: pd.DataFrame, examples: int) -> dict[
 
 def _token_view(data: dict[str, Any], preferred: list[str]) -> str:
     configs = list(data["traces"])
+
     def rank(cid: str) -> tuple[int, str]:
         """Candidates first, then the static ensemble they are judged against, ar last."""
         label = data["labels"][cid]
@@ -310,7 +321,9 @@ def build_report(results: Path, candidates: list[str], token_examples: int = 100
     traces = load_traces(results)
     sections.append("<h2>Tokens</h2>")
     if traces.empty:
-        sections.append('<p id="no-traces">No token traces in these results: run with <code>--trace</code>.</p>')
+        sections.append(
+            '<p id="no-traces">No token traces in these results: run with <code>--trace</code>.</p>'
+        )
     else:
         sections.append(_token_view(trace_data(rows, traces, token_examples), candidates))
     body = "\n".join(sections)
