@@ -196,7 +196,9 @@ def run(
         None, help="float32, bfloat16 or float16 (default: the pair file's)."
     ),
     grid: Optional[str] = typer.Option(
-        None, help="A grid YAML (or 'paper', 'tiny') listing tasks x pairs x methods."
+        None,
+        help="A grid YAML (or 'paper', 'tiny', 'demo') listing tasks x pairs x methods; 'baselines' sweeps "
+        "every baseline family for `compare`: --grid baselines --method my.py:MyVerifier --task T --pair P.",
     ),
     shard: str = typer.Option("0/1", help="Run only share i of k of every configuration's examples."),
     batch_size: int = typer.Option(
@@ -214,6 +216,9 @@ def run(
     sandbox: str = typer.Option(
         "bwrap", help="Jail for generated code: bwrap, or guard (weaker; only where bwrap cannot run)."
     ),
+    trace: bool = typer.Option(
+        False, help="Also store every token's fate, p, q and weight in RESULTS/traces/ (for `report`)."
+    ),
 ) -> None:
     """Decode every example with every method; rows are flushed as they finish, and re-running
     the same command resumes where it stopped.
@@ -229,14 +234,10 @@ def run(
 
     if grid:
         given = {
-            "--task": task != PAPER_TASKS,
-            "--pair": pair != "tiny",
-            "--method": method != ALL_METHODS,
             "--target-weight": target_weight != "0.7",
             "--lenience": lenience != "0.5",
             "--cascade-rule": cascade_rule != "opt",
             "--cascade-alpha": cascade_alpha != "0.5",
-            "--head": bool(head),
             "--mix": mix != "prob",
             "--param": bool(param),
             "--data": data is not None,
@@ -255,9 +256,19 @@ def run(
             raise BenchError(
                 f"--grid sets tasks, pairs, methods and their settings; drop {', '.join(clash)} or edit the "
                 "grid file (only --limit, --device, --dtype, --output-dir, --shard, --batch-size, "
-                "--timing-examples, --engine and --threads combine with --grid)"
+                "--timing-examples, --engine and --threads combine with --grid, and --task, --pair, "
+                "--method, --head with a grid that leaves tasks and pairs open, such as baselines)"
             )
-        configs, limit = configs_from_grid(grid, device=device, dtype=dtype, limit=limit)
+        configs, limit = configs_from_grid(
+            grid,
+            device=device,
+            dtype=dtype,
+            limit=limit,
+            tasks=_list(task) if task != PAPER_TASKS else [],
+            pairs=_list(pair) if pair != "tiny" else [],
+            candidates=_list(method) if method != ALL_METHODS else [],
+            heads=_list(head),
+        )
     else:
         methods = _list(method)
         heads = _list(head)
@@ -307,6 +318,7 @@ def run(
         engine=engine,
         progress=progress and launch.rank == 0,
         log=lambda m: typer.echo(m, err=True),
+        trace=trace,
     )
     runner.run(configs)
     launch.finish()
@@ -395,6 +407,46 @@ def plot(
 
     paths = write_plots(results, output_dir)
     typer.echo("\n".join(str(p) for p in paths))
+
+
+@app.command()
+def compare(
+    results: Path = typer.Argument(Path("results"), help="Results directory."),
+    candidate: Optional[list[str]] = typer.Option(
+        None, "--candidate", help="Method or label (as `table` prints it) to judge; repeatable."
+    ),
+    format: str = typer.Option("markdown", "--format", help="markdown, csv, json or latex."),
+) -> None:
+    """Judge a candidate verifier against every swept baseline family: its quality minus the
+    family's frontier at its acceptance rate, with a paired 95% bootstrap interval, and a verdict
+    (above / indistinguishable / below). Baseline sweeps: run --grid baselines --method CANDIDATE
+    --task T --pair P.
+
+    Example: diversed-bench compare results --candidate diversed
+    """
+    from bench.reports.compare import write_compare
+
+    typer.echo(write_compare(results, candidate or [], format))
+
+
+@app.command()
+def report(
+    results: Path = typer.Argument(Path("results"), help="Results directory."),
+    output: Path = typer.Option(Path("report.html"), help="The HTML file to write."),
+    candidate: Optional[list[str]] = typer.Option(
+        None, "--candidate", help="Method or label to judge against the baselines (as `compare`); repeatable."
+    ),
+    token_examples: int = typer.Option(100, help="Examples whose token traces the page carries."),
+) -> None:
+    """Write one self-contained HTML page: settings, Table 1, Pareto plots, compare verdicts and,
+    for runs with --trace, a token view coloured by each token's fate.
+
+    Example: diversed-bench report results --candidate diversed --output report.html
+    """
+    from bench.reports.html import write_report
+
+    path = write_report(results, output, candidate or [], token_examples)
+    typer.echo(f"written to {path} ({path.stat().st_size / 1e6:.2f} MB)")
 
 
 @app.command()

@@ -18,6 +18,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -103,12 +104,28 @@ class DecodeStats:
         return sum(self.bias_sum) / reached if reached else float("nan")
 
 
+TRACE_FIELDS = (
+    "position",  # index of the token in the completion
+    "round",
+    "token_id",
+    "fate",  # accepted (a draft kept), resampled (from the residual after a rejection), bonus (target)
+    "p",  # target probability of the emitted token at its position
+    "q",  # draft probability of the emitted token there (NaN for a bonus token: nothing drafted)
+    "rejected_token_id",  # the draft token rejected at this position (-1 if none)
+    "rejected_p",
+    "rejected_q",
+    "weight",  # the verifier's weight at this position (DIVERSED's w_t; NaN without one)
+)
+
+
 @dataclass
 class Generation:
-    """Token ids produced for one prompt (EOS included when it ended the example) and stats."""
+    """Token ids produced for one prompt (EOS included when it ended the example) and stats;
+    ``trace`` holds one tuple of ``TRACE_FIELDS`` per emitted token when the decoder traces."""
 
     token_ids: list[int]
     stats: DecodeStats
+    trace: list[tuple[Any, ...]] | None = None
 
 
 def _synchronizer(device: torch.device) -> Callable[[], None]:
@@ -143,6 +160,7 @@ class _Row:
     stats: DecodeStats
     out: list[int] = field(default_factory=list)
     weights: list[Tensor] = field(default_factory=list)
+    trace: list[tuple[Any, ...]] = field(default_factory=list)
 
 
 class SpeculativeDecoder:
@@ -160,6 +178,7 @@ class SpeculativeDecoder:
         head: WeightHead | None = None,
         engine: EngineFactory = EagerEngine,
         draft_policy: str | None = None,
+        trace: bool = False,
     ) -> None:
         if verifier.uses_draft and draft is None:
             raise BenchError(f"{verifier.name}: needs a draft model")
@@ -179,6 +198,8 @@ class SpeculativeDecoder:
         self.greedy_draft = sampling.greedy or self.draft_policy == "greedy"
         self.eos = frozenset(eos_token_ids)
         self.head = head
+        # Tracing reads probabilities the round already computed, after its sync; it draws nothing.
+        self.trace = trace
         # Step widths after the prompt: the target verifies N + 1 tokens (fewer near the budget);
         # the draft is fed the last token, or two after a round that accepted every draft.
         self.engines = [engine(target, (self.draft_len + 1,))]
@@ -316,8 +337,63 @@ class SpeculativeDecoder:
             s.kv_cache_bytes = cache_bytes
             s.new_tokens = len(row.out)
             s.weights = torch.cat(row.weights).tolist() if row.weights else []
-            out[row.index] = Generation(row.out, s)
+            out[row.index] = Generation(row.out, s, row.trace if self.trace else None)
         return out  # type: ignore[return-value]
+
+    def _trace_probs(
+        self,
+        p_logits: Tensor,
+        p: Tensor,
+        q: Tensor | None,
+        drafted: Tensor,
+        accepted: Tensor,
+        next_token: Tensor,
+    ) -> dict[str, list[list[float]]]:
+        """Per row: p and q of every drafted token, and of the token emitted after them (one
+        extra host read; only when tracing)."""
+        if p is p_logits:  # greedy without a draft kept the logits: the trace reports probabilities
+            p = process(p_logits, self.sampling)
+        rows = torch.arange(p.shape[0], device=p.device)
+        n = drafted.shape[1]
+        out = {"p_next": p[rows, accepted, next_token]}
+        if n:
+            out["p_draft"] = p[:, :n].gather(-1, drafted.unsqueeze(-1)).squeeze(-1)
+            out["q_draft"] = q.gather(-1, drafted.unsqueeze(-1)).squeeze(-1)
+            out["q_next"] = q[rows, accepted.clamp(max=n - 1), next_token]
+        return {k: v.tolist() for k, v in out.items()}
+
+    def _record_trace(
+        self,
+        row: _Row,
+        i: int,
+        nb: int,
+        acc: int,
+        new: list[int],
+        drafts: list[int],
+        probs: dict[str, list[Any]],
+        weights: Tensor | None,
+    ) -> None:
+        """One trace tuple per token the round emitted for row ``i`` (``new``, cut at EOS)."""
+        nan = math.nan
+        w = weights.tolist() if weights is not None else []
+        start, round_ = len(row.out), row.stats.rounds - 1  # counted already: 0-based
+        for j, token in enumerate(new):
+            weight = w[j] if j < len(w) else nan
+            if j < acc:
+                entry = ("accepted", probs["p_draft"][i][j], probs["q_draft"][i][j], -1, nan, nan)
+            elif j < nb:
+                entry = (
+                    "resampled",
+                    probs["p_next"][i],
+                    probs["q_next"][i],
+                    drafts[j],
+                    probs["p_draft"][i][j],
+                    probs["q_draft"][i][j],
+                )
+            else:
+                entry = ("bonus", probs["p_next"][i], nan, -1, nan, nan)
+            fate, p_tok, q_tok, rejected, p_rej, q_rej = entry
+            row.trace.append((start + j, round_, token, fate, p_tok, q_tok, rejected, p_rej, q_rej, weight))
 
     def _round(self, rows: list[_Row]) -> set[int]:
         """One round over the batch: draft, one target forward, verify, emit, count. Returns the
@@ -377,6 +453,11 @@ class SpeculativeDecoder:
         host = torch.cat([accepted, next_token, drafted.flatten()]).tolist()  # the round's sync
         # Per group (their lengths differ), read after the sync above, so without a stall.
         sums = dict(zip(verified, (row for f in floats for row in f.tolist())))
+        probs = (
+            self._trace_probs(p_logits, p, q if n else None, drafted, accepted, next_token)
+            if self.trace
+            else None
+        )
 
         finished: set[int] = set()
         for i, (row, nb) in enumerate(zip(rows, ns)):
@@ -392,6 +473,8 @@ class SpeculativeDecoder:
             if eos_at is not None:
                 new = new[: eos_at + 1]
                 finished.add(i)
+            if probs is not None:
+                self._record_trace(row, i, nb, acc, new, drafts, probs, weights.get(i))
             row.out.extend(new)
             row.seq.extend(new)
             if len(row.out) >= row.budget:

@@ -27,10 +27,17 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import torch
 
 from bench.context import Context, check_truncation, fit_prompt
-from bench.decoding import DecodeStats, Generation, SpeculativeDecoder, check_draft_policy
+from bench.decoding import (
+    TRACE_FIELDS,
+    DecodeStats,
+    Generation,
+    SpeculativeDecoder,
+    check_draft_policy,
+)
 from bench.distributions import Sampling
 from bench.engines import CompiledEngines, make_engine
 from bench.errors import BenchError
@@ -335,6 +342,7 @@ class Runner:
         engine: str = "eager",
         progress: bool = True,
         log: Any = print,
+        trace: bool = False,
     ) -> None:
         if limit is not None and limit < 1:
             raise BenchError(f"--limit must be >= 1 (or left out for every example), got {limit}")
@@ -352,6 +360,7 @@ class Runner:
             progress,
             log,
         )
+        self.trace = trace
         self._pairs: dict[str, Pair] = {}
         self._tasks: dict[tuple[Any, ...], Task] = {}
         self._prompts: dict[str, dict[str, tuple[list[int], int]]] = {}
@@ -429,6 +438,7 @@ class Runner:
             head=head,
             engine=self.engine,
             draft_policy=cfg.draft_policy,
+            trace=self.trace,
         )
         budget = cfg.max_new_tokens
         self.store.write_manifest(
@@ -511,7 +521,7 @@ class Runner:
                 if i < len(job.timed):
                     example = job.timed[i]
                     gen = job.decoder.generate(job.prompts[example.example_id], job.budget, job.seed(example))
-                    self.store.append(self.row(job, example, gen))
+                    self.store.append(self.row(job, example, gen), self.trace_frame(job, [(example, gen)]))
                     overall.update(gen.stats)
                     progress.update(gen.stats)
         overall.close()
@@ -534,7 +544,10 @@ class Runner:
             gens = job.decoder.generate_batch(
                 [job.prompts[e.example_id] for e in batch], job.budget, [job.seed(e) for e in batch]
             )
-            self.store.append_batch([self.row(job, example, gen) for example, gen in zip(batch, gens)])
+            self.store.append_batch(
+                [self.row(job, example, gen) for example, gen in zip(batch, gens)],
+                self.trace_frame(job, list(zip(batch, gens))),
+            )
             for gen in gens:
                 cache_bytes = max(cache_bytes, gen.stats.kv_cache_bytes)
                 progress.update(gen.stats)
@@ -548,6 +561,22 @@ class Runner:
         row.update(stats_columns(gen.stats))
         row["prompt_tokens_dropped"] = job.dropped[example.example_id]
         return row
+
+    def trace_frame(self, job: _Job, decoded: list[tuple[Example, Generation]]) -> pd.DataFrame | None:
+        """The token traces of decoded examples, one row per token (None when not tracing)."""
+        if not self.trace:
+            return None
+        frames = []
+        for example, gen in decoded:
+            frame = pd.DataFrame(gen.trace or [], columns=list(TRACE_FIELDS))
+            frame["token_text"] = job.pair.tokenizer.batch_decode([[t] for t in frame["token_id"]])
+            frame["rejected_text"] = job.pair.tokenizer.batch_decode(
+                [[t] if t >= 0 else [] for t in frame["rejected_token_id"]]
+            )
+            frame.insert(0, "example_id", example.example_id)
+            frame.insert(0, "config_id", job.cfg.config_id)
+            frames.append(frame)
+        return pd.concat(frames, ignore_index=True)
 
     @staticmethod
     def encode(pair: Pair, prompt: str, chat_template: bool) -> list[int]:

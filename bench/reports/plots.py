@@ -13,7 +13,15 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from bench.reports.summary import METHOD_ORDER, TASK_ORDER, TASK_TITLES, Panel, panels, quality_metrics, summarise  # noqa: E402
+from bench.reports.summary import (
+    METHOD_ORDER,
+    TASK_ORDER,
+    TASK_TITLES,
+    Panel,
+    panels,
+    quality_metrics,
+    summarise,
+)  # noqa: E402
 from bench.store import load_results  # noqa: E402
 
 STYLE = {
