@@ -4,6 +4,9 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+if "PYTEST_XDIST_WORKER" in os.environ:
+    # `pytest -n 2` on 2 cores: one thread per worker (and its subprocesses), not two each.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import subprocess  # noqa: E402
 import sys  # noqa: E402
