@@ -31,6 +31,14 @@ def _root() -> None:
 ENGINE_HELP = (
     "eager (the reference) or compiled (static KV cache, torch.compile'd steps, CUDA graphs on GPU)."
 )
+TRUNCATE_HELP = (
+    "none (default): refuse a prompt whose length + the token budget exceeds a model's context; "
+    "left: keep the prompt's last tokens (and its BOS) instead; rows record how many were dropped."
+)
+DRAFT_POLICY_HELP = (
+    "sample (draw drafts from q) or greedy (draft the argmax of q); default: what the method's "
+    "engine does (greedy for threshold and relaxed, sample for the others)."
+)
 THREADS_HELP = (
     "CPU threads per operator (torch.set_num_threads; default: torch's). The kernels of a tiny "
     "model are too small to split, so one thread is faster there; the results name the count."
@@ -69,6 +77,8 @@ def generate(
     seed: int = typer.Option(0),
     device: str = typer.Option("auto"),
     engine: str = typer.Option("eager", help=ENGINE_HELP),
+    truncate_prompt: str = typer.Option("none", help=TRUNCATE_HELP),
+    draft_policy: Optional[str] = typer.Option(None, help=DRAFT_POLICY_HELP),
 ) -> None:
     """Decode one prompt and print the text and its acceptance counters. Without --task the prompt
     is used raw; with --task it is wrapped in the task's template and exemplars, as `run` does.
@@ -76,6 +86,7 @@ def generate(
     Example: diversed-bench generate "Question: 2 + 3?" --method ensemble --target-weight 0.6
     Example: diversed-bench generate "347 + 285" --task arith --pair ref --method sd
     """
+    from bench.context import Context, check_truncation, fit_prompt
     from bench.decoding import SpeculativeDecoder
     from bench.distributions import Sampling
     from bench.engines import make_engine
@@ -87,6 +98,7 @@ def generate(
     text, note = _generate_prompt(prompt, task, example, data, resolve_pair(pair).kind)
     params = {"target_weight": target_weight} if method == "ensemble" else {}
     verifier = make_verifier(method, **params)
+    check_truncation(truncate_prompt)
     factory = make_engine(engine)
     loaded = load_pair(pair, device=device)
     weight_head = (
@@ -103,15 +115,24 @@ def generate(
         eos_token_ids=loaded.eos_token_ids,
         head=weight_head,
         engine=factory,
+        draft_policy=draft_policy,
     )
-    ids = Runner.encode(loaded, text, chat_template)
+    ids, dropped = fit_prompt(
+        Runner.encode(loaded, text, chat_template),
+        max_new_tokens,
+        Context.of(loaded.target, loaded.draft if verifier.uses_draft else None),
+        truncate_prompt,
+        example="generate",
+        bos_token_id=loaded.tokenizer.bos_token_id,
+    )
     typer.echo(f"--- prompt: {note}, {len(ids)} tokens ---\n{text}\n--- completion ---", err=True)
     gen = decoder.generate(ids, max_new_tokens, seed=seed)
     s = gen.stats
     typer.echo(loaded.tokenizer.decode(gen.token_ids, skip_special_tokens=True))
+    cut = f", {dropped} prompt tokens dropped" if dropped else ""
     typer.echo(
         f"\n[{method}] {s.new_tokens} tokens in {s.rounds} rounds, acceptance_rate "
-        f"{s.acceptance_rate:.3f}, acceptance_length {s.acceptance_length:.2f}, {s.wall_time_s:.3f} s"
+        f"{s.acceptance_rate:.3f}, acceptance_length {s.acceptance_length:.2f}, {s.wall_time_s:.3f} s{cut}"
     )
 
 
@@ -206,6 +227,8 @@ def run(
         None, help="Evaluation split (default: the task file's; mbpp: validation = the authors')."
     ),
     chat_template: bool = typer.Option(False, help="Wrap prompts in the tokenizer's chat template."),
+    truncate_prompt: str = typer.Option("none", help=TRUNCATE_HELP),
+    draft_policy: Optional[str] = typer.Option(None, help=DRAFT_POLICY_HELP),
     output_dir: Path = typer.Option(Path("results"), help="Results directory (a parquet dataset)."),
     plots_dir: Optional[Path] = typer.Option(
         None, help="Where the plots go after the run (default: OUTPUT_DIR/plots, beside the table)."
@@ -215,7 +238,9 @@ def run(
         None, help="float32, bfloat16 or float16 (default: the pair file's)."
     ),
     grid: Optional[str] = typer.Option(
-        None, help="A grid YAML (or 'paper', 'tiny') listing tasks x pairs x methods."
+        None,
+        help="A grid YAML (or 'paper', 'tiny', 'demo') listing tasks x pairs x methods; 'baselines' sweeps "
+        "every baseline family for `compare`: --grid baselines --method my.py:MyVerifier --task T --pair P.",
     ),
     shard: str = typer.Option("0/1", help="Run only share i of k of every configuration's examples."),
     batch_size: int = typer.Option(
@@ -233,6 +258,9 @@ def run(
     sandbox: str = typer.Option(
         "bwrap", help="Jail for generated code: bwrap, or guard (weaker; only where bwrap cannot run)."
     ),
+    trace: bool = typer.Option(
+        False, help="Also store every token's fate, p, q and weight in RESULTS/traces/ (for `report`)."
+    ),
 ) -> None:
     """Decode every example with every method; rows are flushed as they finish, and re-running
     the same command resumes where it stopped.
@@ -248,14 +276,10 @@ def run(
 
     if grid:
         given = {
-            "--task": task != PAPER_TASKS,
-            "--pair": pair != "tiny",
-            "--method": method != ALL_METHODS,
             "--target-weight": target_weight != "0.7",
             "--lenience": lenience != "0.5",
             "--cascade-rule": cascade_rule != "opt",
             "--cascade-alpha": cascade_alpha != "0.5",
-            "--head": bool(head),
             "--mix": mix != "prob",
             "--param": bool(param),
             "--data": data is not None,
@@ -266,15 +290,27 @@ def run(
             "--num-fewshot": num_fewshot is not None,
             "--split": split is not None,
             "--chat-template": chat_template,
+            "--truncate-prompt": truncate_prompt != "none",
+            "--draft-policy": draft_policy is not None,
         }
         clash = [flag for flag, set_ in given.items() if set_]
         if clash:
             raise BenchError(
                 f"--grid sets tasks, pairs, methods and their settings; drop {', '.join(clash)} or edit the "
                 "grid file (only --limit, --device, --dtype, --output-dir, --shard, --batch-size, "
-                "--timing-examples, --engine and --threads combine with --grid)"
+                "--timing-examples, --engine and --threads combine with --grid, and --task, --pair, "
+                "--method, --head with a grid that leaves tasks and pairs open, such as baselines)"
             )
-        configs, limit = configs_from_grid(grid, device=device, dtype=dtype, limit=limit)
+        configs, limit = configs_from_grid(
+            grid,
+            device=device,
+            dtype=dtype,
+            limit=limit,
+            tasks=_list(task) if task != PAPER_TASKS else [],
+            pairs=_list(pair) if pair != "tiny" else [],
+            candidates=_list(method) if method != ALL_METHODS else [],
+            heads=_list(head),
+        )
     else:
         methods = _list(method)
         heads = _list(head)
@@ -304,6 +340,8 @@ def run(
             num_fewshot=num_fewshot,
             split=split,
             chat_template=chat_template,
+            truncate_prompt=truncate_prompt,
+            draft_policy=draft_policy,
             device=device,
             dtype=dtype,
         )
@@ -322,6 +360,7 @@ def run(
         engine=engine,
         progress=progress and launch.rank == 0,
         log=lambda m: typer.echo(m, err=True),
+        trace=trace,
     )
     try:
         runner.run(configs)
@@ -382,6 +421,7 @@ def list_() -> None:
     for name, cls in VERIFIERS.items():
         params = ", ".join(f"{f.name}={f.default}" for f in fields(cls) if f.default is not MISSING)
         extra = " (needs --head)" if cls.needs_hidden else ""
+        extra += " (drafts greedily)" if cls.uses_draft and cls.draft_policy == "greedy" else ""
         typer.echo(f"  {name:<10} {params or '-'}{extra}   {(cls.__doc__ or '').strip().splitlines()[0]}")
 
 
@@ -422,6 +462,46 @@ def plot(
 
 
 @app.command()
+def compare(
+    results: Path = typer.Argument(Path("results"), help="Results directory."),
+    candidate: Optional[list[str]] = typer.Option(
+        None, "--candidate", help="Method or label (as `table` prints it) to judge; repeatable."
+    ),
+    format: str = typer.Option("markdown", "--format", help="markdown, csv, json or latex."),
+) -> None:
+    """Judge a candidate verifier against every swept baseline family: its quality minus the
+    family's frontier at its acceptance rate, with a paired 95% bootstrap interval, and a verdict
+    (above / indistinguishable / below). Baseline sweeps: run --grid baselines --method CANDIDATE
+    --task T --pair P.
+
+    Example: diversed-bench compare results --candidate diversed
+    """
+    from bench.reports.compare import write_compare
+
+    typer.echo(write_compare(results, candidate or [], format))
+
+
+@app.command()
+def report(
+    results: Path = typer.Argument(Path("results"), help="Results directory."),
+    output: Path = typer.Option(Path("report.html"), help="The HTML file to write."),
+    candidate: Optional[list[str]] = typer.Option(
+        None, "--candidate", help="Method or label to judge against the baselines (as `compare`); repeatable."
+    ),
+    token_examples: int = typer.Option(100, help="Examples whose token traces the page carries."),
+) -> None:
+    """Write one self-contained HTML page: settings, Table 1, Pareto plots, compare verdicts and,
+    for runs with --trace, a token view coloured by each token's fate.
+
+    Example: diversed-bench report results --candidate diversed --output report.html
+    """
+    from bench.reports.html import write_report
+
+    path = write_report(results, output, candidate or [], token_examples)
+    typer.echo(f"written to {path} ({path.stat().st_size / 1e6:.2f} MB)")
+
+
+@app.command()
 def train(
     task: str = typer.Option(..., help="Task whose train split supplies prompts and reward."),
     pair: str = typer.Option("tiny", help="Pair name or pair YAML path."),
@@ -441,6 +521,7 @@ def train(
     device: str = typer.Option("auto"),
     dtype: Optional[str] = typer.Option(None),
     engine: str = typer.Option("eager", help="Rollout engine: " + ENGINE_HELP),
+    truncate_prompt: str = typer.Option("none", help=TRUNCATE_HELP.replace("token budget", "rollout length")),
 ) -> None:
     """Train a DIVERSED weight head with both models frozen; writes head.safetensors, card.json,
     train_log.parquet and a checkpoint that a re-run resumes from.
@@ -464,6 +545,7 @@ def train(
         temperature=temperature,
         rollout_tokens=rollout_tokens,
         seed=seed,
+        truncate_prompt=truncate_prompt,
     )
     spec = resolve_task(task)
     if "fewshot_split" not in spec.dataset:

@@ -18,6 +18,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -28,6 +29,14 @@ from bench.engines import EagerEngine, EngineFactory, to_device
 from bench.errors import BenchError
 from bench.head import WeightHead
 from bench.verifiers import Round, Verifier, verify
+
+DRAFT_POLICIES = ("sample", "greedy")
+
+
+def check_draft_policy(policy: str) -> str:
+    if policy not in DRAFT_POLICIES:
+        raise BenchError(f"--draft-policy takes {' or '.join(DRAFT_POLICIES)}, got {policy!r}")
+    return policy
 
 
 @dataclass
@@ -95,12 +104,28 @@ class DecodeStats:
         return sum(self.bias_sum) / reached if reached else float("nan")
 
 
+TRACE_FIELDS = (
+    "position",  # index of the token in the completion
+    "round",
+    "token_id",
+    "fate",  # accepted (a draft kept), resampled (from the residual after a rejection), bonus (target)
+    "p",  # target probability of the emitted token at its position
+    "q",  # draft probability of the emitted token there (NaN for a bonus token: nothing drafted)
+    "rejected_token_id",  # the draft token rejected at this position (-1 if none)
+    "rejected_p",
+    "rejected_q",
+    "weight",  # the verifier's weight at this position (DIVERSED's w_t; NaN without one)
+)
+
+
 @dataclass
 class Generation:
-    """Token ids produced for one prompt (EOS included when it ended the example) and stats."""
+    """Token ids produced for one prompt (EOS included when it ended the example) and stats;
+    ``trace`` holds one tuple of ``TRACE_FIELDS`` per emitted token when the decoder traces."""
 
     token_ids: list[int]
     stats: DecodeStats
+    trace: list[tuple[Any, ...]] | None = None
 
 
 def _synchronizer(device: torch.device) -> Callable[[], None]:
@@ -135,6 +160,7 @@ class _Row:
     stats: DecodeStats
     out: list[int] = field(default_factory=list)
     weights: list[Tensor] = field(default_factory=list)
+    trace: list[tuple[Any, ...]] = field(default_factory=list)
 
 
 class SpeculativeDecoder:
@@ -151,6 +177,8 @@ class SpeculativeDecoder:
         eos_token_ids: Sequence[int] = (),
         head: WeightHead | None = None,
         engine: EngineFactory = EagerEngine,
+        draft_policy: str | None = None,
+        trace: bool = False,
     ) -> None:
         if verifier.uses_draft and draft is None:
             raise BenchError(f"{verifier.name}: needs a draft model")
@@ -165,8 +193,13 @@ class SpeculativeDecoder:
         self.device = target.device  # a model's .device walks its parameters: read it once
         self.draft_len = draft_len if verifier.uses_draft else 0
         self.sampling = sampling
+        self.draft_policy = check_draft_policy(draft_policy or verifier.draft_policy)
+        # Drafts are the draft's argmax under greedy decoding or the greedy draft policy: no draws.
+        self.greedy_draft = sampling.greedy or self.draft_policy == "greedy"
         self.eos = frozenset(eos_token_ids)
         self.head = head
+        # Tracing reads probabilities the round already computed, after its sync; it draws nothing.
+        self.trace = trace
         # Step widths after the prompt: the target verifies N + 1 tokens (fewer near the budget);
         # the draft is fed the last token, or two after a round that accepted every draft.
         self.engines = [engine(target, (self.draft_len + 1,))]
@@ -208,12 +241,14 @@ class SpeculativeDecoder:
             logits, h = engine.step(ids, real, keep=ids.shape[1] if gather else 1, hidden=hidden)
             q_logits.append(logits[at] if gather else logits[:, -1])
             states.append((h[at] if gather else h[:, -1]) if hidden else None)
-            # Greedy picks the argmax of the logits and processes all steps at once after the loop
-            # (every op is a dispatch, and the loop runs N per round); sampling needs each step's q.
-            if not self.sampling.greedy:
+            # A greedy draft picks the argmax of the logits and processes all steps at once after
+            # the loop (every op is a dispatch, and the loop runs N per round); sampling needs each
+            # step's q.
+            if self.greedy_draft:
+                ids = q_logits[-1].argmax(-1)
+            else:
                 qs.append(process(q_logits[-1], self.sampling))
-            scores = qs[-1] if qs else q_logits[-1]
-            ids = self._pick(scores, [r.generator if step < nb else None for r, nb in zip(rows, ns)])
+                ids = self._pick(qs[-1], [r.generator if step < nb else None for r, nb in zip(rows, ns)])
             ids = ids.view(-1, 1)
             xs.append(ids)
             real = [int(step + 1 < nb) for nb in ns]  # the last drafted token is not fed back
@@ -302,8 +337,63 @@ class SpeculativeDecoder:
             s.kv_cache_bytes = cache_bytes
             s.new_tokens = len(row.out)
             s.weights = torch.cat(row.weights).tolist() if row.weights else []
-            out[row.index] = Generation(row.out, s)
+            out[row.index] = Generation(row.out, s, row.trace if self.trace else None)
         return out  # type: ignore[return-value]
+
+    def _trace_probs(
+        self,
+        p_logits: Tensor,
+        p: Tensor,
+        q: Tensor | None,
+        drafted: Tensor,
+        accepted: Tensor,
+        next_token: Tensor,
+    ) -> dict[str, list[list[float]]]:
+        """Per row: p and q of every drafted token, and of the token emitted after them (one
+        extra host read; only when tracing)."""
+        if p is p_logits:  # greedy without a draft kept the logits: the trace reports probabilities
+            p = process(p_logits, self.sampling)
+        rows = torch.arange(p.shape[0], device=p.device)
+        n = drafted.shape[1]
+        out = {"p_next": p[rows, accepted, next_token]}
+        if n:
+            out["p_draft"] = p[:, :n].gather(-1, drafted.unsqueeze(-1)).squeeze(-1)
+            out["q_draft"] = q.gather(-1, drafted.unsqueeze(-1)).squeeze(-1)
+            out["q_next"] = q[rows, accepted.clamp(max=n - 1), next_token]
+        return {k: v.tolist() for k, v in out.items()}
+
+    def _record_trace(
+        self,
+        row: _Row,
+        i: int,
+        nb: int,
+        acc: int,
+        new: list[int],
+        drafts: list[int],
+        probs: dict[str, list[Any]],
+        weights: Tensor | None,
+    ) -> None:
+        """One trace tuple per token the round emitted for row ``i`` (``new``, cut at EOS)."""
+        nan = math.nan
+        w = weights.tolist() if weights is not None else []
+        start, round_ = len(row.out), row.stats.rounds - 1  # counted already: 0-based
+        for j, token in enumerate(new):
+            weight = w[j] if j < len(w) else nan
+            if j < acc:
+                entry = ("accepted", probs["p_draft"][i][j], probs["q_draft"][i][j], -1, nan, nan)
+            elif j < nb:
+                entry = (
+                    "resampled",
+                    probs["p_next"][i],
+                    probs["q_next"][i],
+                    drafts[j],
+                    probs["p_draft"][i][j],
+                    probs["q_draft"][i][j],
+                )
+            else:
+                entry = ("bonus", probs["p_next"][i], nan, -1, nan, nan)
+            fate, p_tok, q_tok, rejected, p_rej, q_rej = entry
+            row.trace.append((start + j, round_, token, fate, p_tok, q_tok, rejected, p_rej, q_rej, weight))
 
     def _round(self, rows: list[_Row]) -> set[int]:
         """One round over the batch: draft, one target forward, verify, emit, count. Returns the
@@ -345,6 +435,7 @@ class SpeculativeDecoder:
                 p_logits=p_logits[sel, :k],
                 sampling=self.sampling,
                 weights=self.head(draft_h, h_target[sel, :k]) if hidden else None,
+                greedy_draft=self.greedy_draft,
             )
             verdict = verify(self.verifier, round_, p[sel, k], generators)
             verdicts.append((sel, verdict.accepted, verdict.next_token))
@@ -362,6 +453,11 @@ class SpeculativeDecoder:
         host = torch.cat([accepted, next_token, drafted.flatten()]).tolist()  # the round's sync
         # Per group (their lengths differ), read after the sync above, so without a stall.
         sums = dict(zip(verified, (row for f in floats for row in f.tolist())))
+        probs = (
+            self._trace_probs(p_logits, p, q if n else None, drafted, accepted, next_token)
+            if self.trace
+            else None
+        )
 
         finished: set[int] = set()
         for i, (row, nb) in enumerate(zip(rows, ns)):
@@ -377,6 +473,8 @@ class SpeculativeDecoder:
             if eos_at is not None:
                 new = new[: eos_at + 1]
                 finished.add(i)
+            if probs is not None:
+                self._record_trace(row, i, nb, acc, new, drafts, probs, weights.get(i))
             row.out.extend(new)
             row.seq.extend(new)
             if len(row.out) >= row.budget:

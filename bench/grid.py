@@ -31,6 +31,8 @@ GRID_KEYS = {
     "num_fewshot",
     "split",
     "chat_template",
+    "truncate_prompt",
+    "draft_policy",
 }
 
 
@@ -77,7 +79,7 @@ def load_grid(name_or_path: str) -> dict[str, Any]:
     builtin = resources.files("bench") / "grids" / f"{name_or_path}.yaml"
     path = builtin if builtin.is_file() else Path(name_or_path)
     if not path.is_file():
-        raise BenchError(f"no grid {name_or_path!r}: give a YAML path or one of paper, tiny, demo")
+        raise BenchError(f"no grid {name_or_path!r}: give a YAML path or one of paper, tiny, demo, baselines")
     grid = load_yaml(path, "grid")
     unknown = set(grid) - GRID_KEYS
     if unknown:
@@ -88,14 +90,35 @@ def load_grid(name_or_path: str) -> dict[str, Any]:
 
 
 def configs_from_grid(
-    name_or_path: str, *, device: str, dtype: str | None, limit: int | None
+    name_or_path: str,
+    *,
+    device: str,
+    dtype: str | None,
+    limit: int | None,
+    tasks: Sequence[str] = (),
+    pairs: Sequence[str] = (),
+    candidates: Sequence[str] = (),
+    heads: Sequence[str] = (),
 ) -> tuple[list[RunConfig], int | None]:
+    """A grid's configurations. A grid that leaves out ``tasks`` or ``pairs`` (a template such as
+    ``baselines``) takes them from ``tasks``/``pairs``, and ``candidates`` (with their ``heads``)
+    join its methods: the baseline sweeps for any verifier on any task and pair."""
     g = load_grid(name_or_path)
+    template = "tasks" not in g or "pairs" not in g
+    for key, given, flag in (("tasks", tasks, "--task"), ("pairs", pairs, "--pair")):
+        if key in g and given:
+            raise BenchError(f"grid {name_or_path} sets {key}; drop {flag} or edit the grid file")
+        if key not in g and not given:
+            raise BenchError(f"grid {name_or_path} leaves {key} open: give {flag}")
+    if (candidates or heads) and not template:
+        raise BenchError(
+            f"grid {name_or_path} sets its tasks and pairs: add methods in the grid file, not with --method/--head"
+        )
     configs = configs_from_flags(
-        tasks=_as_list(g["tasks"]),
-        pairs=_as_list(g["pairs"]),
-        methods=_as_list(g["methods"]),
-        heads=_as_list(g.get("head", [])),
+        tasks=_as_list(g.get("tasks", list(tasks))),
+        pairs=_as_list(g.get("pairs", list(pairs))),
+        methods=list(dict.fromkeys([*_as_list(g["methods"]), *candidates])),
+        heads=[*_as_list(g.get("head", [])), *heads],
         target_weights=_as_list(g.get("target_weight", 0.7)),
         lenience=_as_list(g.get("lenience", 0.5)),
         cascade_rules=_as_list(g.get("cascade_rule", "opt")),
@@ -110,6 +133,8 @@ def configs_from_grid(
         num_fewshot=g.get("num_fewshot"),
         split=g.get("split"),
         chat_template=g.get("chat_template", False),
+        truncate_prompt=g.get("truncate_prompt", "none"),
+        draft_policy=g.get("draft_policy"),
         device=device,
         dtype=dtype,
     )

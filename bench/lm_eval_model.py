@@ -26,6 +26,7 @@ from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 from lm_eval.models.utils import normalize_gen_kwargs, postprocess_generated_text
 
+from bench.context import Context, fit_prompt
 from bench.decoding import DecodeStats, Generation, SpeculativeDecoder
 from bench.distributions import Sampling
 from bench.errors import BenchError
@@ -187,6 +188,8 @@ class DiversedLM(LM):
             self.head = required_head(
                 self.head_path, self.method, self.pair.spec.name, self.pair.hidden_sizes, self.pair.device
             )
+        # Prompts past a model's context are refused here too (no truncation: the rows say "none").
+        self.context = Context.of(self.pair.target, self.pair.draft if self.verifier.uses_draft else None)
         self._decoders: dict[Sampling, SpeculativeDecoder] = {}
         self.decoder(Sampling(0.0))  # refuse a bad draft_len before any request
         self.store = ResultStore(Path(output_dir))
@@ -265,6 +268,9 @@ class DiversedLM(LM):
             params=self.params,
             head=self.head_path if cls.needs_hidden else None,
             draft_len=self.draft_len if cls.uses_draft else 0,
+            draft_policy=("greedy" if sampling.greedy else self.verifier.draft_policy)
+            if cls.uses_draft
+            else None,
             temperature=sampling.temperature,
             max_new_tokens=budget,
             seed=self.seed,
@@ -283,7 +289,10 @@ class DiversedLM(LM):
             digest = hashlib.sha1(f"{context}\0{sorted(gen_kwargs.items())}".encode()).hexdigest()[:10]
             base = f"{req.task_name}/{req.doc_id}/{req.idx}/{digest}"
             repeat = seen[base] = seen.get(base, -1) + 1  # repeats>1 tasks pass one instance n times
-            job = _Job(i, f"{base}/{repeat}", req, self.encode(context), until)
+            prompt, _ = fit_prompt(
+                self.encode(context), budget, self.context, "none", example=f"lm-eval {base}"
+            )
+            job = _Job(i, f"{base}/{repeat}", req, prompt, until)
             groups.setdefault((sampling, budget), []).append(job)
         out: list[str] = [""] * len(requests)
         done = 0
@@ -345,6 +354,7 @@ class DiversedLM(LM):
                 **{k: self.params.get(k) for k in PARAM_COLUMNS},
                 "params": json.dumps(self.params, sort_keys=True),
                 "head": cfg.head,
+                "draft_policy": cfg.draft_policy,
                 "schema": SCHEMA,
                 "example_id": job.example_id,
                 "doc_id": req.doc_id,
@@ -352,6 +362,7 @@ class DiversedLM(LM):
                 "completion": text,
                 "completion_cut": cut,
                 **stats_columns(gen.stats),
+                "prompt_tokens_dropped": 0,
             }
         )
         self.tallies.setdefault(task, Tally()).add(gen.stats)

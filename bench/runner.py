@@ -1,9 +1,10 @@
 """The runner: task + pair + method configurations -> decoded, scored rows in the results store.
 
 A configuration is everything that changes a row: task, pair, method and its parameters, draft
-length, temperature, token budget, seed, data source, prompt options, device and dtype. Its id is a
-hash of those settings, so re-running the same command resumes it, and raising ``--limit`` adds
-examples to it (the subset is a prefix of one seeded permutation).
+length and draft policy, temperature, token budget, seed, data source, prompt options (prompt
+truncation included), device and dtype. Its id is a hash of those settings, so re-running the
+same command resumes it, and raising ``--limit`` adds examples to it (the subset is a prefix of one
+seeded permutation).
 
 Examples are decoded in batches (``batch_size``): a row's tokens and counters do not depend on its
 batch, but its latency does, so batched rows carry no time (NaN) and a timing pass decodes the
@@ -27,9 +28,17 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import torch
 
-from bench.decoding import DecodeStats, Generation, SpeculativeDecoder
+from bench.context import Context, check_truncation, fit_prompt
+from bench.decoding import (
+    TRACE_FIELDS,
+    DecodeStats,
+    Generation,
+    SpeculativeDecoder,
+    check_draft_policy,
+)
 from bench.distributions import Sampling
 from bench.engines import CompiledEngines, make_engine
 from bench.errors import BenchError
@@ -67,6 +76,8 @@ class RunConfig:
     device: str = "auto"
     dtype: str | None = None  # None: the pair file's for the device
     engine: str = "eager"  # how model steps run (bench/engines); it changes times, so ids see it
+    truncate_prompt: str = "none"  # none: refuse prompt + budget past a model's context; left: cut
+    draft_policy: str | None = None  # sample or greedy; None: what the method's engine does
 
     def resolve(self) -> RunConfig:
         """Defaults made concrete, and settings the method does not read dropped (``ar`` has no
@@ -82,9 +93,15 @@ class RunConfig:
             raise BenchError(f"--temperature must be >= 0 (0 = greedy), got {self.temperature}")
         if self.seed < 0:
             raise BenchError(f"--seed must be >= 0, got {self.seed}")
+        check_truncation(self.truncate_prompt)
+        # Under greedy decoding every draft is the argmax, whatever the policy.
+        policy = (
+            "greedy" if self.temperature == 0 else check_draft_policy(self.draft_policy or cls.draft_policy)
+        )
         return replace(
             self,
             draft_len=self.draft_len if cls.uses_draft else 0,
+            draft_policy=policy if cls.uses_draft else None,
             head=self.head if cls.needs_hidden else None,
             max_new_tokens=self.max_new_tokens or spec.max_new_tokens,
             data=self.data or default_data(spec.name, pair.kind),
@@ -122,6 +139,9 @@ class RunConfig:
         parts = [f"{shown.get(k, k)}={v}" if shown.get(k, k) else str(v) for k, v in params.items()]
         if self.head:  # heads trained on different tasks sit side by side in the cross-task table
             parts.append(f"head={self.head}")
+        default = verifier_class(self.method).draft_policy
+        if self.draft_policy and self.temperature != 0 and self.draft_policy != default:
+            parts.append(f"{self.draft_policy} draft")
         return self.method + (f" ({', '.join(parts)})" if parts else "")
 
 
@@ -295,6 +315,7 @@ class _Job:
     pair: Pair
     fixed: dict[str, Any]
     prompts: dict[str, list[int]]
+    dropped: dict[str, int]  # prompt tokens cut to fit the context (--truncate-prompt left)
     budget: int
     timed: list[Example]  # decoded alone in the timing pass
 
@@ -323,6 +344,7 @@ class Runner:
         engine: str = "eager",
         progress: bool = True,
         log: Any = print,
+        trace: bool = False,
     ) -> None:
         if limit is not None and limit < 1:
             raise BenchError(f"--limit must be >= 1 (or left out for every example), got {limit}")
@@ -340,8 +362,10 @@ class Runner:
             progress,
             log,
         )
+        self.trace = trace
         self._pairs: dict[str, Pair] = {}
         self._tasks: dict[tuple[Any, ...], Task] = {}
+        self._prompts: dict[str, dict[str, tuple[list[int], int]]] = {}
 
     def pair(self, cfg: RunConfig) -> Pair:
         device = self.device or cfg.device
@@ -384,6 +408,11 @@ class Runner:
                 self.store.compact(cfg.config_id)
                 continue
             groups.setdefault((cfg.task, cfg.pair, cfg.device, cfg.dtype), []).append((cfg, pending))
+        # Every prompt is checked against the models' context before anything decodes; the
+        # groups are checked last to first, so the first group's pair is the one left loaded.
+        for group in reversed(list(groups.values())):
+            for cfg, pending in group:
+                self._prompts[cfg.config_id] = self.prompts(cfg, pending)
         for group in groups.values():
             jobs = [self.job(cfg, pending) for cfg, pending in group]
             self.timing_pass(jobs)
@@ -410,6 +439,8 @@ class Runner:
             eos_token_ids=pair.eos_token_ids,
             head=head,
             engine=self.engine,
+            draft_policy=cfg.draft_policy,
+            trace=self.trace,
         )
         budget = cfg.max_new_tokens
         self.store.write_manifest(
@@ -433,12 +464,34 @@ class Runner:
             **{k: cfg.params.get(k) for k in PARAM_COLUMNS},
             "params": json.dumps(cfg.params, sort_keys=True),
             "head": cfg.head,
+            "draft_policy": cfg.draft_policy,
             "schema": SCHEMA,
         }
-        prompts = {e.example_id: self.encode(pair, e.prompt, cfg.chat_template) for e in pending}
+        fitted = self._prompts.pop(cfg.config_id, None) or self.prompts(cfg, pending)
+        prompts = {example_id: ids for example_id, (ids, _) in fitted.items()}
+        dropped = {example_id: n for example_id, (_, n) in fitted.items()}
         first = {e.example_id for e in task.examples(self.limit, cfg.seed)[: self.timing_examples]}
         timed = [e for e in pending if e.example_id in first or self.batch_size == 1]
-        return _Job(cfg, pending, decoder, task, pair, fixed, prompts, budget, timed)
+        return _Job(cfg, pending, decoder, task, pair, fixed, prompts, dropped, budget, timed)
+
+    def prompts(self, cfg: RunConfig, pending: list[Example]) -> dict[str, tuple[list[int], int]]:
+        """Each example's prompt ids and how many prompt tokens were cut to fit the context of the
+        models the method feeds (refused with one line unless --truncate-prompt left)."""
+        pair = self.pair(cfg)
+        uses_draft = verifier_class(cfg.method).uses_draft
+        context = Context.of(pair.target, pair.draft if uses_draft else None)
+        bos = getattr(pair.tokenizer, "bos_token_id", None)
+        return {
+            e.example_id: fit_prompt(
+                self.encode(pair, e.prompt, cfg.chat_template),
+                cfg.max_new_tokens,  # type: ignore[arg-type]
+                context,
+                cfg.truncate_prompt,
+                example=f"{cfg.task} example {e.example_id}",
+                bos_token_id=bos,
+            )
+            for e in pending
+        }
 
     def timing_pass(self, jobs: list[_Job]) -> None:
         """Examples decoded alone, timed: after one warm-up decode per configuration, example i of
@@ -474,7 +527,7 @@ class Runner:
                         f"{job.task.name} | {job.pair.spec.name} | {job.cfg.label} | timing, batch 1"
                     )
                     gen = job.decoder.generate(job.prompts[example.example_id], job.budget, job.seed(example))
-                    self.store.append(self.row(job, example, gen))
+                    self.store.append(self.row(job, example, gen), self.trace_frame(job, [(example, gen)]))
                     overall.update(gen.stats)
                     progress.update(gen.stats)
         overall.close()
@@ -497,7 +550,10 @@ class Runner:
             gens = job.decoder.generate_batch(
                 [job.prompts[e.example_id] for e in batch], job.budget, [job.seed(e) for e in batch]
             )
-            self.store.append_batch([self.row(job, example, gen) for example, gen in zip(batch, gens)])
+            self.store.append_batch(
+                [self.row(job, example, gen) for example, gen in zip(batch, gens)],
+                self.trace_frame(job, list(zip(batch, gens))),
+            )
             for gen in gens:
                 cache_bytes = max(cache_bytes, gen.stats.kv_cache_bytes)
                 progress.update(gen.stats)
@@ -509,7 +565,24 @@ class Runner:
         row = {**job.fixed, "example_id": example.example_id, "completion": completion}
         row.update(job.task.score(example.doc, completion))
         row.update(stats_columns(gen.stats))
+        row["prompt_tokens_dropped"] = job.dropped[example.example_id]
         return row
+
+    def trace_frame(self, job: _Job, decoded: list[tuple[Example, Generation]]) -> pd.DataFrame | None:
+        """The token traces of decoded examples, one row per token (None when not tracing)."""
+        if not self.trace:
+            return None
+        frames = []
+        for example, gen in decoded:
+            frame = pd.DataFrame(gen.trace or [], columns=list(TRACE_FIELDS))
+            frame["token_text"] = job.pair.tokenizer.batch_decode([[t] for t in frame["token_id"]])
+            frame["rejected_text"] = job.pair.tokenizer.batch_decode(
+                [[t] if t >= 0 else [] for t in frame["rejected_token_id"]]
+            )
+            frame.insert(0, "example_id", example.example_id)
+            frame.insert(0, "config_id", job.cfg.config_id)
+            frames.append(frame)
+        return pd.concat(frames, ignore_index=True)
 
     @staticmethod
     def encode(pair: Pair, prompt: str, chat_template: bool) -> list[int]:

@@ -22,6 +22,9 @@ import pandas as pd
 from bench.errors import BenchError
 
 KEY = ["config_id", "example_id"]
+# Token traces (``run --trace``) live beside the rows in their own dataset, one row per token.
+TRACES = "traces"
+TRACE_KEY = [*KEY, "position"]
 # Settings every configuration of one comparison shares: rows are paired with their ar run, and
 # grouped into report panels, on all of them. Each row carries them as columns.
 SHARED_SETTINGS = (
@@ -37,9 +40,10 @@ SHARED_SETTINGS = (
     "device",
     "dtype",
     "engine",
+    "truncate_prompt",
 )
 # Version of the rows' columns and of the configuration ids; results of another are refused.
-SCHEMA = 2
+SCHEMA = 3
 
 
 def _atomic_write_parquet(frame: pd.DataFrame, path: Path) -> None:
@@ -64,9 +68,6 @@ class ResultStore:
     def _parts(self, config_id: str) -> Path:
         return self.root / "parts" / config_id / self.writer
 
-    def _compacted(self, config_id: str) -> Path:
-        return self.root / f"{config_id}.{self.writer}.parquet"
-
     def done_ids(self, config_id: str) -> set[str]:
         """Example ids already written for a configuration, by any writer."""
         files = list(self.root.glob(f"{config_id}.*.parquet")) + list(
@@ -77,34 +78,29 @@ class ResultStore:
             done.update(pd.read_parquet(f, columns=["example_id"])["example_id"].astype(str))
         return done
 
-    def append(self, row: dict[str, Any]) -> None:
+    def append(self, row: dict[str, Any], trace: pd.DataFrame | None = None) -> None:
         """Write one finished example now."""
-        self.append_batch([row])
+        self.append_batch([row], trace)
 
-    def append_batch(self, rows: list[dict[str, Any]]) -> None:
+    def append_batch(self, rows: list[dict[str, Any]], trace: pd.DataFrame | None = None) -> None:
         """Write the examples of one decoded batch now, in one file: a kill leaves all of them or
-        none, so a resumed run decodes the same batches as an uninterrupted one."""
+        none, so a resumed run decodes the same batches as an uninterrupted one. Their token trace,
+        if any, is written first: an example counts as done only once its rows exist, and a rerun
+        overwrites a trace left without rows."""
+        name = _example_file(str(rows[0]["example_id"]))
+        if trace is not None:
+            traces = self.root / TRACES / "parts" / rows[0]["config_id"] / self.writer
+            traces.mkdir(parents=True, exist_ok=True)
+            _atomic_write_parquet(trace, traces / name)
         parts = self._parts(rows[0]["config_id"])
         parts.mkdir(parents=True, exist_ok=True)
-        _atomic_write_parquet(pd.DataFrame(rows), parts / _example_file(str(rows[0]["example_id"])))
+        _atomic_write_parquet(pd.DataFrame(rows), parts / name)
         self.rows_written += len(rows)
 
     def compact(self, config_id: str) -> None:
-        """Fold this writer's parts (and its earlier compacted file) into one file."""
-        parts = sorted(self._parts(config_id).glob("*.parquet"))
-        if not parts:
-            return
-        target = self._compacted(config_id)
-        frames = [pd.read_parquet(p) for p in ([target] if target.exists() else []) + parts]
-        frame = pd.concat(frames, ignore_index=True).drop_duplicates(subset=KEY, keep="first")
-        _atomic_write_parquet(frame, target)
-        for p in parts:
-            p.unlink()
-        for folder in (self._parts(config_id), self._parts(config_id).parent):
-            try:
-                folder.rmdir()
-            except OSError:
-                pass
+        """Fold this writer's parts (and its earlier compacted file) into one file, traces too."""
+        _compact(self.root / TRACES, config_id, self.writer, TRACE_KEY)
+        _compact(self.root, config_id, self.writer, KEY)
 
     def write_manifest(self, config_id: str, manifest: dict[str, Any]) -> None:
         folder = self.root / "manifests"
@@ -114,6 +110,34 @@ class ResultStore:
         tmp.write_text(json.dumps({**manifest, "writer": self.writer}, indent=2, sort_keys=True, default=str))
         os.replace(tmp, path)
         check_consistency(self.root)
+
+
+def _compact(root: Path, config_id: str, writer: str, key: list[str]) -> None:
+    folder = root / "parts" / config_id / writer
+    parts = sorted(folder.glob("*.parquet"))
+    if not parts:
+        return
+    target = root / f"{config_id}.{writer}.parquet"
+    frames = [pd.read_parquet(p) for p in ([target] if target.exists() else []) + parts]
+    frame = pd.concat(frames, ignore_index=True).drop_duplicates(subset=key, keep="first")
+    _atomic_write_parquet(frame, target)
+    for p in parts:
+        p.unlink()
+    for empty in (folder, folder.parent):
+        try:
+            empty.rmdir()
+        except OSError:
+            pass
+
+
+def load_traces(root: Path | str) -> pd.DataFrame:
+    """Every token trace of a results directory (empty when it was run without --trace)."""
+    folder = Path(root) / TRACES
+    files = sorted(folder.glob("*.parquet")) + sorted(folder.glob("parts/*/*/*.parquet"))
+    if not files:
+        return pd.DataFrame()
+    frame = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
+    return frame.drop_duplicates(subset=TRACE_KEY, keep="first").reset_index(drop=True)
 
 
 def manifests(root: Path) -> list[dict[str, Any]]:
@@ -197,6 +221,15 @@ def merge(sources: list[Path], output: Path) -> int:
             _atomic_write_parquet(
                 g,
                 output
+                / f"{config_id}.merged-{hashlib.sha1(str(source.resolve()).encode()).hexdigest()[:8]}.parquet",
+            )
+        traces = load_traces(source)
+        for config_id, g in traces.groupby("config_id") if len(traces) else ():
+            (output / TRACES).mkdir(exist_ok=True)
+            _atomic_write_parquet(
+                g,
+                output
+                / TRACES
                 / f"{config_id}.merged-{hashlib.sha1(str(source.resolve()).encode()).hexdigest()[:8]}.parquet",
             )
         for m in (source / "manifests").glob("*.json"):

@@ -23,6 +23,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
+from bench.context import Context, check_truncation, fit_prompt
 from bench.distributions import Sampling, process, sample, tv
 from bench.engines import EagerEngine, EngineFactory
 from bench.errors import BenchError
@@ -49,6 +50,7 @@ class TrainConfig:
     inner_steps: int = 2  # reinforce++: updates per batch of rollouts
     baseline_decay: float = 0.9  # running-mean baseline (ROUGE rewards)
     seed: int = 0
+    truncate_prompt: str = "none"  # none: refuse prompt + rollout past a model's context; left: cut
 
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS:
@@ -57,6 +59,7 @@ class TrainConfig:
             raise BenchError("--lr must be > 0 and --batch-size, --epochs, --num-prompts >= 1")
         if self.reg_weight < 0:
             raise BenchError(f"--reg-weight must be >= 0, got {self.reg_weight}")
+        check_truncation(self.truncate_prompt)
         if self.temperature <= 0:
             raise BenchError(
                 f"training samples from the policy: --temperature must be > 0, got {self.temperature}"
@@ -253,10 +256,29 @@ class Trainer:
             ]
         return out
 
+    def prompts(self, batches: list[list[Example]]) -> dict[str, tuple[list[int], int]]:
+        """Every training prompt's ids and dropped-token count, checked against both models'
+        context before the first rollout (a rollout feeds both)."""
+        tok, context = self.pair.tokenizer, Context.of(self.pair.target, self.pair.draft)
+        return {
+            e.example_id: fit_prompt(
+                list(tok(e.prompt).input_ids),
+                self.cfg.rollout_tokens,
+                context,
+                self.cfg.truncate_prompt,
+                example=f"{self.task.name} train example {e.example_id}",
+                bos_token_id=tok.bos_token_id,
+                budget_flag="--rollout-tokens",
+            )
+            for batch in batches
+            for e in batch
+        }
+
     def train(self, until: int | None = None) -> dict[str, Any]:
         """Train to the end (or to step ``until``), checkpointing after every step."""
         batches = self.batches()
         tok = self.pair.tokenizer
+        prompts = self.prompts(batches)
         for step in range(self.step, min(len(batches), until or len(batches))):
             start = time.perf_counter()
             batch = batches[step]
@@ -269,7 +291,7 @@ class Trainer:
             sampled = rollouts(
                 self.pair,
                 self.head,
-                [list(tok(e.prompt).input_ids) for e in batch],
+                [prompts[e.example_id][0] for e in batch],
                 self.cfg.rollout_tokens,
                 self.cfg.temperature,
                 generators,
@@ -304,6 +326,7 @@ class Trainer:
                 "expected_acceptance": float(torch.cat([t[1] for t in terms]).mean()),
                 "mean_w": float(torch.cat([t[2] for t in terms]).mean()),
                 "tokens": sum(len(r.tokens) for r in sampled),
+                "prompt_tokens_dropped": sum(prompts[e.example_id][1] for e in batch),
                 "seconds": time.perf_counter() - start,
             }
             self.history.append(record)

@@ -4,6 +4,9 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+if "PYTEST_XDIST_WORKER" in os.environ:
+    # `pytest -n 2` on 2 cores: one thread per worker (and its subprocesses), not two each.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import subprocess  # noqa: E402
 import sys  # noqa: E402
@@ -61,3 +64,40 @@ def cli_error(*args: str) -> str:
     message = str(result.exception)
     assert "\n" not in message, message
     return message
+
+
+DEMO_EXAMPLES = 40  # enough for the verdicts of tests/test_compare.py to hold with a wide margin
+
+
+@pytest.fixture(scope="session")
+def demo_results(tmp_path_factory) -> Path:
+    """The demo grid's comparison on the shipped reference pair, traced: the static-ensemble
+    weight sweep and the shipped DIVERSED head (ar, sd, lossy and cascade left out to keep it
+    cheap), decoded once for the compare and report tests."""
+    from bench.grid import configs_from_flags, load_grid
+    from bench.runner import Runner
+
+    grid = load_grid("demo")
+    out = tmp_path_factory.mktemp("demo") / "results"
+    configs = configs_from_flags(
+        tasks=["arith"],
+        pairs=["ref"],
+        methods=["ensemble", "diversed"],
+        target_weights=grid["target_weight"],
+        heads=[grid["head"]],
+        seed=grid["seed"],
+        draft_len=grid["draft_len"],
+        temperature=grid["temperature"],
+        device="cpu",
+    )
+    runner = Runner(
+        out,
+        limit=DEMO_EXAMPLES,
+        batch_size=DEMO_EXAMPLES,
+        timing_examples=0,
+        progress=False,
+        log=lambda m: None,
+        trace=True,
+    )
+    runner.run(configs)
+    return out

@@ -239,3 +239,53 @@ def test_a_round_syncs_the_host_once_on_cuda(engine, temperature):
     # Per round: the verdicts, then the per-position sums read after them (nothing left to wait
     # for). Around the loop: the clock's syncs before and after the prefill and at the end.
     assert syncs <= 2 * gen.stats.rounds + 3, f"{syncs} syncs in {gen.stats.rounds} rounds"
+
+
+class _Recording:
+    """Keeps the rounds a verifier was shown (the verifiers are frozen dataclasses)."""
+
+    rounds: list = []
+
+
+def _recording(method):
+    from dataclasses import dataclass
+
+    from bench.verifiers import verifier_class
+
+    @dataclass(frozen=True)
+    class Recording(verifier_class(method)):
+        def rule(self, r):
+            _Recording.rounds.append(r)
+            return super().rule(r)
+
+    return Recording()
+
+
+@pytest.mark.parametrize("policy", ["greedy", "sample"])
+def test_greedy_drafts_are_the_draft_argmax_and_the_verifier_sees_both_laws(tiny_pair, policy):
+    """Under the greedy policy every drafted token is argmax q (at temperature 1); the verifier still
+    gets the draft's processed q (the ensemble's component) and takes acceptance against the
+    one-hot law the drafts came from. Sampled drafts are not all the argmax."""
+    from bench.distributions import process
+
+    sampling = Sampling(temperature=1.0)
+    _Recording.rounds = []
+    dec = SpeculativeDecoder(
+        tiny_pair.target, tiny_pair.draft, _recording("ensemble"), draft_len=4, sampling=sampling,
+        draft_policy=policy,
+    )  # fmt: skip
+    for i, prompt in enumerate(prompts(tiny_pair.tokenizer, 2)):
+        dec.generate(prompt, 12, seed=i)
+    rounds = _Recording.rounds
+    assert rounds
+    argmax = [bool((r.draft == r.q_logits.argmax(-1)).all()) for r in rounds]
+    for r in rounds:
+        assert torch.allclose(r.q, process(r.q_logits, sampling))
+        assert r.greedy_draft == (policy == "greedy")
+    if policy == "greedy":
+        assert all(argmax)
+        for r in rounds:
+            assert torch.equal(r.proposal, torch.nn.functional.one_hot(r.draft, r.q.shape[-1]).float())
+    else:
+        assert not all(argmax)
+        assert all(r.proposal is r.q for r in rounds)

@@ -302,3 +302,54 @@ def test_bad_parameter_values_are_one_clear_line(methods, params, needle):
     with pytest.raises(BenchError) as err:
         expand_methods(methods, params=parse_params(params))
     assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+# --- Greedy drafts: the law of the emitted token given the drafted one -------------------------
+
+
+def greedy_round(p, q, draft):
+    r = round_with(p, q, draft)
+    return Round(r.draft, r.q, r.p, r.q_logits, r.p_logits, r.sampling, greedy_draft=True)
+
+
+@pytest.mark.parametrize("single,acc", [(1.0, 1.0), (0.3, 0.5), (0.2, 0.05)])
+def test_threshold_on_a_greedy_draft_is_sglangs_per_token_rule(single, acc):
+    """With the drafted x fixed (EAGLE's argmax), the template gives exactly SGLang's procedure:
+    keep x with probability a(x), else sample norm(p with x set to 0)."""
+    verifier = make_verifier(
+        "threshold", speculative_accept_threshold_single=single, speculative_accept_threshold_acc=acc
+    )
+    for x in range(len(P)):
+        r = greedy_round(P, Q, x)
+        a = verifier.accept_prob(one(P))[0, 0, x]
+        without = P.clone()
+        without[x] = 0
+        expected = (
+            a * torch.nn.functional.one_hot(torch.tensor(x), len(P)) + (1 - a) * without / without.sum()
+        )
+        verdict = verify(verifier, r, BONUS.view(1, -1), torch.Generator().manual_seed(0))
+        mass, residual = verifier.rule(r)
+        emitted = mass + (1 - mass.sum(-1, keepdim=True)) * residual / residual.sum(
+            -1, keepdim=True
+        ).clamp_min(1e-30)
+        assert torch.allclose(emitted[0, 0], expected, atol=1e-6)
+        assert verdict.expected_acceptance.item() == pytest.approx(float(a))
+
+
+@pytest.mark.parametrize("method", ["sd", "lossy", "typical", "relaxed"])
+def test_a_greedy_draft_is_accepted_by_its_target_law_alone(method):
+    """Against the one-hot proposal, sd keeps x with probability p(x) and emits p exactly (bias 0),
+    and the engines' deterministic rules keep x iff it is in their accepted set."""
+    verifier = make_verifier(method)
+    for x in range(len(P)):
+        verdict = verify(verifier, greedy_round(P, Q, x), BONUS.view(1, -1), torch.Generator().manual_seed(0))
+        if method == "sd":
+            assert verdict.expected_acceptance.item() == pytest.approx(float(P[x]))
+            assert verdict.bias.item() == pytest.approx(0.0, abs=1e-6)
+        elif method == "lossy":
+            assert verdict.expected_acceptance.item() == pytest.approx(min(1.0, float(P[x]) / 0.5))
+        else:
+            kept = (verifier.accept_set(one(P)) if method == "typical" else verifier.candidates(one(P)))[
+                0, 0, x
+            ]
+            assert verdict.accepted.item() == int(kept)

@@ -160,6 +160,7 @@ class Panel:
 def _describe(key: dict[str, Any]) -> str:
     shots = f"{key['num_fewshot']}-shot"
     chat = ", chat template" if key["chat_template"] else ""
+    chat += ", prompts cut to the context" if key["truncate_prompt"] == "left" else ""
     n = f", draft length {key['draft_len']}" if "draft_len" in key else ""
     return (
         f"{key['pair']}: temperature {key['temperature']:g}{n}, {key['max_new_tokens']} tokens, seed "

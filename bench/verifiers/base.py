@@ -53,10 +53,20 @@ class Round:
     p_logits: Tensor  # [B, N, V]
     sampling: Sampling
     weights: Tensor | None = None  # [B, N]
+    greedy_draft: bool = False  # the draft drafted its argmax instead of sampling q
 
     @property
     def temperature(self) -> float:
         return self.sampling.temperature
+
+    @cached_property
+    def proposal(self) -> Tensor:
+        """The law the drafted tokens were drawn from: ``q`` when the draft samples, the one-hot on
+        the drafted token when it drafts its argmax. Acceptance and residual are taken against it,
+        while ``q`` stays the draft model's distribution (the ensemble's component)."""
+        if not self.greedy_draft:
+            return self.q
+        return torch.zeros_like(self.q).scatter_(-1, self.draft.unsqueeze(-1), 1.0)
 
     @cached_property
     def q1(self) -> Tensor:
@@ -85,6 +95,8 @@ class Verifier(ABC):
     name: ClassVar[str]
     uses_draft: ClassVar[bool] = True
     needs_hidden: ClassVar[bool] = False
+    # How the engine a rule comes from drafts: "sample" (draw from q) or "greedy" (argmax of q).
+    draft_policy: ClassVar[str] = "sample"
 
     @abstractmethod
     def rule(self, r: Round) -> tuple[Tensor, Tensor]:
@@ -103,8 +115,8 @@ class MixtureVerifier(Verifier):
         """Verification distribution per drafted position, [B, N, V]."""
 
     def rule(self, r: Round) -> tuple[Tensor, Tensor]:
-        pi = self.pi(r)
-        return torch.minimum(r.q, pi), (pi - r.q).clamp_min(0)
+        pi, q = self.pi(r), r.proposal
+        return torch.minimum(q, pi), (pi - q).clamp_min(0)
 
     def greedy_target(self, r: Round) -> Tensor:
         return self.pi(r)
@@ -130,7 +142,7 @@ def verify(
         bias = (choice != on_p).float()
     else:
         mass, residual = verifier.rule(r)
-        draft_q = r.q.gather(-1, r.draft.unsqueeze(-1)).squeeze(-1)
+        draft_q = r.proposal.gather(-1, r.draft.unsqueeze(-1)).squeeze(-1)
         draft_m = mass.gather(-1, r.draft.unsqueeze(-1)).squeeze(-1)
         accept_prob = (draft_m / draft_q).clamp(max=1)
         u = uniform(batch, n, generator, r.draft.device)

@@ -59,7 +59,7 @@ class TypicalAcceptance(Verifier):
         return p > threshold
 
     def rule(self, r: Round) -> tuple[Tensor, Tensor]:
-        return r.q * self.accept_set(r.p), one_hot_argmax(r.p)
+        return r.proposal * self.accept_set(r.p), one_hot_argmax(r.p)
 
     def greedy_target(self, r: Round) -> Tensor:
         return r.p
@@ -70,6 +70,7 @@ class ThresholdAcceptance(Verifier):
     """SGLang's thresholds: keep x iff p(x) >= single or u <= p(x)/acc; else sample p without x."""
 
     name: ClassVar[str] = "threshold"
+    draft_policy: ClassVar[str] = "greedy"  # EAGLE drafts the top-k of the draft's softmax
     speculative_accept_threshold_single: float = 1.0
     speculative_accept_threshold_acc: float = 1.0
 
@@ -86,10 +87,10 @@ class ThresholdAcceptance(Verifier):
         """SGLang resamples a rejected x from norm(p with x removed). That residual depends on x;
         its average over rejected drafts, r(v) = p(v) * sum_{x != v} q(x)(1 - a(x)) / (1 - p(x)),
         gives every emitted token the same law, which is all a position's output depends on."""
-        a = self.accept_prob(r.p)
-        rejected = torch.where(a < 1, r.q * (1 - a) / (1 - r.p).clamp_min(torch.finfo(r.p.dtype).tiny), 0.0)
+        a, q = self.accept_prob(r.p), r.proposal
+        rejected = torch.where(a < 1, q * (1 - a) / (1 - r.p).clamp_min(torch.finfo(r.p.dtype).tiny), 0.0)
         residual = (r.p * (rejected.sum(-1, keepdim=True) - rejected)).clamp_min(0)
-        return r.q * a, residual
+        return q * a, residual
 
     def greedy_target(self, r: Round) -> Tensor:
         return r.p
@@ -101,6 +102,7 @@ class RelaxedAcceptance(Verifier):
     with p(x) >= max p - relaxed_delta (temperature-1 p); else argmax p."""
 
     name: ClassVar[str] = "relaxed"
+    draft_policy: ClassVar[str] = "greedy"  # MTP drafts the argmax of the draft's logits
     relaxed_topk: int = 1
     relaxed_delta: float = 0.0
 
@@ -122,7 +124,7 @@ class RelaxedAcceptance(Verifier):
 
     def rule(self, r: Round) -> tuple[Tensor, Tensor]:
         p1 = r.p1
-        return r.q * self.candidates(p1), one_hot_argmax(p1)
+        return r.proposal * self.candidates(p1), one_hot_argmax(p1)
 
     def greedy_target(self, r: Round) -> Tensor:
         p1 = r.p1

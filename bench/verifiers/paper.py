@@ -83,7 +83,8 @@ class LossySD(Verifier):
         check_unit("lossy", "lenience", self.lenience)
 
     def rule(self, r: Round) -> tuple[Tensor, Tensor]:
-        return torch.minimum(r.q, r.p / self.lenience), (r.p - r.q).clamp_min(0)
+        q = r.proposal
+        return torch.minimum(q, r.p / self.lenience), (r.p - q).clamp_min(0)
 
     def greedy_target(self, r: Round) -> Tensor:
         return r.p

@@ -1,0 +1,339 @@
+"""One self-contained HTML page for a results directory: settings and manifests, Table 1, the
+Pareto plots, the ``compare`` verdicts with their frontiers, and a token view of the traces.
+
+Everything is inline (styles, the one script, PNG figures as base64, frontier charts as SVG), so
+the file opens anywhere without a network. Traces are embedded compactly (token ids once in a
+vocabulary, probabilities in thousandths) and drawn by the script for the example picked, so a
+page stays small and fast for long runs; ``token_examples`` caps how many examples it carries.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from bench.errors import BenchError
+from bench.reports.compare import Comparison, cells, compare
+from bench.reports.frontier import hull_points
+from bench.reports.summary import panels, quality_metrics, summarise
+from bench.reports.table import table_frames
+from bench.store import load_results, load_traces, manifests
+
+FATES = {"accepted": "a", "resampled": "r", "bonus": "b"}
+STYLE = """
+body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px auto;
+max-width:1200px;padding:0 16px;color:#1d1d1f}
+h1{font-size:22px}h2{font-size:18px;border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:32px}
+h3{font-size:15px}table{border-collapse:collapse;margin:8px 0 16px;font-size:12.5px}
+th,td{border:1px solid #ddd;padding:3px 7px;text-align:left;vertical-align:top}
+th{background:#f5f5f7}.muted{color:#6e6e73}.fig{max-width:100%;height:auto}
+.verdict-above{background:#d8f3dc}.verdict-below{background:#ffd6d6}
+.verdict-indistinguishable{background:#eef1f5}.verdict-cannot{background:#fff3cd}
+.charts{display:flex;flex-wrap:wrap;gap:12px}.chart{border:1px solid #eee}
+.panes{display:flex;gap:16px}.pane{flex:1;min-width:0;border:1px solid #ddd;padding:8px;border-radius:6px}
+.tokens{white-space:pre-wrap;font:13px/1.9 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;
+word-break:break-word}
+.tok{border-radius:3px;padding:1px 0;margin:0 .5px}
+.tok-a{background:#b7e4c7}.tok-r{background:#f4a6a6}.tok-b{background:#a9c9f5}
+.legend span{display:inline-block;padding:1px 8px;margin-right:8px;border-radius:3px}
+select{max-width:100%}
+"""
+SCRIPT = """
+(function(){
+const data=JSON.parse(document.getElementById('trace-data').textContent);
+const ex=document.getElementById('tv-example');
+const fateName={a:'accepted draft',r:'rejected draft, resampled',b:'target (bonus)'};
+function num(v){return v<0?'n/a':(v/1000).toFixed(3);}
+function fill(pane){
+  const cid=pane.querySelector('select').value, eid=ex.value;
+  const out=pane.querySelector('.tokens'), info=pane.querySelector('.info');
+  out.textContent='';
+  const t=(data.traces[cid]||{})[eid];
+  if(!t){info.textContent='not traced for this example';return;}
+  info.textContent=t.info;
+  const frag=document.createDocumentFragment();
+  for(let i=0;i<t.id.length;i++){
+    const s=document.createElement('span'), f=t.fate[i];
+    s.className='tok tok-'+f; s.dataset.fate=f;
+    const text=data.vocab[t.id[i]];
+    s.textContent=text.replace(/\\n/g,'\\u21b5\\n');
+    let tip='#'+i+' '+fateName[f]+'\\np='+num(t.p[i])+' q='+num(t.q[i]);
+    if(t.w[i]>=0) tip+=' w='+num(t.w[i]);
+    if(f==='r') tip+='\\nrejected '+JSON.stringify(data.vocab[t.rej[i]])+' p='+num(t.rp[i])+' q='+num(t.rq[i]);
+    s.title=tip; frag.appendChild(s);
+  }
+  out.appendChild(frag);
+}
+function all(){document.querySelectorAll('.pane').forEach(fill);}
+ex.addEventListener('change',all);
+document.querySelectorAll('.pane select').forEach(s=>s.addEventListener('change',all));
+all();
+document.body.dataset.renderMs=performance.now().toFixed(0);
+})();
+"""
+
+
+def _esc(value: Any) -> str:
+    return html.escape(str(value))
+
+
+def _table(frame: pd.DataFrame, cls: str) -> str:
+    """A frame with a flat or two-level header as an HTML table; rows keyed by their index."""
+    head = "".join(f"<th>{_esc(' '.join(c) if isinstance(c, tuple) else c)}</th>" for c in frame.columns)
+    body = "".join(
+        f"<tr><th>{_esc(idx)}</th>" + "".join(f"<td>{_esc(v)}</td>" for v in row) + "</tr>"
+        for idx, row in zip(frame.index, frame.to_numpy())
+    )
+    return f'<table class="{cls}"><tr><th>{_esc(frame.index.name or "")}</th>{head}</tr>{body}</table>'
+
+
+def _settings(results: Path, rows: pd.DataFrame) -> str:
+    found = manifests(results)
+    by = {m["config_id"]: m for m in found}
+    counts = rows.groupby("config_id")["example_id"].nunique()
+    first = found[0] if found else {}
+    versions = ", ".join(f"{k} {v}" for k, v in first.get("versions", {}).items())
+    lines = [
+        f"<p>Results: <code>{_esc(results)}</code>, {len(rows)} rows, {rows['config_id'].nunique()} "
+        f"configurations. Device: {_esc(first.get('device_name', '?'))}, CPU threads "
+        f"{_esc(first.get('cpu_threads', '?'))}; {_esc(versions)}; git {_esc(first.get('git_revision'))}.</p>"
+    ]
+    table = pd.DataFrame(
+        [
+            {
+                "label": by.get(cid, {}).get("label", cid),
+                "examples": int(counts[cid]),
+                "limit": by.get(cid, {}).get("limit"),
+                "writers": sum(m["config_id"] == cid for m in found),
+            }
+            for cid in counts.index
+        ],
+        index=pd.Index(list(counts.index), name="configuration"),
+    )
+    return "\n".join(lines) + _table(table, "manifest")
+
+
+def _figure(path: Path) -> str:
+    data = base64.b64encode(path.read_bytes()).decode()
+    return f'<img class="fig" alt="{_esc(path.stem)}" src="data:image/png;base64,{data}">'
+
+
+def _plots(summary: pd.DataFrame) -> str:
+    from bench.reports.plots import PARETO_AXES, plot_pareto
+
+    out = []
+    qualities = quality_metrics(summary)
+    with tempfile.TemporaryDirectory() as tmp:
+        for panel in panels(summary):
+            for x in PARETO_AXES:
+                for path in plot_pareto(panel, qualities, Path(tmp), x):
+                    if path.suffix == ".png":
+                        out.append(_figure(path))
+    return "\n".join(out)
+
+
+def _chart(c: Comparison, summary: pd.DataFrame) -> str:
+    """An SVG of one comparison: the family's points with their intervals, its frontier, and the
+    candidate with its intervals."""
+    fam = summary[(summary["task"] == c.task) & summary["label"].isin(_family_labels(summary, c))]
+    if fam.empty or not np.isfinite(c.acceptance):
+        return ""
+    pts = [(r.acceptance_rate, r.quality, r.acceptance_rate_ci, r.quality_ci) for r in fam.itertuples()]
+    pts.append((c.acceptance, c.quality, c.acceptance_ci, c.quality_ci))
+    xs = [v for a, _, ci, _ in pts for v in (a, *ci) if np.isfinite(v)]
+    ys = [v for _, q, _, ci in pts for v in (q, *ci) if np.isfinite(v)]
+    x0, x1, y0, y1 = min(xs), max(xs), min(ys), max(ys)
+    pad_x, pad_y = (x1 - x0) * 0.08 or 0.01, (y1 - y0) * 0.08 or 0.01
+    x0, x1, y0, y1 = x0 - pad_x, x1 + pad_x, y0 - pad_y, y1 + pad_y
+    w, h, m = 340, 230, 40
+    sx = lambda v: m + (v - x0) / (x1 - x0) * (w - m - 10)  # noqa: E731
+    sy = lambda v: h - m + 10 - (v - y0) / (y1 - y0) * (h - m - 10)  # noqa: E731
+    parts = [
+        f'<svg class="chart" width="{w}" height="{h}" viewBox="0 0 {w} {h}" xmlns="http://www.w3.org/2000/svg" '
+        'font-size="10" font-family="sans-serif">',
+        f'<line x1="{m}" y1="{h - m + 10}" x2="{w - 10}" y2="{h - m + 10}" stroke="#888"/>',
+        f'<line x1="{m}" y1="10" x2="{m}" y2="{h - m + 10}" stroke="#888"/>',
+        f'<text x="{m}" y="{h - 8}">{x0:.3f}</text><text x="{w - 45}" y="{h - 8}">{x1:.3f}</text>',
+        f'<text x="{(w + m) / 2 - 40}" y="{h - 8}">acceptance rate</text>',
+        f'<text x="2" y="{h - m + 10}">{y0:.2f}</text><text x="2" y="18">{y1:.2f}</text>',
+    ]
+    hull = hull_points(fam["acceptance_rate"].to_numpy(float), fam["quality"].to_numpy(float))
+    line = " ".join(f"{sx(a):.1f},{sy(q):.1f}" for a, q in hull)
+    parts.append(
+        f'<polyline points="{line}" fill="none" stroke="#2a9d8f" stroke-width="2" stroke-dasharray="5 3"/>'
+    )
+    for i, (a, q, aci, qci) in enumerate(pts):
+        colour = "#d62828" if i == len(pts) - 1 else "#2a9d8f"
+        if all(np.isfinite(aci)):
+            parts.append(
+                f'<line x1="{sx(aci[0]):.1f}" y1="{sy(q):.1f}" x2="{sx(aci[1]):.1f}" y2="{sy(q):.1f}" stroke="{colour}"/>'
+            )
+        if all(np.isfinite(qci)):
+            parts.append(
+                f'<line x1="{sx(a):.1f}" y1="{sy(qci[0]):.1f}" x2="{sx(a):.1f}" y2="{sy(qci[1]):.1f}" stroke="{colour}"/>'
+            )
+        parts.append(
+            f'<circle cx="{sx(a):.1f}" cy="{sy(q):.1f}" r="{5 if i == len(pts) - 1 else 3.5}" fill="{colour}"/>'
+        )
+    parts.append(
+        f'<text x="{m + 6}" y="20" fill="#d62828">{_esc(c.candidate[:40])}: {_esc(c.verdict)}</text>'
+    )
+    parts.append(f'<text x="{m + 6}" y="33" fill="#2a9d8f">{_esc(c.family)} frontier</text></svg>')
+    return "".join(parts)
+
+
+def _family_labels(summary: pd.DataFrame, c: Comparison) -> list[str]:
+    from bench.reports.compare import family_of
+
+    part = summary[(summary["task"] == c.task) & ~summary["method"].isin(["ar", "sd"])]
+    return [r["label"] for _, r in part.iterrows() if family_of(r) == c.family]
+
+
+def _verdicts(comparisons: list[Comparison], summary: pd.DataFrame) -> str:
+    out = []
+    for title in dict.fromkeys(c.panel for c in comparisons):
+        mine = [c for c in comparisons if c.panel == title]
+        head = "".join(f"<th>{_esc(k)}</th>" for k in cells(mine[0]))
+        body = "".join(
+            f'<tr class="verdict-{c.verdict.split()[0]}">'
+            + "".join(f"<td>{_esc(v)}</td>" for v in cells(c).values())
+            + "</tr>"
+            for c in mine
+        )
+        charts = "".join(
+            _chart(c, summary) for c in mine if c.verdict != "cannot judge" or np.isfinite(c.quality)
+        )
+        out.append(f'<h3>{_esc(title)}</h3><table class="verdicts"><tr>{head}</tr>{body}</table>')
+        out.append(f'<div class="charts">{charts}</div>')
+    return "\n".join(out)
+
+
+def _milli(values: pd.Series) -> list[int]:
+    v = values.to_numpy(float)
+    return np.where(np.isfinite(v), np.round(v * 1000), -1).astype(int).tolist()
+
+
+def trace_data(rows: pd.DataFrame, traces: pd.DataFrame, examples: int) -> dict[str, Any]:
+    """The traces of the first ``examples`` traced examples, in the page's compact form."""
+    keep = list(dict.fromkeys(traces["example_id"]))[:examples]
+    traces = traces[traces["example_id"].isin(keep)]
+    vocab: dict[int, str] = {}
+    for tid, text in zip(traces["token_id"], traces["token_text"]):
+        vocab.setdefault(int(tid), str(text))
+    for tid, text in zip(traces["rejected_token_id"], traces["rejected_text"]):
+        if tid >= 0:
+            vocab.setdefault(int(tid), str(text))
+    labels = rows.drop_duplicates("config_id").set_index("config_id")["label"]
+    info = rows.set_index(["config_id", "example_id"])
+    out: dict[str, dict[str, Any]] = {}
+    for (cid, eid), t in traces.groupby(["config_id", "example_id"], sort=False):
+        t = t.sort_values("position")
+        r = info.loc[(cid, eid)] if (cid, eid) in info.index else None
+        summary = (
+            f"{len(t)} tokens, {int(r['accepted_tokens'])}/{int(r['drafted_tokens'])} drafts accepted, "
+            f"quality {float(r['quality']):.3g}"
+            if r is not None
+            else f"{len(t)} tokens"
+        )
+        out.setdefault(cid, {})[eid] = {
+            "id": t["token_id"].astype(int).tolist(),
+            "fate": "".join(FATES[f] for f in t["fate"]),
+            "p": _milli(t["p"]),
+            "q": _milli(t["q"]),
+            "w": _milli(t["weight"]),
+            "rej": t["rejected_token_id"].astype(int).tolist(),
+            "rp": _milli(t["rejected_p"]),
+            "rq": _milli(t["rejected_q"]),
+            "info": summary,
+        }
+    return {
+        "vocab": {str(k): v for k, v in vocab.items()},
+        "labels": {cid: str(labels.get(cid, cid)) for cid in out},
+        "examples": keep,
+        "traces": out,
+    }
+
+
+def _token_view(data: dict[str, Any], preferred: list[str]) -> str:
+    configs = list(data["traces"])
+
+    def rank(cid: str) -> tuple[int, str]:
+        """Candidates first, then the static ensemble they are judged against, ar last."""
+        label = data["labels"][cid]
+        first = any(label == p or label.split(" ")[0] == p for p in preferred)
+        return (0 if first else 1 if label.startswith("ensemble") else 3 if label == "ar" else 2, label)
+
+    order = sorted(configs, key=rank)
+    left, right = order[0], (order[1] if len(order) > 1 else order[0])
+
+    def pane(which: str, chosen: str) -> str:
+        options = "".join(
+            f'<option value="{_esc(cid)}"{" selected" if cid == chosen else ""}>{_esc(data["labels"][cid])}</option>'
+            for cid in configs
+        )
+        return (
+            f'<div class="pane" id="pane-{which}"><select aria-label="method">{options}</select>'
+            f'<div class="info muted"></div><div class="tokens"></div></div>'
+        )
+
+    examples = "".join(f'<option value="{_esc(e)}">{_esc(e)}</option>' for e in data["examples"])
+    payload = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
+    return (
+        '<p class="legend"><span class="tok-a">accepted draft</span><span class="tok-r">rejected draft, '
+        'resampled</span><span class="tok-b">target (bonus)</span> hover a token for p, q and w<sub>t</sub></p>'
+        f'<p>Example <select id="tv-example">{examples}</select> '
+        f'<span class="muted">({len(data["examples"])} examples carried)</span></p>'
+        f'<div class="panes">{pane("left", left)}{pane("right", right)}</div>'
+        f'<script type="application/json" id="trace-data">{payload}</script><script>{SCRIPT}</script>'
+    )
+
+
+def build_report(results: Path, candidates: list[str], token_examples: int = 100) -> str:
+    """The whole page as one string."""
+    if token_examples < 1:
+        raise BenchError(f"--token-examples must be >= 1, got {token_examples}")
+    rows = load_results(results)
+    summary = summarise(rows)
+    sections = [
+        "<h2>Settings</h2>",
+        _settings(results, rows),
+        "<h2>Table 1</h2>",
+        '<p class="muted">± is half the 95% bootstrap interval over examples.</p>',
+    ]
+    for title, quality, speed in table_frames(summary, quality_metrics(summary)):
+        sections += [f"<h3>{_esc(title)}</h3>", _table(quality, "table1"), _table(speed, "speed")]
+    sections += ["<h2>Pareto plots</h2>", _plots(summary)]
+    if candidates:
+        sections += [
+            "<h2>Compare</h2>",
+            '<p class="muted">Δ quality: the candidate minus the family\'s frontier (upper Pareto hull) at the '
+            "candidate's acceptance rate, with its paired 95% bootstrap interval; above/below when it "
+            "excludes 0. Charts: family points and candidate with 95% intervals, the frontier dashed.</p>",
+            _verdicts(compare(rows, candidates), summary),
+        ]
+    traces = load_traces(results)
+    sections.append("<h2>Tokens</h2>")
+    if traces.empty:
+        sections.append(
+            '<p id="no-traces">No token traces in these results: run with <code>--trace</code>.</p>'
+        )
+    else:
+        sections.append(_token_view(trace_data(rows, traces, token_examples), candidates))
+    body = "\n".join(sections)
+    return (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        f"<title>diversed-bench report: {_esc(results.name)}</title><style>{STYLE}</style></head>"
+        f"<body><h1>diversed-bench report: {_esc(results.name)}</h1>{body}</body></html>"
+    )
+
+
+def write_report(results: Path, output: Path, candidates: list[str], token_examples: int = 100) -> Path:
+    output.write_text(build_report(results, candidates, token_examples), encoding="utf-8")
+    return output

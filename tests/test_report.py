@@ -1,0 +1,133 @@
+"""`report`: the self-contained HTML page, opened in a real browser (headless Chromium)."""
+
+import html
+import json
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from bench.reports.html import build_report
+from bench.store import load_results, load_traces
+
+CHROMIUM = Path("/usr/bin/chromium")
+COLOURS = {"a": "rgb(183, 228, 199)", "r": "rgb(244, 166, 166)", "b": "rgb(169, 201, 245)"}
+# Injected first into <head>: records console errors and uncaught exceptions, then (after the page's
+# own script) picks one known trace in the left pane and writes what the browser drew into the DOM.
+HARNESS = """<script>
+window.__errors = [];
+const __error = console.error;
+console.error = function(...a) { window.__errors.push(a.join(' ')); __error.apply(console, a); };
+window.addEventListener('error', e => window.__errors.push(String(e.message)));
+window.addEventListener('load', () => {
+  const pick = %s;
+  if (pick) {
+    document.getElementById('tv-example').value = pick.example;
+    const s = document.querySelector('#pane-left select');
+    s.value = pick.config;
+    s.dispatchEvent(new Event('change'));
+  }
+  const spans = [...document.querySelectorAll('#pane-left .tok')];
+  const out = {
+    errors: window.__errors,
+    rows: [...document.querySelectorAll('table.table1 tr')].slice(1).map(r => r.cells[0].textContent),
+    fates: spans.map(s => s.dataset.fate).join(''),
+    colours: Object.fromEntries(spans.map(s => [s.dataset.fate, getComputedStyle(s).backgroundColor])),
+    tip: spans.length ? spans[0].title : '',
+  };
+  const pre = document.createElement('pre');
+  pre.id = 'harness';
+  pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+});
+</script>"""
+
+
+def open_in_chromium(page: str, pick: dict | None = None, screenshot: Path | None = None) -> dict:
+    """Load the page (with the harness) in headless Chromium and return what the harness saw."""
+    if not CHROMIUM.exists():
+        pytest.skip("chromium is not installed (apt-get install chromium); .ci/run installs it")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "report.html"
+        path.write_text(page.replace("<head>", "<head>" + HARNESS % json.dumps(pick), 1), encoding="utf-8")
+        flags = [
+            str(CHROMIUM),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={tmp}/profile",
+        ]
+        done = subprocess.run(
+            [*flags, "--dump-dom", path.as_uri()], capture_output=True, text=True, timeout=120
+        )
+        if screenshot:
+            subprocess.run(
+                [*flags, "--window-size=1300,2400", f"--screenshot={screenshot}", path.as_uri()],
+                capture_output=True,
+                timeout=120,
+            )
+    found = re.search(r'<pre id="harness">(.*?)</pre>', done.stdout, re.S)
+    assert found, done.stderr[-2000:]
+    return json.loads(html.unescape(found.group(1)))
+
+
+def test_report_renders_in_a_browser_with_table_and_token_colours(demo_results, tmp_path):
+    page = build_report(demo_results, ["diversed"])
+    assert "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "") and "https://" not in page
+    rows, traces = load_results(demo_results), load_traces(demo_results)
+    # A known trace holding all three fates: the browser must colour each token by its fate.
+    counts = traces.groupby(["config_id", "example_id"])["fate"].agg(lambda f: len(set(f)))
+    config, example = counts[counts == 3].index[0]
+    known = traces[(traces["config_id"] == config) & (traces["example_id"] == example)].sort_values(
+        "position"
+    )
+    seen = open_in_chromium(page, {"config": config, "example": example})
+    assert seen["errors"] == []
+    labels = list(dict.fromkeys(rows.sort_values("config_id")["label"]))
+    assert sorted(seen["rows"]) == sorted(labels)
+    assert seen["fates"] == "".join(
+        {"accepted": "a", "resampled": "r", "bonus": "b"}[f] for f in known["fate"]
+    )
+    assert seen["colours"] == COLOURS
+    assert seen["tip"].startswith("#0 ") and "p=" in seen["tip"] and "q=" in seen["tip"]
+    assert "verdict-above" in page
+
+
+def test_report_on_a_multi_task_run_and_without_traces(demo_results, tmp_path, tiny_pair):
+    from bench.grid import configs_from_flags
+    from bench.runner import Runner
+
+    multi = tmp_path / "multi"
+    configs = configs_from_flags(
+        tasks=["gsm8k", "xsum"],
+        pairs=["tiny"],
+        methods=["ar", "ensemble"],
+        target_weights=[0.5, 0.9],
+        max_new_tokens=8,
+        num_fewshot=0,  # one panel: the tasks share every setting
+        device="cpu",
+    )
+    Runner(multi, limit=2, batch_size=2, timing_examples=0, progress=False, log=lambda m: None).run(configs)
+    page = build_report(multi, ["ensemble"])
+    assert page.count('class="table1"') == 1 and "GSM8K" in page and "XSum" in page
+    assert 'id="no-traces"' in page and "too few examples" in page
+    seen = open_in_chromium(page)
+    assert seen["errors"] == [] and len(seen["rows"]) == 3 and seen["fates"] == ""
+
+    bare = tmp_path / "bare"
+    shutil.copytree(demo_results, bare, ignore=shutil.ignore_patterns("traces"))
+    from typer.testing import CliRunner
+
+    from bench.cli import app
+
+    out = tmp_path / "bare.html"
+    result = CliRunner().invoke(app, ["report", str(bare), "--output", str(out), "--candidate", "diversed"])
+    assert result.exit_code == 0, result.output
+    assert 'id="no-traces"' in out.read_text() and "above" in out.read_text()
