@@ -17,6 +17,7 @@ import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.container import ErrorbarContainer  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
@@ -40,7 +41,7 @@ STYLE = {
     "sd": dict(marker="o", color="#0072B2"),
     "lossy": dict(marker="v", color="#E69F00"),
     "cascade": dict(marker="D", color="#CC79A7"),
-    "ensemble": dict(marker="o", color="#009E73"),
+    "ensemble": dict(marker="^", color="#009E73"),
     "diversed": dict(marker="*", color="#D55E00", markersize=15, markeredgecolor="black", zorder=5),
     "typical": dict(marker="P", color="#56B4E9"),
     "threshold": dict(marker="X", color="#999999"),
@@ -346,7 +347,8 @@ def _legend(fig: plt.Figure, axes: list[plt.Axes]) -> None:
     seen: dict[str, object] = {}
     for ax in axes:
         for handle, label in zip(*ax.get_legend_handles_labels()):
-            seen.setdefault(label, handle)
+            # an error-bar point is keyed by its marker alone: the bars would clutter the key
+            seen.setdefault(label, handle[0] if isinstance(handle, ErrorbarContainer) else handle)
     if seen:
         fig.legend(
             seen.values(),

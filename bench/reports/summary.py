@@ -26,7 +26,10 @@ TASK_TITLES = {"gsm8k": "GSM8K", "cnndm": "CNNDM", "xsum": "XSum", "mbpp": "MBPP
 BOOTSTRAP = 1000
 SPREAD_LIMIT = 2.0  # max / min time over timed examples beyond which a timing is flagged, not trusted
 # A panel of the table holds the configurations that share these settings (tasks are its columns).
-PANEL = [k for k in SHARED_SETTINGS if k != "task"]
+# Settings each task brings with it (its exemplar count, its split): tasks that differ only in
+# these still sit side by side in one panel, each column naming its own.
+PER_TASK = ["num_fewshot", "split"]
+PANEL = [k for k in SHARED_SETTINGS if k not in ("task", *PER_TASK)]
 
 
 def bootstrap(stat: Any, *arrays: np.ndarray, seed: int = 0) -> tuple[float, float]:
@@ -157,21 +160,23 @@ class Panel:
     part: pd.DataFrame  # summary rows, the ar reference included
 
 
-def _describe(key: dict[str, Any]) -> str:
-    shots = f"{key['num_fewshot']}-shot"
+def _describe(key: dict[str, Any], part: pd.DataFrame) -> str:
+    tasks = part[["task", *PER_TASK]].drop_duplicates().sort_values("task")
+    shots = ", ".join(f"{t.task} {t.split} {t.num_fewshot}-shot" for t in tasks.itertuples())
     chat = ", chat template" if key["chat_template"] else ""
     chat += ", prompts cut to the context" if key["truncate_prompt"] == "left" else ""
     n = f", draft length {key['draft_len']}" if "draft_len" in key else ""
     return (
         f"{key['pair']}: temperature {key['temperature']:g}{n}, {key['max_new_tokens']} tokens, seed "
-        f"{key['seed']}, data {key['data']} ({key['split']}, {shots}{chat}), {key['device']} {key['dtype']}, "
+        f"{key['seed']}, data {key['data']} ({shots}{chat}), {key['device']} {key['dtype']}, "
         f"{key['engine']} engine"
     )
 
 
 def panels(summary: pd.DataFrame) -> list[Panel]:
     """One panel per combination of shared settings and draft length; the ``ar`` run of the same
-    shared settings joins each panel as its reference row."""
+    shared settings joins each panel as its reference row. A task run with two exemplar counts or
+    splits under otherwise equal settings gets one panel per count and split."""
     spec = summary[summary["method"] != "ar"]
     keys = [*PANEL, "draft_len"] if len(spec) else PANEL
     found = (spec if len(spec) else summary)[keys].drop_duplicates().to_dict("records")
@@ -180,7 +185,12 @@ def panels(summary: pd.DataFrame) -> list[Panel]:
         same = _agrees(summary, pd.Series({k: key[k] for k in PANEL}))
         if "draft_len" in key:
             same &= (summary["draft_len"] == key["draft_len"]) | (summary["method"] == "ar")
-        out.append(Panel(_describe(key), str(key["pair"]), summary[same]))
+        part = summary[same]
+        if (part.groupby("task")[PER_TASK].nunique() > 1).any(axis=None):
+            for _, sub in part.groupby(PER_TASK, sort=True):
+                out.append(Panel(_describe(key, sub), str(key["pair"]), sub))
+        else:
+            out.append(Panel(_describe(key, part), str(key["pair"]), part))
     for pair in {p.slug for p in out}:
         mine = [p for p in out if p.slug == pair]
         for i, p in enumerate(mine[1:], start=1):
