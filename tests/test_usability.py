@@ -278,3 +278,31 @@ def test_lm_eval_extra_installs_as_documented():
     assert "lm-eval" in meta.get_all("Provides-Extra")
     assert any(r.startswith("lm-eval") and 'extra == "lm-eval"' in r for r in meta.get_all("Requires-Dist"))
     assert 'pip install ".[lm-eval]"' in (REPO / "docs" / "lm-eval.md").read_text()
+
+
+# --- the docs agree with the code ----------------------------------------------------------------
+
+
+def test_cli_reference_is_generated_from_the_app_and_names_every_option():
+    import importlib.util
+
+    import typer
+
+    spec = importlib.util.spec_from_file_location("cli_reference", REPO / "scripts" / "cli_reference.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    page = (REPO / "docs" / "cli.md").read_text()
+    assert page == module.reference(), "docs/cli.md is stale: run python scripts/cli_reference.py"
+    for name, command in typer.main.get_command(app).commands.items():
+        section = page.split(f"## `diversed-bench {name}`", 1)[1].split("\n## ", 1)[0]
+        for param in command.params:
+            for opt in [*param.opts, *param.secondary_opts]:
+                assert (f"`{opt}`" if opt.startswith("-") else f"`{opt.upper()}`") in section, (name, opt)
+
+
+def test_docs_carry_no_development_history():
+    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    for page in pages:
+        text = page.read_text()
+        for marker in ("issue ", "Issue ", "#1", "was measured before", "previous version", "session"):
+            assert marker not in text, (page.name, marker)
