@@ -282,7 +282,7 @@ def _body(answer: str) -> str:
 
 
 # completion from a gold answer -> which side alone credits it, for (strict, flexible); None: both
-# agree on every example. The README lists each difference with its example.
+# agree on every example. docs/lm-eval.md lists each difference with its example.
 OURS, THEIRS = "ours", "lm-eval"
 CORRUPTIONS = {
     "gold": (lambda a: a, None, None),
