@@ -20,6 +20,7 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    rich_markup_mode="markdown",  # docstrings wrap to the terminal: single line breaks are not kept
 )
 
 
@@ -84,6 +85,7 @@ def generate(
     is used raw; with --task it is wrapped in the task's template and exemplars, as `run` does.
 
     Example: diversed-bench generate "Question: 2 + 3?" --method ensemble --target-weight 0.6
+
     Example: diversed-bench generate "347 + 285" --task arith --pair ref --method sd
     """
     from bench.context import Context, check_truncation, fit_prompt
@@ -592,6 +594,7 @@ def speed(
     decoding instead, checking that every batch size gives batch 1's outputs.
 
     Example: diversed-bench speed --pair tiny --draft-len 3,5 --repeats 5
+
     Example: diversed-bench speed --throughput --pair tiny --draft-len 5 --batch-sizes 1,4,16,64
     """
     import json

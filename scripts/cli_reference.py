@@ -52,11 +52,15 @@ def reference() -> str:
         help_text = (command.help or "").strip()
         summary, _, rest = help_text.partition("\n\n")
         parts += [f"## `diversed-bench {name}`", "", " ".join(summary.split()), ""]
+        examples: list[str] = []
         for paragraph in rest.split("\n\n"):
             lines = [line.strip() for line in paragraph.strip().splitlines() if line.strip()]
-            if lines:
-                examples = all(line.startswith("Example") for line in lines)
-                parts += (["```", *[line.split(":", 1)[1].strip() for line in lines], "```"] if examples else [" ".join(lines)]) + [""]
+            if lines and all(line.startswith("Example:") for line in lines):
+                examples += [line.split(":", 1)[1].strip() for line in lines]
+            elif lines:
+                parts += [" ".join(lines), ""]
+        if examples:
+            parts += ["```", *examples, "```", ""]
         params = [p for p in command.params if p.name != "help"]
         if params:
             parts += ["| argument / option | meaning | default |", "|---|---|---|"]
