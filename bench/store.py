@@ -189,7 +189,7 @@ def _read_rows(path: Path) -> pd.DataFrame:
         found = "no schema column" if not schema else f"schema {schema}"
         raise BenchError(
             f"{path} holds rows of another diversed-bench version ({found}, this one reads schema {SCHEMA}: "
-            "configuration ids and columns changed, see README 'Results'); re-run into a new --output-dir"
+            "configuration ids and columns differ, see docs/results-schema.md); re-run into a new --output-dir"
         )
     return frame
 
