@@ -223,6 +223,20 @@ def test_each_configuration_warms_up_before_its_first_timed_example(tmp_path, mo
     assert load_results(tmp_path)["wall_time_s"].notna().sum() == 4
 
 
+def test_tasks_with_their_own_exemplar_counts_share_one_panel():
+    from bench.reports.summary import panels
+
+    times = {"ar": [1.0, 1.0, 1.0, 1.0], "sd": [0.5, 0.5, 0.5, 0.5]}
+    gsm8k = _rows(times).assign(num_fewshot=4)
+    cnndm = _rows(times).assign(task="cnndm", num_fewshot=1, config_id=lambda f: f["config_id"] + "-c")
+    (panel,) = panels(summarise(pd.concat([gsm8k, cnndm], ignore_index=True)))
+    assert set(panel.part["task"]) == {"gsm8k", "cnndm"}
+    assert "cnndm test 1-shot, gsm8k test 4-shot" in panel.title
+    again = _rows(times).assign(num_fewshot=0, config_id=lambda f: f["config_id"] + "-0")
+    split = panels(summarise(pd.concat([gsm8k, again], ignore_index=True)))  # one task, two counts
+    assert sorted(len(p.part) for p in split) == [2, 2] and len({p.slug for p in split}) == 2
+
+
 # --- Ctrl-C, progress, plot folders --------------------------------------------------------------
 
 
