@@ -237,6 +237,21 @@ def test_tasks_with_their_own_exemplar_counts_share_one_panel():
     assert sorted(len(p.part) for p in split) == [2, 2] and len({p.slug for p in split}) == 2
 
 
+def test_pareto_draws_a_users_verifier_and_labels_each_sweep_point_once(tmp_path):
+    from bench.reports.plots import _merge_coincident, plot_pareto
+    from bench.reports.summary import panels
+
+    rows = _rows({"ar": [1.0] * 4, "confidence": [0.5] * 4, "lossy": [0.6] * 4})
+    lossy = rows[rows["method"] == "lossy"]
+    swept = [lossy.assign(label=f"lossy (l={v})", config_id=f"lossy-{v}", lenience=v) for v in (0.3, 0.6)]
+    (panel,) = panels(summarise(pd.concat([rows[rows["method"] != "lossy"], *swept], ignore_index=True)))
+    paths = plot_pareto(panel, {"gsm8k": "exact_flexible"}, tmp_path, "acceptance_rate")
+    assert {p.suffix for p in paths} == {".png", ".pdf", ".svg", ".txt"}
+    svg = (tmp_path / "pareto_acceptance_tiny.svg").read_text()
+    assert "confidence" in svg and "lossy, l swept" in svg and "l=0.3, 0.6" in svg  # same point: one label
+    assert _merge_coincident([(1.0, 2.0), (3.0, 4.0)], ["a=0.1", "a=0.3"])[1] == ["a=0.1", "a=0.3"]
+
+
 # --- Ctrl-C, progress, plot folders --------------------------------------------------------------
 
 

@@ -24,6 +24,7 @@ import pandas as pd  # noqa: E402
 from bench.reports.summary import (  # noqa: E402
     METHOD_ORDER,
     PERCENT_METRICS,
+    SPREAD_LIMIT,
     TASK_ORDER,
     TASK_TITLES,
     Panel,
@@ -113,6 +114,7 @@ def _place_labels(ax: plt.Axes, points: list[tuple[float, float]], texts: list[s
     fig = ax.figure
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
+    frame = ax.get_window_extent(renderer)  # a label stays inside the axes
     centres = [ax.transData.transform(p) for p in points]
     line = np.array(points, float)
     for a, b in zip(line[:-1], line[1:]):  # the sweep line between its points is an obstacle too
@@ -140,77 +142,150 @@ def _place_labels(ax: plt.Axes, points: list[tuple[float, float]], texts: list[s
                 text, (x, y), textcoords="offset points", xytext=(dx, dy), fontsize=8, color=color, ha=ha
             )
             box = label.get_window_extent(renderer).expanded(1.05, 1.1)
-            if not any(box.overlaps(b) for b in taken) and not any(box.contains(*c) for c in centres):
+            inside = frame.contains(box.x0, box.y0) and frame.contains(box.x1, box.y1)
+            if inside and not any(box.overlaps(b) for b in taken) and not any(box.contains(*c) for c in centres):
                 break
         taken.append(label.get_window_extent(renderer))
 
 
+# Methods outside the built-in ones (a user's verifier): their own colours and markers, bold enough
+# to find a candidate among the baselines.
+EXTRA_STYLES = [
+    dict(marker="p", color="#7B2CBF", markersize=11, markeredgecolor="black", zorder=6),
+    dict(marker="H", color="#1B9E77", markersize=10, markeredgecolor="black", zorder=6),
+    dict(marker="d", color="#A6761D", markersize=10, markeredgecolor="black", zorder=6),
+    dict(marker="8", color="#E7298A", markersize=10, markeredgecolor="black", zorder=6),
+]
+
+
+def method_style(method: str, methods: list[str]) -> dict[str, Any]:
+    """The method's colour and marker; methods without one take the extra styles in turn."""
+    if method in STYLE:
+        return STYLE[method]
+    extra = sorted(m for m in methods if m not in STYLE)
+    return EXTRA_STYLES[extra.index(method) % len(EXTRA_STYLES)]
+
+
+def _methods(rows: pd.DataFrame) -> list[str]:
+    """Built-in methods in the table's order, then any others by name."""
+    found = list(dict.fromkeys(rows["method"]))
+    return [m for m in METHOD_ORDER if m in found] + sorted(m for m in found if m not in METHOD_ORDER)
+
+
+def _sweep(labels: list[str]) -> tuple[str, str, list[float], list[str]] | None:
+    """(the family's name, the swept parameter, its values, the point labels) when the labels of
+    one method differ only in one numeric ``name=value``, e.g. ``lossy (l=0.1)``, ``lossy (l=0.3)``;
+    None otherwise (heads, rules: points of their own)."""
+    parsed = [re.match(r"^(.*?) \((.*)\)$", label) for label in labels]
+    if len(labels) < 2 or not all(parsed):
+        return None
+    parts = [m.group(2).split(", ") for m in parsed]  # type: ignore[union-attr]
+    if len({len(p) for p in parts}) != 1 or len({m.group(1) for m in parsed}) != 1:  # type: ignore[union-attr]
+        return None
+    varying = [i for i in range(len(parts[0])) if len({p[i] for p in parts}) > 1]
+    if len(varying) != 1:
+        return None
+    i = varying[0]
+    pairs = [p[i].split("=", 1) for p in parts]
+    if any(len(kv) != 2 for kv in pairs) or len({k for k, _ in pairs}) != 1:
+        return None
+    try:
+        values = [float(v) for _, v in pairs]
+    except ValueError:
+        return None
+    fixed = [part for j, part in enumerate(parts[0]) if j != i]
+    name = parsed[0].group(1) + (f" ({', '.join(fixed)})" if fixed else "")  # type: ignore[union-attr]
+    return name, pairs[0][0], values, [p[i] for p in parts]
+
+
+def _merge_coincident(points: list[tuple[float, float]], texts: list[str]) -> tuple[list[tuple[float, float]], list[str]]:
+    """One label per drawn position: sweep values that land on the same point (``a=0.1``,
+    ``a=0.3``) become one label (``a=0.1, 0.3``) instead of a pile of overlapping ones."""
+    merged: dict[tuple[float, float], list[str]] = {}
+    for (px, py), text in zip(points, texts):
+        merged.setdefault((round(px, 6), round(py, 6)), []).append(text)
+    out = []
+    for group in merged.values():
+        key = group[0].split("=", 1)[0]
+        out.append(group[0] if len(group) == 1 else f"{key}=" + ", ".join(t.split("=", 1)[1] for t in group))
+    return list(merged), out
+
+
 def plot_pareto(panel: Panel, qualities: dict[str, str], out: Path, x: str = "normalised_time") -> list[Path]:
-    """Quality against ``x`` (time relative to AR, or acceptance rate), the ensemble's weight sweep
-    as a line; a method above that line beats the static frontier."""
+    """Quality against ``x`` (time relative to AR, or acceptance rate). A method swept over one
+    parameter is a line with its points labelled; the static ensemble's line is the frontier the
+    paper compares with; every other method (a user's verifier too) is a marker of its own."""
     part = panel.part
     name, title, x_label, x_scale = PARETO_AXES[x]
     tasks = _tasks(part)
+    methods = _methods(part)
     fig, axes = _grid(len(tasks))
     sweeps: list[tuple[plt.Axes, list[tuple[float, float]], list[str], str]] = []
+    drawn: list[str] = ["ar (target alone)"]  # legend order: the table's order of methods
+    flagged = False
     for ax, task in zip(axes, tasks):
         rows = part[part["task"] == task]
         metric = qualities.get(task, "quality")
         q_scale = _scale(metric)
-        ens = rows[rows["method"] == "ensemble"].sort_values("target_weight")
-        ens = ens[ens[x].notna()]
-        if len(ens):
-            style = STYLE["ensemble"]
-            xs, ys = ens[x].to_numpy(float) * x_scale, ens["quality"].to_numpy(float) * q_scale
-            ax.plot(xs, ys, "-", lw=1.2, ms=6, label="static ensemble, weight sweep", **style)
-            for (_, r), px, py in zip(ens.iterrows(), xs, ys):
-                ax.errorbar(
-                    px,
-                    py,
-                    xerr=_err(r[x], r.get(f"{x}_ci"), x_scale),
-                    yerr=_err(r["quality"], r["quality_ci"], q_scale),
-                    fmt="none",
-                    ecolor=style["color"],
-                    elinewidth=0.8,
-                    capsize=2,
-                )
-            sweeps.append((ax, list(zip(xs, ys)), [f"w={w:g}" for w in ens["target_weight"]], style["color"]))
         for _, r in rows[rows["method"] == "ar"].iterrows():  # the reference: a line, never hidden
             ax.axhline(r["quality"] * q_scale, color="black", ls="--", lw=0.9, label="ar (target alone)")
-        for method in METHOD_ORDER:
-            if method in ("ensemble", "ar"):
-                continue
-            for _, r in rows[rows["method"] == method].iterrows():
-                if np.isnan(r[x]):
-                    continue  # not drawn, so not in the legend
+        for method in [m for m in methods if m != "ar"]:
+            style = method_style(method, methods)
+            family = rows[(rows["method"] == method) & rows[x].notna()]  # not drawn: not in the legend
+            sweep = _sweep([_short(label) for label in family["label"]])
+            if sweep is not None:
+                family_name, key, values, texts = sweep
+                order = np.argsort(values)
+                family, texts = family.iloc[order], [texts[j] for j in order]
+                xs, ys = family[x].to_numpy(float) * x_scale, family["quality"].to_numpy(float) * q_scale
+                label = "static ensemble, weight sweep" if method == "ensemble" else f"{family_name}, {key} swept"
+                ax.plot(xs, ys, "-", lw=1.2, label=label, **{**style, "markersize": 6})
+                drawn.append(label)
+                sweeps.append((ax, *_merge_coincident(list(zip(xs, ys)), texts), style["color"]))
+            for _, r in family.iterrows():
+                drawn.append(_short(r["label"]))
+                unsteady = x == "normalised_time" and r.get("time_spread", np.nan) > SPREAD_LIMIT
+                flagged |= bool(unsteady)
                 ax.errorbar(
                     r[x] * x_scale,
                     r["quality"] * q_scale,
                     xerr=_err(r[x], r.get(f"{x}_ci"), x_scale),
                     yerr=_err(r["quality"], r["quality_ci"], q_scale),
                     ls="none",
+                    ecolor=style["color"],
                     elinewidth=0.8,
                     capsize=2,
-                    label=_short(r["label"]),
-                    **{"markersize": 8, **STYLE[method]},
+                    label=None if sweep is not None else _short(r["label"]),
+                    **{
+                        "markersize": 6 if sweep is not None else 8,
+                        **style,
+                        **({"markerfacecolor": "none"} if unsteady else {}),
+                    },
                 )
         ax.set_title(TASK_TITLES.get(task, task), fontsize=10)
         ax.set_xlabel(x_label)
         ax.set_ylabel(quality_label(metric))
         ax.grid(alpha=0.3)
-    _legend(fig, axes)
+    _legend(fig, axes, drawn)
     fig.suptitle(f"{title} ({panel.slug})", fontsize=11)
-    for sweep in sweeps:  # once the layout is final, so that label boxes are where they will be drawn
-        _place_labels(*sweep)
+    for sweep_points in sweeps:  # once the layout is final, so that label boxes are where they will be drawn
+        _place_labels(*sweep_points)
     what = (
         "time per example relative to AR with the same settings, on the same timed examples"
         if x == "normalised_time"
         else "acceptance rate = accepted / drafted tokens"
     )
+    hollow = (
+        f" Hollow markers: the time per token of the timed examples varied more than {SPREAD_LIMIT:g}x; "
+        "that time is not to be trusted."
+        if flagged
+        else ""
+    )
     caption = (
         f"{title}. x: {what}; y: the task's quality. Error bars: 95% bootstrap intervals over examples "
-        f"(asymmetric, as measured). Line: the static ensemble's target-weight sweep (w labelled); dashed: "
-        f"the quality of AR, the target alone. Settings: {panel.title}."
+        f"(asymmetric, as measured). Lines: methods swept over one parameter (points labelled), the static "
+        f"ensemble's target-weight sweep among them; dashed: the quality of AR, the target alone.{hollow} "
+        f"Settings: {panel.title}."
     )
     return _save(fig, out, f"{name}_{panel.slug}", caption)
 
@@ -279,6 +354,7 @@ def plot_acceptance_per_position(rows: pd.DataFrame, panel: Panel, out: Path) ->
         return []
     fig, axes = _grid(len(tasks))
     order = list(dict.fromkeys(panel.part["label"]))  # methods in the table's order, weights ascending
+    methods = _methods(part)
     for ax, task in zip(axes, tasks):
         groups = dict(list(part[part["task"] == task].groupby("label", sort=False)))
         seen: dict[str, int] = {}
@@ -288,7 +364,7 @@ def plot_acceptance_per_position(rows: pd.DataFrame, panel: Panel, out: Path) ->
             drafted = np.stack(g["drafted_per_position"].to_numpy()).sum(0)
             rate = acc / np.maximum(drafted, 1) * 100
             method = g["method"].iloc[0]
-            style = {**STYLE.get(method, {"marker": "."}), "markersize": 6}
+            style = {**method_style(method, methods), "markersize": 6}
             k = seen[method] = seen.get(method, -1) + 1
             if method == "ensemble":  # the sweep: darker green for more weight on the target
                 style["color"] = plt.cm.Greens(0.35 + 0.6 * float(g["target_weight"].iloc[0]))
@@ -342,13 +418,17 @@ def _short(label: str) -> str:
     return re.sub(r"head=[^,)]*[/:]([^/,)]+)", r"head=\1", label)
 
 
-def _legend(fig: plt.Figure, axes: list[plt.Axes]) -> None:
-    """One legend for the figure, below the panels, with each drawn label once."""
+def _legend(fig: plt.Figure, axes: list[plt.Axes], order: list[str] | None = None) -> None:
+    """One legend for the figure, below the panels, with each drawn label once, in ``order``
+    (labels as drawn) where given: matplotlib lists lines before error-bar points otherwise."""
     seen: dict[str, object] = {}
     for ax in axes:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             # an error-bar point is keyed by its marker alone: the bars would clutter the key
             seen.setdefault(label, handle[0] if isinstance(handle, ErrorbarContainer) else handle)
+    if order:
+        rank = {label: i for i, label in enumerate(order)}
+        seen = dict(sorted(seen.items(), key=lambda item: rank.get(item[0], len(rank))))
     if seen:
         fig.legend(
             seen.values(),
