@@ -196,12 +196,16 @@ def _rows(times: dict[str, list[float]]) -> pd.DataFrame:
 
 def test_table_prints_measured_intervals_and_flags_spread_timings():
     metric = {"gsm8k": "exact_flexible"}
-    steady = render(summarise(_rows({"ar": [1.0, 1.1, 0.9, 1.0], "sd": [0.5, 0.55, 0.5, 0.45]})), metric, "markdown")
+    steady = render(
+        summarise(_rows({"ar": [1.0, 1.1, 0.9, 1.0], "sd": [0.5, 0.55, 0.5, 0.45]})), metric, "markdown"
+    )
     sd_rows = [line for line in steady.splitlines() if line.startswith("| sd |")]
     assert "±" not in steady and not any("not shown" in line for line in sd_rows)
     assert "| 2.00 |" in sd_rows[1]  # the speedup of sd, printed
     assert "| 50.0% [" in sd_rows[0]  # quality with its [low, high] interval
-    noisy = render(summarise(_rows({"ar": [1.0, 1.1, 0.9, 1.0], "sd": [0.2, 0.55, 0.5, 2.0]})), metric, "markdown")
+    noisy = render(
+        summarise(_rows({"ar": [1.0, 1.1, 0.9, 1.0], "sd": [0.2, 0.55, 0.5, 2.0]})), metric, "markdown"
+    )
     sd_speed = [line for line in noisy.splitlines() if line.startswith("| sd |")][1]
     assert "not shown: times vary 10.0x" in sd_speed and "(times vary 10.0x)" in sd_speed
 
@@ -213,10 +217,16 @@ def test_each_configuration_warms_up_before_its_first_timed_example(tmp_path, mo
     events: list[str] = []
     generate, append = SpeculativeDecoder.generate, ResultStore.append
     monkeypatch.setattr(
-        SpeculativeDecoder, "generate", lambda self, *a, **k: events.append("decode") or generate(self, *a, **k)
+        SpeculativeDecoder,
+        "generate",
+        lambda self, *a, **k: events.append("decode") or generate(self, *a, **k),
     )
-    monkeypatch.setattr(ResultStore, "append", lambda self, *a, **k: events.append("store") or append(self, *a, **k))
-    run = configs_from_flags(tasks=["arith"], pairs=["ref"], methods=["ar", "sd"], device="cpu", max_new_tokens=3)
+    monkeypatch.setattr(
+        ResultStore, "append", lambda self, *a, **k: events.append("store") or append(self, *a, **k)
+    )
+    run = configs_from_flags(
+        tasks=["arith"], pairs=["ref"], methods=["ar", "sd"], device="cpu", max_new_tokens=3
+    )
     Runner(tmp_path, limit=2, timing_examples=2, progress=False, log=lambda m: None).run(run)
     # two warm-up decodes (one per configuration) that store nothing, then four timed examples
     assert events == ["decode", "decode"] + ["decode", "store"] * 4

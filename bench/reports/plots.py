@@ -143,7 +143,11 @@ def _place_labels(ax: plt.Axes, points: list[tuple[float, float]], texts: list[s
             )
             box = label.get_window_extent(renderer).expanded(1.05, 1.1)
             inside = frame.contains(box.x0, box.y0) and frame.contains(box.x1, box.y1)
-            if inside and not any(box.overlaps(b) for b in taken) and not any(box.contains(*c) for c in centres):
+            if (
+                inside
+                and not any(box.overlaps(b) for b in taken)
+                and not any(box.contains(*c) for c in centres)
+            ):
                 break
         taken.append(label.get_window_extent(renderer))
 
@@ -198,7 +202,9 @@ def _sweep(labels: list[str]) -> tuple[str, str, list[float], list[str]] | None:
     return name, pairs[0][0], values, [p[i] for p in parts]
 
 
-def _merge_coincident(points: list[tuple[float, float]], texts: list[str]) -> tuple[list[tuple[float, float]], list[str]]:
+def _merge_coincident(
+    points: list[tuple[float, float]], texts: list[str]
+) -> tuple[list[tuple[float, float]], list[str]]:
     """One label per drawn position: sweep values that land on the same point (``a=0.1``,
     ``a=0.3``) become one label (``a=0.1, 0.3``) instead of a pile of overlapping ones."""
     merged: dict[tuple[float, float], list[str]] = {}
@@ -238,7 +244,9 @@ def plot_pareto(panel: Panel, qualities: dict[str, str], out: Path, x: str = "no
                 order = np.argsort(values)
                 family, texts = family.iloc[order], [texts[j] for j in order]
                 xs, ys = family[x].to_numpy(float) * x_scale, family["quality"].to_numpy(float) * q_scale
-                label = "static ensemble, weight sweep" if method == "ensemble" else f"{family_name}, {key} swept"
+                label = (
+                    "static ensemble, weight sweep" if method == "ensemble" else f"{family_name}, {key} swept"
+                )
                 ax.plot(xs, ys, "-", lw=1.2, label=label, **{**style, "markersize": 6})
                 drawn.append(label)
                 sweeps.append((ax, *_merge_coincident(list(zip(xs, ys)), texts), style["color"]))
