@@ -152,17 +152,21 @@ def _chart(c: Comparison, summary: pd.DataFrame) -> str:
     x0, x1, y0, y1 = min(xs), max(xs), min(ys), max(ys)
     pad_x, pad_y = (x1 - x0) * 0.08 or 0.01, (y1 - y0) * 0.08 or 0.01
     x0, x1, y0, y1 = x0 - pad_x, x1 + pad_x, y0 - pad_y, y1 + pad_y
-    w, h, m = 340, 230, 40
+    w, h, m = 420, 270, 48
     sx = lambda v: m + (v - x0) / (x1 - x0) * (w - m - 10)  # noqa: E731
     sy = lambda v: h - m + 10 - (v - y0) / (y1 - y0) * (h - m - 10)  # noqa: E731
+    pct = lambda v: f"{100 * v:.1f}%"  # noqa: E731  the table's unit
     parts = [
         f'<svg class="chart" width="{w}" height="{h}" viewBox="0 0 {w} {h}" xmlns="http://www.w3.org/2000/svg" '
-        'font-size="10" font-family="sans-serif">',
+        'font-size="11" font-family="sans-serif">',
         f'<line x1="{m}" y1="{h - m + 10}" x2="{w - 10}" y2="{h - m + 10}" stroke="#888"/>',
         f'<line x1="{m}" y1="10" x2="{m}" y2="{h - m + 10}" stroke="#888"/>',
-        f'<text x="{m}" y="{h - 8}">{x0:.3f}</text><text x="{w - 45}" y="{h - 8}">{x1:.3f}</text>',
-        f'<text x="{(w + m) / 2 - 40}" y="{h - 8}">acceptance rate</text>',
-        f'<text x="2" y="{h - m + 10}">{y0:.2f}</text><text x="2" y="18">{y1:.2f}</text>',
+        f'<text x="{m}" y="{h - m + 24}">{pct(x0)}</text>',
+        f'<text x="{w - 10}" y="{h - m + 24}" text-anchor="end">{pct(x1)}</text>',
+        f'<text x="{(w + m) / 2}" y="{h - 6}" text-anchor="middle">acceptance rate</text>',
+        f'<text x="{m - 3}" y="{h - m + 10}" text-anchor="end">{pct(y0)}</text>',
+        f'<text x="{m - 3}" y="20" text-anchor="end">{pct(y1)}</text>',
+        f'<text transform="translate(12 {(h - m) / 2}) rotate(-90)" text-anchor="middle">quality</text>',
     ]
     hull = hull_points(fam["acceptance_rate"].to_numpy(float), fam["quality"].to_numpy(float))
     line = " ".join(f"{sx(a):.1f},{sy(q):.1f}" for a, q in hull)
@@ -183,10 +187,15 @@ def _chart(c: Comparison, summary: pd.DataFrame) -> str:
             f'<circle cx="{sx(a):.1f}" cy="{sy(q):.1f}" r="{5 if i == len(pts) - 1 else 3.5}" fill="{colour}"/>'
         )
     parts.append(
-        f'<text x="{m + 6}" y="20" fill="#d62828">{_esc(c.candidate[:40])}: {_esc(c.verdict)}</text>'
+        f'<text x="{m + 6}" y="20" fill="#d62828">{_esc(_short(c.candidate))}: {_esc(c.verdict)}</text>'
     )
     parts.append(f'<text x="{m + 6}" y="33" fill="#2a9d8f">{_esc(c.family)} frontier</text></svg>')
     return "".join(parts)
+
+
+def _short(label: str, width: int = 46) -> str:
+    """A label that fits the chart's legend line; the table beside it gives the whole one."""
+    return label if len(label) <= width else label[: width - 1] + "…"
 
 
 def _family_labels(summary: pd.DataFrame, c: Comparison) -> list[str]:
