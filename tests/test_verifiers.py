@@ -251,7 +251,7 @@ def test_ensemble_weight_one_is_sd():
         ("diversed", {"mix": "logit"}, "--mix prob"),
         ("medusa", {}, "ar, sd, lossy, cascade, ensemble, diversed"),
         ("sd", {"target_weight": 0.5}, "unknown parameter"),
-        ("no_such_module:Thing", {}, "module:attr"),
+        ("no_such_module:Thing", {}, "module:Class or path/to/file.py:Class"),
     ],
 )
 def test_bad_arguments_raise_one_clear_error(method, params, needle):
