@@ -28,7 +28,7 @@ from bench.pairs import load_pair
 from bench.runner import Runner
 from bench.tasks import Task, resolve_task
 from bench.verifiers import make_verifier
-from hub_checkpoints import WINDOW, build_family
+from hub_checkpoints import FAMILIES, WINDOW, build_family
 
 ARCHITECTURES = ("llama3", "qwen3", "gemma3")
 ENGINES = ("eager", "compiled")
@@ -97,6 +97,19 @@ def factories():
     return {"eager": make_engine("eager"), "compiled": make_engine("compiled")}
 
 
+def test_pair_files_load_the_real_classes_and_end_of_sequence_tokens(pairs):
+    assert [type(m).__name__ for m in (pairs["llama3"].target, pairs["llama3"].draft)] == ["LlamaForCausalLM"] * 2
+    assert [type(m).__name__ for m in (pairs["gemma3"].target, pairs["gemma3"].draft)] == [
+        "Gemma3ForConditionalGeneration"
+    ] * 2
+    llama = pairs["llama3"]
+    assert [m.config.tie_word_embeddings for m in (llama.target, llama.draft)] == [False, True]  # 3.2 1B ties
+    for name, family in FAMILIES.items():
+        pair = pairs[name]
+        eos = pair.tokenizer.convert_ids_to_tokens(pair.eos_token_ids)
+        assert set(eos) == set(family["generation_eos"]), name  # every EOS of the generation config
+
+
 @pytest.mark.parametrize("name", ARCHITECTURES)
 def test_prompt_ids_are_the_tokenizers_ids_of_the_task_text(name, pairs, prompts, texts):
     tok = pairs[name].tokenizer
@@ -108,6 +121,10 @@ def test_prompt_ids_are_the_tokenizers_ids_of_the_task_text(name, pairs, prompts
         assert Runner.encode(pairs[name], text, chat_template=False) == tok(text).input_ids
         if tok.bos_token_id is not None:
             assert ids.count(tok.bos_token_id) == 1 and ids[0] == tok.bos_token_id
+    assert tok.decode(prompts[name][0]).endswith(
+        {"llama3": "<|start_header_id|>assistant<|end_header_id|>\n\n", "qwen3": "<|im_start|>assistant\n",
+         "gemma3": "<start_of_turn>model\n"}[name]
+    )
     assert len({len(p) for p in prompts[name]}) == ROWS, "the batch must be ragged"
     assert min(len(p) for p in prompts[name]) > 2 * WINDOW
 
