@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from bench.engines.layout import attention_layout
 from bench.errors import BenchError
 from bench.registry import entries, find, load_yaml
 from bench.tiny import TinyConfig, build_synthetic_pair, build_tiny_pair
@@ -225,10 +226,17 @@ def _load_packaged_pair(spec: PairSpec, device: torch.device, dtype: torch.dtype
 
 
 def load_pair(name_or_spec: str | PairSpec, device: str = "auto", dtype: str | None = None) -> Pair:
-    """Resolve and load a pair onto a device, in the pair's dtype unless one is given."""
+    """Resolve and load a pair onto a device, in the pair's dtype unless one is given. A model whose
+    attention the engines would not reproduce exactly is refused here, before anything runs."""
     spec = resolve_pair(name_or_spec) if isinstance(name_or_spec, str) else name_or_spec
     dev = pick_device(device)
-    torch_dtype = pick_dtype(spec, dev, dtype)
+    pair = _load(spec, dev, pick_dtype(spec, dev, dtype))
+    for model in (pair.target, pair.draft):
+        attention_layout(model)
+    return pair
+
+
+def _load(spec: PairSpec, dev: torch.device, torch_dtype: torch.dtype) -> Pair:
     if spec.kind == "tiny":
         try:
             cfg = TinyConfig(**spec.tiny)

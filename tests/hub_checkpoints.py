@@ -23,6 +23,8 @@ from transformers import (
 )
 
 CORPUS = ["Question: what is 12 + 7? Answer: 19. The quick brown fox jumps over the lazy dog. " * 4]
+WINDOW = 8  # Gemma 3 sliding window: shorter than any test prompt
+BLOCKS = (4.0, 0.25)  # Llama and Qwen: scales of each attention block's and MLP's output
 SMALL = dict(hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=8)
 
 FAMILIES: dict[str, dict[str, Any]] = {
@@ -130,8 +132,13 @@ def config(name: str, layers: int, vocab: int, tied: bool, ids: dict[str, int]) 
     text = dict(
         num_hidden_layers=layers,
         vocab_size=vocab,
-        sliding_window=8,
+        sliding_window=WINDOW,
         layer_types=(["sliding_attention", "full_attention"] * layers)[:layers],
+        # gemma-3-12b-it's RoPE: local layers base 10k unscaled, global layers base 1M scaled 8x
+        rope_parameters={
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+            "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1_000_000.0},
+        },
         **SMALL,
     )
     vision = dict(
@@ -168,7 +175,12 @@ def save_snapshot(cache: Path, repo: str, files: dict[str, Any]) -> Path:
 
 
 def build_family(cache: Path, name: str, target_vocab_padding: int = 0) -> None:
-    """Target (2 layers, untied) and draft (1 layer, tied) of one family, same tokenizer."""
+    """Target (2 layers, untied) and draft (1 layer, tied) of one family, same tokenizer.
+
+    Random tiny models easily repeat one token whatever the prompt. Llama and Qwen blocks here
+    weigh attention up and the MLP down (``BLOCKS``), so what comes next depends on the context and
+    not only on the last token; Gemma's scaled embeddings and normalised blocks already do.
+    """
     family = FAMILIES[name]
     tok = tokenizer(family)
     vocab = len(tok)
@@ -181,6 +193,10 @@ def build_family(cache: Path, name: str, target_vocab_padding: int = 0) -> None:
         model = AutoModelForCausalLM.from_config(config(name, layers, vocab + padding, tied, ids))
         with torch.no_grad():
             model.get_output_embeddings().weight.mul_(20)  # peaked, like a trained model's
+            if name != "gemma3":
+                for layer in model.get_decoder().layers:
+                    layer.self_attn.o_proj.weight.mul_(BLOCKS[0])
+                    layer.mlp.down_proj.weight.mul_(BLOCKS[1])
         model.generation_config = GenerationConfig(
             bos_token_id=ids.get(family["bos"]),
             eos_token_id=[ids[t] for t in family["generation_eos"]],

@@ -91,7 +91,7 @@ def assert_batch_equals_alone(decoder, prompts, budget, seeds, batch):
 
 
 def architectures():
-    from tests.test_architectures import ARCHITECTURES
+    from tests.prefix_pairs import ARCHITECTURES
 
     return ARCHITECTURES
 

@@ -21,7 +21,7 @@ from bench.engines import make_engine
 from bench.errors import BenchError
 from bench.head import WeightHead
 from bench.verifiers import make_verifier
-from test_architectures import ARCHITECTURES
+from prefix_pairs import ARCHITECTURES
 
 GREEDY = Sampling(temperature=0.0)
 N = 3

@@ -1,5 +1,6 @@
-"""The real pair files (llama3, qwen3, gemma3) load offline through the real loading code, from
-tiny random checkpoints of their architectures saved in a hub cache layout (tests/hub_checkpoints.py)."""
+"""Hub pair files load offline through the real loading code, from tiny random checkpoints saved
+in a hub cache layout (tests/hub_checkpoints.py): a padded target vocabulary, a spread target, hub
+data. What the three real pairs decode is checked against transformers in tests/test_fidelity.py."""
 
 import json
 import os
@@ -8,7 +9,7 @@ import sys
 import textwrap
 
 import pytest
-from hub_checkpoints import FAMILIES, build_family
+from hub_checkpoints import build_family
 
 PROBE = textwrap.dedent(
     """
@@ -48,8 +49,7 @@ PROBE = textwrap.dedent(
 @pytest.fixture(scope="module")
 def hub_cache(tmp_path_factory):
     cache = tmp_path_factory.mktemp("hub")
-    for name in FAMILIES:
-        build_family(cache, name)
+    build_family(cache, "qwen3")
     return cache
 
 
@@ -60,20 +60,6 @@ def probe(cache, *pairs):
     )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def test_real_pair_files_load_offline_and_sd_equals_ar(hub_cache):
-    found = probe(hub_cache, "llama3", "qwen3", "gemma3")
-    assert found["llama3"]["classes"] == ["LlamaForCausalLM"] * 2
-    assert found["llama3"]["tied"] == [False, True]
-    assert found["gemma3"]["classes"] == ["Gemma3ForConditionalGeneration"] * 2
-    for name, family in FAMILIES.items():
-        got = found[name]
-        assert set(got["eos_tokens"]) == set(family["generation_eos"]), name  # every EOS of the config
-        assert got["equal"], f"{name}: greedy sd differs from ar"
-    assert "<|start_header_id|>user<|end_header_id|>" in found["llama3"]["prompt"]
-    assert "<|im_start|>assistant" in found["qwen3"]["prompt"]
-    assert "<start_of_turn>model" in found["gemma3"]["prompt"]
 
 
 def test_a_padded_target_vocabulary_is_compared_on_the_shared_rows(tmp_path):

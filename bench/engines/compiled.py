@@ -31,7 +31,7 @@ from __future__ import annotations
 import shutil
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import torch
 from torch import Tensor
@@ -71,14 +71,14 @@ class StaticSlotCache(SlotCache):
     """``SlotCache`` with every step reading all ``capacity`` slots (a fixed shape), and rows that
     leave the batch compacted in place so the buffers keep their shape and address."""
 
-    def __init__(self, rows: int, capacity: int) -> None:
-        super().__init__(rows, capacity)
+    def __init__(self, rows: int, capacity: int, devices: Iterable[torch.device] = ()) -> None:
+        super().__init__(rows, capacity, devices)
         self.visible = capacity
 
     def compact(self, rows: Tensor) -> None:
         for store in (self.keys, self.values):
             for buf in store.values():
-                buf[: len(rows)] = buf.index_select(0, rows)
+                buf[: len(rows)] = buf.index_select(0, rows.to(buf.device))
 
 
 class CompiledEngine(EagerEngine):
@@ -135,7 +135,7 @@ class CompiledEngine(EagerEngine):
         if fits:
             self.cache = min(fits, key=lambda c: (c.rows, c.max_len))
         else:
-            self.cache = StaticSlotCache(rows, max(64, 1 << (need - 1).bit_length()))
+            self.cache = StaticSlotCache(rows, max(64, 1 << (need - 1).bit_length()), self.devices)
             self._compile()
             self.caches.append(self.cache)
         self.lengths = [0] * rows

@@ -2,29 +2,38 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import torch
 from torch import Tensor
 from transformers import PreTrainedModel
 
 from bench.engines.base import ModelEngine, to_device
-from bench.errors import BenchError
+from bench.engines.layout import FULL, SLIDING, attention_layout, layer_devices
 
 
 class SlotCache:
     """Per-layer K/V buffers [B, kv_heads, max_len, head_dim]; row b's token at position t sits in
-    slot t. Allocated at the first write of each layer (its shapes come from the model's keys).
+    slot t. Allocated at the first write of each layer, from the layer's keys: so on the layer's own
+    device when a ``device_map`` spreads the model, and every index into a buffer is taken on that
+    buffer's device (``place`` copies a step's positions to each device once, not once per layer).
 
     transformers' attention layers call only ``update`` when the forward is given position ids and
-    a dict of ready masks, which ``EagerEngine.step`` always passes."""
+    a dict of ready masks, which ``EagerEngine.step`` always passes (transformers' device-map hooks
+    move the masks and position ids to each layer's device)."""
 
-    def __init__(self, rows: int, max_len: int) -> None:
+    def __init__(self, rows: int, max_len: int, devices: Iterable[torch.device] = ()) -> None:
         self.rows, self.max_len = rows, max_len
+        self.devices = tuple(dict.fromkeys(devices))
         self.keys: dict[int, Tensor] = {}
         self.values: dict[int, Tensor] = {}
-        self.positions = torch.zeros(rows, 0, dtype=torch.long)
+        self.positions: dict[torch.device, Tensor] = {}
         self.visible = 0  # slots the current step's attention reads: max position + 1
+
+    def place(self, positions: Tensor) -> None:
+        """This step's positions [B, T], on every device a layer of the model lives on."""
+        here = {positions.device: positions}
+        self.positions = here | {d: positions.to(d, non_blocking=True) for d in self.devices if d not in here}
 
     def update(self, key: Tensor, value: Tensor, layer_idx: int, *args: object, **kwargs: object):
         if layer_idx not in self.keys:
@@ -32,15 +41,16 @@ class SlotCache:
             self.keys[layer_idx] = key.new_zeros(shape)
             self.values[layer_idx] = value.new_zeros(shape)
         rows = torch.arange(self.rows, device=key.device).unsqueeze(1)
+        positions = self.positions[key.device]
         k, v = self.keys[layer_idx], self.values[layer_idx]
-        k[rows, :, self.positions] = key.transpose(1, 2)
-        v[rows, :, self.positions] = value.transpose(1, 2)
+        k[rows, :, positions] = key.transpose(1, 2)
+        v[rows, :, positions] = value.transpose(1, 2)
         return k[:, :, : self.visible], v[:, :, : self.visible]
 
     def select(self, rows: Tensor) -> None:
         for store in (self.keys, self.values):
             for layer, buf in store.items():
-                store[layer] = buf.index_select(0, rows)
+                store[layer] = buf.index_select(0, rows.to(buf.device))
         self.rows = len(rows)
 
     @property
@@ -55,27 +65,16 @@ class EagerEngine(ModelEngine):
 
     def __init__(self, model: PreTrainedModel, widths: Sequence[int] = ()) -> None:
         """``widths``: the step widths the loop will use; eager runs any width, so it needs none."""
-        config = model.config
-        kinds = set(getattr(config, "layer_types", None) or ["full_attention"])
-        window = getattr(config, "sliding_window", None)
-        if kinds - {"full_attention", "sliding_attention"}:
-            raise BenchError(
-                f"{config.model_type}: layer types {sorted(kinds)} are not supported by the decoding "
-                "engine (full and sliding attention only)"
-            )
-        if window and "sliding_attention" not in kinds:
-            raise BenchError(
-                f"{config.model_type}: a sliding window without per-layer types is not supported by the "
-                "decoding engine; use a model whose config lists layer_types"
-            )
+        layout = attention_layout(model)
         self.model = model
-        self.kinds = kinds
-        self.window = window
+        self.kinds = set(layout.kinds)
+        self.window = layout.window
+        self.devices = tuple(dict.fromkeys(layer_devices(model).values())) or (model.device,)
         self.lengths: list[int] = []
         self.cache = SlotCache(0, 0)
 
     def start(self, rows: int, max_len: int) -> None:
-        self.cache = SlotCache(rows, max_len)
+        self.cache = SlotCache(rows, max_len, self.devices)
         self.lengths = [0] * rows
 
     def _masks(self, positions: Tensor, visible: int) -> Tensor | dict[str, Tensor]:
@@ -84,9 +83,9 @@ class EagerEngine(ModelEngine):
         sliding layers take the dict)."""
         slot = torch.arange(visible, device=positions.device)
         query = positions.unsqueeze(-1)  # [B, T, 1]
-        allowed = {"full_attention": slot <= query}
-        if "sliding_attention" in self.kinds:
-            allowed["sliding_attention"] = allowed["full_attention"] & (slot > query - self.window)
+        allowed = {FULL: slot <= query}
+        if SLIDING in self.kinds:
+            allowed[SLIDING] = allowed[FULL] & (slot > query - self.window)
         low = torch.finfo(self.model.dtype).min
         zero = torch.zeros((), dtype=self.model.dtype, device=positions.device)
         masks = {k: torch.where(a, zero, low).unsqueeze(1) for k, a in allowed.items() if k in self.kinds}
@@ -109,7 +108,7 @@ class EagerEngine(ModelEngine):
         """The transformers forward of every engine: ``ids`` at explicit ``positions``, attending
         to ``visible`` cache slots under ready masks. Logits (and last hidden states) of the last
         ``keep`` positions."""
-        self.cache.positions = positions
+        self.cache.place(positions)
         out = self.model(
             input_ids=ids,
             position_ids=positions,

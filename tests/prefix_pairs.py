@@ -1,16 +1,9 @@
-"""The loop on the architectures of the paper's other pairs (Qwen3, Gemma 3), built small and random.
+"""Draft/target pairs of the Qwen3 and Gemma 3 (text-only) architectures, built small and random,
+the draft being the target's first layers so that drafts are often but not always accepted.
+Checked against transformers itself on the real pairs' checkpoints in tests/test_fidelity.py."""
 
-Gemma 3 mixes sliding-window and full attention layers; with a window shorter than the sequence,
-cache cropping after rejections must still give greedy ``sd`` == ``ar`` token for token.
-"""
-
-import pytest
 import torch
 from transformers import Gemma3ForCausalLM, Gemma3TextConfig, Qwen3Config, Qwen3ForCausalLM
-
-from bench.decoding import SpeculativeDecoder
-from bench.distributions import Sampling
-from bench.verifiers import make_verifier
 
 COMMON = dict(
     vocab_size=300,
@@ -61,23 +54,3 @@ ARCHITECTURES = {
         **shape,
     ),
 }
-
-
-@pytest.mark.parametrize("name", sorted(ARCHITECTURES))
-def test_greedy_sd_equals_ar(name):
-    target, draft = ARCHITECTURES[name]()
-    greedy = Sampling(temperature=0.0)
-    ar = SpeculativeDecoder(target, None, make_verifier("ar"), sampling=greedy)
-    g = torch.Generator().manual_seed(1)
-    rates = []
-    for _ in range(6):
-        prompt = torch.randint(3, 300, (int(torch.randint(12, 30, (1,), generator=g)),), generator=g).tolist()
-        reference = ar.generate(prompt, 40).token_ids
-        for n in (1, 3, 5):
-            gen = SpeculativeDecoder(
-                target, draft, make_verifier("sd"), draft_len=n, sampling=greedy
-            ).generate(prompt, 40)
-            assert gen.token_ids == reference, f"{name}, draft length {n}"
-            rates.append(gen.stats.acceptance_rate)
-    mean = sum(rates) / len(rates)
-    assert 0.2 < mean < 0.95, f"both accept and reject paths must run, got acceptance {mean:.2f}"

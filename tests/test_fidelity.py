@@ -1,0 +1,188 @@
+"""Every real pair's architecture decodes exactly what transformers computes (the reference).
+
+Tiny random checkpoints of the llama3, qwen3 and gemma3 pairs (tests/hub_checkpoints.py: Llama 3.1
+with llama3 RoPE scaling, Qwen3, Gemma 3 -it as ``Gemma3ForConditionalGeneration`` with a sliding
+window of 8 and different local/global RoPE bases) are loaded through the pair files and the real
+loading code, and prompted with the GSM8K task's prompts under each tokenizer's chat template
+(~120-140 tokens, far longer than the window). Against transformers' own code, in fp32:
+
+- the logits of every harness step (prefill, one- and multi-token steps, steps after a rollback)
+  equal a full forward of the same ids, within ``TOLERANCE``;
+- greedy ``ar`` and ``sd`` equal ``generate(do_sample=False)`` token for token, on both engines,
+  at batch 1 and in a batch of ragged prompt lengths;
+- the prompt ids are the tokenizer's (and chat template's) ids of the task's prompt text;
+- the checkpoints continue different prompts differently, so mixed-up rows could not pass.
+
+One compiled-engine factory serves the module, and every batch has three rows, so each model
+compiles its step widths once (target 1 and N + 1, draft 1 and 2).
+"""
+
+import huggingface_hub.constants as hub_constants
+import pytest
+import torch
+
+from bench.decoding import SpeculativeDecoder
+from bench.distributions import Sampling
+from bench.engines import make_engine
+from bench.pairs import load_pair
+from bench.runner import Runner
+from bench.tasks import Task, resolve_task
+from bench.verifiers import make_verifier
+from hub_checkpoints import FAMILIES, WINDOW, build_family
+
+ARCHITECTURES = ("llama3", "qwen3", "gemma3")
+ENGINES = ("eager", "compiled")
+GREEDY = Sampling(temperature=0.0)
+N = 3  # draft length: the target verifies N + 1 tokens a step
+BUDGET = 16
+ROWS = 3
+# fp32 logits (the heads are scaled 20x, so logits are O(10)): measured differences are < 2e-5.
+TOLERANCE = dict(rtol=1e-4, atol=1e-4)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Compiling and tiny steps gain nothing from a second thread on a loaded machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def pairs(tmp_path_factory):
+    """The three real pair files, loaded offline from a hub cache of tiny checkpoints."""
+    cache = tmp_path_factory.mktemp("hub")
+    for name in ARCHITECTURES:
+        build_family(cache, name)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(hub_constants, "HF_HUB_CACHE", str(cache))
+        patch.setattr(hub_constants, "HF_HUB_OFFLINE", True)
+        return {name: load_pair(name, device="cpu") for name in ARCHITECTURES}
+
+
+@pytest.fixture(scope="module")
+def texts():
+    """The GSM8K task's prompt texts (zero-shot: the tiny vocabulary spells them in ~130 tokens)."""
+    return [e.prompt for e in Task(resolve_task("gsm8k"), "fixture", num_fewshot=0).examples(ROWS)]
+
+
+@pytest.fixture(scope="module")
+def prompts(pairs, texts):
+    """The ids the runner decodes for each pair (chat template on, as for the -it models)."""
+    return {name: [Runner.encode(pair, t, chat_template=True) for t in texts] for name, pair in pairs.items()}
+
+
+@pytest.fixture(scope="module")
+def references(pairs, prompts):
+    """transformers' greedy continuation of each prompt, decoded alone."""
+    out = {}
+    for name, pair in pairs.items():
+        out[name] = [
+            pair.target.generate(
+                torch.tensor([p]),
+                attention_mask=torch.ones(1, len(p), dtype=torch.long),  # else ids equal to pad are masked
+                do_sample=False,
+                max_new_tokens=BUDGET,
+                eos_token_id=pair.eos_token_ids,
+                pad_token_id=pair.eos_token_ids[0],
+            )[0, len(p) :].tolist()
+            for p in prompts[name]
+        ]
+    return out
+
+
+@pytest.fixture(scope="module")
+def factories():
+    return {"eager": make_engine("eager"), "compiled": make_engine("compiled")}
+
+
+def test_pair_files_load_the_real_classes_and_end_of_sequence_tokens(pairs):
+    assert [type(m).__name__ for m in (pairs["llama3"].target, pairs["llama3"].draft)] == ["LlamaForCausalLM"] * 2
+    assert [type(m).__name__ for m in (pairs["gemma3"].target, pairs["gemma3"].draft)] == [
+        "Gemma3ForConditionalGeneration"
+    ] * 2
+    llama = pairs["llama3"]
+    assert [m.config.tie_word_embeddings for m in (llama.target, llama.draft)] == [False, True]  # 3.2 1B ties
+    for name, family in FAMILIES.items():
+        pair = pairs[name]
+        eos = pair.tokenizer.convert_ids_to_tokens(pair.eos_token_ids)
+        assert set(eos) == set(family["generation_eos"]), name  # every EOS of the generation config
+
+
+@pytest.mark.parametrize("name", ARCHITECTURES)
+def test_prompt_ids_are_the_tokenizers_ids_of_the_task_text(name, pairs, prompts, texts):
+    tok = pairs[name].tokenizer
+    for text, ids in zip(texts, prompts[name]):
+        templated = tok.apply_chat_template(
+            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+        assert ids == list(templated)
+        assert Runner.encode(pairs[name], text, chat_template=False) == tok(text).input_ids
+        if tok.bos_token_id is not None:
+            assert ids.count(tok.bos_token_id) == 1 and ids[0] == tok.bos_token_id
+    assert tok.decode(prompts[name][0]).endswith(
+        {"llama3": "<|start_header_id|>assistant<|end_header_id|>\n\n", "qwen3": "<|im_start|>assistant\n",
+         "gemma3": "<start_of_turn>model\n"}[name]
+    )
+    assert len({len(p) for p in prompts[name]}) == ROWS, "the batch must be ragged"
+    assert min(len(p) for p in prompts[name]) > 2 * WINDOW
+
+
+@pytest.mark.parametrize("name", ARCHITECTURES)
+def test_different_prompts_continue_differently(name, references):
+    assert len({tuple(r) for r in references[name]}) == ROWS, references[name]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("name", ARCHITECTURES)
+def test_step_logits_equal_a_full_forward(name, engine, pairs, prompts, factories):
+    """Prefill, then steps of 1 to N + 1 tokens, some rolled back as rejected drafts are: each row's
+    logits equal transformers' forward of that row's whole sequence (no cache, its own masks)."""
+    model = pairs[name].target
+    engine_ = factories[engine](model, (N + 1,))
+    seqs = [list(p) for p in prompts[name]]
+    engine_.start(ROWS, max(map(len, seqs)) + 8 * (N + 1))
+    g = torch.Generator().manual_seed(0)
+
+    def check(logits: torch.Tensor, fed: list[int], step: int) -> None:
+        for row, (seq, n) in enumerate(zip(seqs, fed)):
+            want = model(input_ids=torch.tensor([seq])).logits[0, -n:]
+            torch.testing.assert_close(logits[row, :n], want, **TOLERANCE, msg=f"{name} {engine} step {step}")
+
+    with torch.inference_mode():
+        width = max(map(len, seqs))
+        feed = torch.tensor([s + [0] * (width - len(s)) for s in seqs])  # right-padded prompts
+        logits, _ = engine_.step(feed, [len(s) for s in seqs], keep=width, hidden=False)
+        check(logits, [len(s) for s in seqs], 0)
+        for step, (width, rolled_back) in enumerate([(N + 1, 2), (1, 0), (N + 1, N), (2, 1), (N + 1, 0)], 1):
+            feed = torch.randint(3, model.config.get_text_config().vocab_size, (ROWS, width), generator=g)
+            logits, _ = engine_.step(feed, [width] * ROWS, keep=width, hidden=False)
+            seqs = [s + f for s, f in zip(seqs, feed.tolist())]
+            check(logits, [width] * ROWS, step)
+            seqs = [s[: len(s) - rolled_back] for s in seqs]
+            engine_.truncate([len(s) for s in seqs])
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("name", ARCHITECTURES)
+def test_greedy_ar_and_sd_equal_transformers_generate(name, engine, pairs, prompts, references, factories):
+    pair = pairs[name]
+    rates = []
+    for method in ("ar", "sd"):
+        decoder = SpeculativeDecoder(
+            pair.target,
+            pair.draft if method == "sd" else None,
+            make_verifier(method),
+            draft_len=N,
+            sampling=GREEDY,
+            eos_token_ids=pair.eos_token_ids,
+            engine=factories[engine],
+        )
+        batch = decoder.generate_batch(prompts[name], BUDGET, list(range(ROWS)))  # first: compiles 3 rows
+        assert [g.token_ids for g in batch] == references[name], f"{name} {engine} {method}, ragged batch"
+        for prompt, want in zip(prompts[name], references[name]):
+            alone = decoder.generate(prompt, BUDGET)
+            assert alone.token_ids == want, f"{name} {engine} {method}, batch 1"
+            rates.append(alone.stats.acceptance_rate)
+    assert any(r < 1 for r in rates[ROWS:]), "sd must reject drafts (and roll back) somewhere"
