@@ -44,6 +44,9 @@ SHARED_SETTINGS = (
 )
 # Version of the rows' columns and of the configuration ids; results of another are refused.
 SCHEMA = 3
+# Rows of schema 2 and older on Gemma 3 came from engines that attended over the whole context on
+# its sliding-window layers: their numbers are wrong, and the refusal says so.
+FULL_WINDOW_SCHEMAS = (1, 2)
 
 
 def _atomic_write_parquet(frame: pd.DataFrame, path: Path) -> None:
@@ -187,11 +190,22 @@ def _read_rows(path: Path) -> pd.DataFrame:
     schema = frame["schema"].unique().tolist() if "schema" in frame else []
     if schema != [SCHEMA]:
         found = "no schema column" if not schema else f"schema {schema}"
+        if set(schema) & set(FULL_WINDOW_SCHEMAS) and _holds_gemma3(frame):
+            raise BenchError(
+                f"{path} holds Gemma 3 rows decoded with full attention on its sliding-window layers "
+                f"({found}): their numbers are wrong; re-run them into a new --output-dir"
+            )
         raise BenchError(
             f"{path} holds rows of another diversed-bench version ({found}, this one reads schema {SCHEMA}: "
             "configuration ids and columns differ, see docs/results-schema.md); re-run into a new --output-dir"
         )
     return frame
+
+
+def _holds_gemma3(frame: pd.DataFrame) -> bool:
+    """Whether any row's pair is Gemma 3: the registry's ``gemma3`` or a pair file naming it."""
+    pairs = frame["pair"].astype(str) if "pair" in frame else pd.Series([], dtype=str)
+    return bool(pairs.str.contains("gemma3|gemma-3", case=False).any())
 
 
 def load_results(root: Path | str) -> pd.DataFrame:

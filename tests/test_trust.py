@@ -81,6 +81,15 @@ def test_results_of_an_older_schema_are_refused(tmp_path, capsys):
     assert code == 2 and len(err) == 1 and "another diversed-bench version" in err[0]
 
 
+def test_gemma3_rows_of_the_full_window_engines_are_refused_for_that_reason(tmp_path, capsys):
+    rows = run(tmp_path / "new")
+    (tmp_path / "old").mkdir()
+    for pair, expected in (("gemma3", "Gemma 3 rows decoded with full attention"), ("tiny", "another")):
+        rows.assign(schema=2, pair=pair).to_parquet(tmp_path / "old" / "x.0of1.parquet")
+        code, err = cli(capsys, "table", str(tmp_path / "old"))
+        assert code == 2 and len(err) == 1 and expected in err[0], err
+
+
 def test_bad_input_is_one_line(tmp_path, capsys):
     results = tmp_path / "results"
     run(results)
