@@ -98,7 +98,9 @@ def factories():
 
 
 def test_pair_files_load_the_real_classes_and_end_of_sequence_tokens(pairs):
-    assert [type(m).__name__ for m in (pairs["llama3"].target, pairs["llama3"].draft)] == ["LlamaForCausalLM"] * 2
+    assert [type(m).__name__ for m in (pairs["llama3"].target, pairs["llama3"].draft)] == [
+        "LlamaForCausalLM"
+    ] * 2
     assert [type(m).__name__ for m in (pairs["gemma3"].target, pairs["gemma3"].draft)] == [
         "Gemma3ForConditionalGeneration"
     ] * 2
@@ -122,8 +124,11 @@ def test_prompt_ids_are_the_tokenizers_ids_of_the_task_text(name, pairs, prompts
         if tok.bos_token_id is not None:
             assert ids.count(tok.bos_token_id) == 1 and ids[0] == tok.bos_token_id
     assert tok.decode(prompts[name][0]).endswith(
-        {"llama3": "<|start_header_id|>assistant<|end_header_id|>\n\n", "qwen3": "<|im_start|>assistant\n",
-         "gemma3": "<start_of_turn>model\n"}[name]
+        {
+            "llama3": "<|start_header_id|>assistant<|end_header_id|>\n\n",
+            "qwen3": "<|im_start|>assistant\n",
+            "gemma3": "<start_of_turn>model\n",
+        }[name]
     )
     assert len({len(p) for p in prompts[name]}) == ROWS, "the batch must be ragged"
     assert min(len(p) for p in prompts[name]) > 2 * WINDOW

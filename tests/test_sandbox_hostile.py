@@ -152,8 +152,10 @@ def f():
 def test_the_tests_are_not_in_the_programs_memory():
     token = secrets.token_hex(8)
     code = f"H1, H2 = {token[:8]!r}, {token[8:]!r}\n" + SCAN
-    planted = "_planted = H1 + H2\n"  # control: the scan finds the token where it is in memory
-    assert attack(code.replace(SCAN, planted + SCAN), f"assert f(), {token!r}").passed
+    planted = "_planted = H1 + H2\n"  # control: the scan finds the token where it is in memory...
+    control = attack(code.replace(SCAN, planted + SCAN), f"assert f(), {token!r}")
+    # ...unless the jail cannot read even its own memory (a worker that left uid 0 is not dumpable)
+    assert control.passed or "Permission denied: '/proc/self/mem'" in control.detail, control
     assert not attack(code, f"assert f(), {token!r}").passed
 
 

@@ -20,6 +20,7 @@ class Limits:
     wall_s: float | None = None
     memory_bytes: int = 2 * 1024**3
     file_bytes: int = 8 * 1024**2
+    threads: int = 32  # threads and processes of the jail's uid (forks are denied anyway)
 
     @property
     def wall(self) -> float:

@@ -1,12 +1,26 @@
-"""The operating-system jail: bubblewrap namespaces plus a seccomp filter against new processes.
+"""The operating-system jail: bubblewrap namespaces, an unprivileged host uid and a seccomp filter.
 
 Inside, the worker sees a read-only ``/usr`` and Python's own install, a fresh ``/proc`` and a
-read-only minimal ``/dev``, on a read-only root; a small private tmpfs at ``/tmp`` is the only
-writable place. It has its own user,
-PID, network (loopback only, none of the host's), IPC, UTS and cgroup namespaces, no capabilities,
-no environment beyond PATH/HOME/LANG, and dies with its parent. The seccomp filter makes fork,
-vfork and process-creating clone fail with EPERM (threads stay allowed), which also holds for
-root, where RLIMIT_NPROC does not.
+read-only minimal ``/dev``, on a read-only root; a 64 MiB private tmpfs at ``/tmp`` is the only
+writable place. It has its own PID, network (loopback only), IPC, UTS and cgroup namespaces, no
+environment beyond PATH/HOME/LANG, and dies with its parent.
+
+The candidate never runs as host uid 0: uid 0 alone may write kernel settings under ``/proc/sys``
+and ignores process limits, capabilities or not. Started by root, bwrap makes no user namespace
+(it would map the jail's uid 0 to the host's) and keeps only CAP_SETUID/CAP_SETGID, which the
+worker's first trusted lines spend to become ``JAIL_UID``, losing every capability; started by
+another user, bwrap maps that (unprivileged) user into a user namespace that cannot nest. Either
+way ``no_new_privs`` is set. The seccomp filter, built from an allow-list where it matters:
+
+- new processes: fork, vfork and process-creating clone fail (threads stay allowed, and are capped
+  by RLIMIT_NPROC under the unprivileged uid); clone3 answers ENOSYS so libc falls back to clone;
+- sockets: only AF_UNIX, AF_INET and AF_INET6 (inside an empty network namespace); every other
+  family (vsock, packet, netlink, crypto, ...) fails;
+- memory the address-space limit does not count: memfd and SysV shared memory fail (POSIX shared
+  memory needs a writable ``/dev/shm``, which is read-only; ``/tmp`` is capped);
+- kernel surface no answer needs: new namespaces, mounts, ptrace and cross-process memory, io_uring,
+  bpf, perf events, userfaultfd, the keyring;
+- foreign ABIs (x32, 32-bit) are killed: their syscall numbers differ.
 """
 
 from __future__ import annotations
@@ -30,52 +44,98 @@ from bench.sandbox.base import reap
 GUARD_HINT = "or pass --sandbox guard to accept the weaker in-process guard"
 INSTALL_HINT = f"install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap), {GUARD_HINT}"
 TMPFS_BYTES = 64 * 1024**2
+JAIL_UID = JAIL_GID = 65534  # nobody: owns no file the jail can see, and no process outside it
 
-# struct seccomp_data: nr at 0, arch at 4, args[0] (low half, little-endian) at 16.
-_ARCHES = {  # audit arch, [fork-like syscalls], clone, clone3, lowest x32 syscall or None
-    "x86_64": (0xC000003E, [57, 58], 56, 435, 0x40000000),
-    "aarch64": (0xC00000B7, [], 220, 435, None),
-}
+AF_UNIX, AF_INET, AF_INET6 = 1, 2, 10
 _CLONE_THREAD = 0x00010000
 _RET_ALLOW, _RET_KILL = 0x7FFF0000, 0x80000000
 _RET_EPERM, _RET_ENOSYS = 0x00050000 | 1, 0x00050000 | 38
+_DENIED = (
+    "fork vfork memfd_create memfd_secret shmget io_uring_setup bpf perf_event_open userfaultfd "
+    "keyctl add_key request_key ptrace process_vm_readv process_vm_writev unshare setns mount "
+    "open_tree move_mount fsopen pidfd_getfd"
+).split()
+# struct seccomp_data: nr at 0, arch at 4, args[0] (low half, little-endian) at 16.
+_ARCHES = {  # audit arch, lowest x32 syscall or None, syscall numbers
+    "x86_64": (
+        0xC000003E,
+        0x40000000,
+        dict(
+            fork=57, vfork=58, clone=56, clone3=435, socket=41, socketpair=53, memfd_create=319,
+            memfd_secret=447, shmget=29, io_uring_setup=425, bpf=321, perf_event_open=298,
+            userfaultfd=323, keyctl=250, add_key=248, request_key=249, ptrace=101,
+            process_vm_readv=310, process_vm_writev=311, unshare=272, setns=308, mount=165,
+            open_tree=428, move_mount=429, fsopen=430, pidfd_getfd=438,
+        ),
+    ),
+    "aarch64": (
+        0xC00000B7,
+        None,
+        dict(
+            clone=220, clone3=435, socket=198, socketpair=199, memfd_create=279, memfd_secret=447,
+            shmget=194, io_uring_setup=425, bpf=280, perf_event_open=241, userfaultfd=282,
+            keyctl=219, add_key=217, request_key=218, ptrace=117, process_vm_readv=270,
+            process_vm_writev=271, unshare=97, setns=268, mount=40, open_tree=428, move_mount=429,
+            fsopen=430, pidfd_getfd=438,
+        ),
+    ),
+}  # fmt: skip
+
+_LD, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06
 
 
-def _bpf(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
-    return struct.pack("=HBBI", code, jt, jf, k)
+def _assemble(program: list[tuple]) -> bytes:
+    """Classic BPF from (op, k, true-label, false-label) and ("label", name) entries: jumps are
+    forward offsets, resolved here so the filter reads as a list of rules."""
+    code = [p for p in program if p[0] != "label"]
+    where, n = {}, 0
+    for p in program:
+        if p[0] == "label":
+            where[p[1]] = n
+        else:
+            n += 1
+    out, i = [], 0
+    for p in code:
+        op, k, jt, jf = (*p, None, None)[:4]
+        off = lambda label: 0 if label is None else where[label] - i - 1  # noqa: E731
+        assert all(0 <= off(t) < 256 for t in (jt, jf)), "BPF jumps go forward, at most 255"
+        out.append(struct.pack("=HBBI", op, off(jt), off(jf), k))
+        i += 1
+    return b"".join(out)
 
 
 def seccomp_filter(machine: str) -> bytes:
-    """A classic-BPF program for ``bwrap --seccomp``: no new processes, any other syscall allowed.
-
-    clone3 answers ENOSYS so the C library falls back to clone, whose flags a filter can read;
-    foreign ABIs (x32, 32-bit) are killed because their syscall numbers differ.
-    """
+    """The BPF program for ``bwrap --seccomp`` (see the module docstring for what it allows)."""
     if machine not in _ARCHES:
         raise BenchError(f"the bwrap sandbox has no seccomp filter for {machine}; {GUARD_HINT}")
-    arch, forks, clone, clone3, x32 = _ARCHES[machine]
-    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
-    head = [_bpf(ld, 4), _bpf(jeq, arch, 1, 0), _bpf(ret, _RET_KILL), _bpf(ld, 0)]
+    arch, x32, nr = _ARCHES[machine]
+    program: list[tuple] = [(_LD, 4), (_JEQ, arch, "nr", "kill"), ("label", "nr"), (_LD, 0)]
     if x32 is not None:
-        head += [_bpf(jge, x32, 0, 1), _bpf(ret, _RET_KILL)]
-    # Each check jumps to the matching return below; the returns follow in the order
-    # eperm, enosys, clone-check, allow.
-    checks = [(nr, "eperm") for nr in forks] + [(clone3, "enosys"), (clone, "clone")]
-    tail = [
-        _bpf(ret, _RET_ALLOW),
-        _bpf(ret, _RET_EPERM),
-        _bpf(ret, _RET_ENOSYS),
-        _bpf(ld, 16),
-        _bpf(jset, _CLONE_THREAD, 0, 1),
-        _bpf(ret, _RET_ALLOW),
-        _bpf(ret, _RET_EPERM),
-    ]
-    where = {"eperm": 1, "enosys": 2, "clone": 3}
-    body = []
-    for i, (nr, target) in enumerate(checks):
-        after = len(checks) - i - 1  # checks still to skip to reach the tail
-        body.append(_bpf(jeq, nr, after + where[target], 0))
-    return b"".join(head + body + tail)
+        program += [(_JGE, x32, "kill", "next"), ("label", "next")]
+    rules = {nr["clone3"]: "enosys", nr["clone"]: "clone", nr["socket"]: "socket"}
+    rules |= {nr["socketpair"]: "socketpair"} | {nr[name]: "eperm" for name in _DENIED if name in nr}
+    for i, (number, label) in enumerate(rules.items()):
+        program += [(_JEQ, number, label, f"r{i}"), ("label", f"r{i}")]
+    program += [(_RET, _RET_ALLOW)]  # no rule matched
+    program += [("label", "clone"), (_LD, 16), (_JSET, _CLONE_THREAD, "allow", "eperm")]
+    program += [("label", "socket"), (_LD, 16), (_JEQ, AF_UNIX, "allow", "s1"), ("label", "s1")]
+    program += [(_JEQ, AF_INET, "allow", "s2"), ("label", "s2"), (_JEQ, AF_INET6, "allow", "eperm")]
+    program += [("label", "socketpair"), (_LD, 16), (_JEQ, AF_UNIX, "allow", "eperm")]
+    program += [("label", "allow"), (_RET, _RET_ALLOW), ("label", "kill"), (_RET, _RET_KILL)]
+    program += [("label", "eperm"), (_RET, _RET_EPERM), ("label", "enosys"), (_RET, _RET_ENOSYS)]
+    return _assemble(program)
+
+
+def drop_privileges_source() -> str:
+    """The worker's first lines when bwrap was started by root: become ``JAIL_UID`` before any
+    candidate code exists (setting every uid clears every capability; no_new_privs keeps it so)."""
+    return (
+        "import os\n"
+        "if os.getuid() == 0:\n"
+        f"    os.setgroups([]); os.setresgid({JAIL_GID}, {JAIL_GID}, {JAIL_GID})\n"
+        f"    os.setresuid({JAIL_UID}, {JAIL_UID}, {JAIL_UID})\n"
+        "assert 0 not in os.getresuid(), 'the jail runs as host root'\n"
+    )
 
 
 def _system_view() -> list[str]:
@@ -89,6 +149,9 @@ def _system_view() -> list[str]:
             args += ["--ro-bind", top, top]
     prefix = Path(sys.base_prefix).resolve()
     if not prefix.is_relative_to("/usr"):
+        # Its parents open to the jail's uid (bwrap would copy /root's 0700), holding nothing else.
+        for parent in reversed(prefix.parents[:-1]):
+            args += ["--perms", "0755", "--dir", str(parent)]
         args += ["--ro-bind", str(prefix), str(prefix)]
     return args
 
@@ -100,17 +163,27 @@ class BwrapJail:
         self.filter = seccomp_filter(platform.machine())
 
     def command(self, argv: list[str], seccomp_fd: int) -> list[str]:
+        if os.geteuid() == 0:  # no user namespace: it would map the jail's uid 0 to the host's
+            isolation = [
+                "--unshare-ipc",
+                "--unshare-pid",
+                "--unshare-net",
+                "--unshare-uts",
+                "--unshare-cgroup",
+            ]
+            isolation += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        else:
+            isolation = ["--unshare-all", "--unshare-user", "--disable-userns", "--cap-drop", "ALL"]
         return [
             _bwrap(),
-            "--unshare-all",
+            *isolation,
             "--die-with-parent",
             "--new-session",
-            "--cap-drop", "ALL",
             *_system_view(),
             "--proc", "/proc",
             "--dev", "/dev",
             "--remount-ro", "/dev",
-            "--size", str(TMPFS_BYTES), "--tmpfs", "/tmp",
+            "--perms", "01777", "--size", str(TMPFS_BYTES), "--tmpfs", "/tmp",
             "--remount-ro", "/",
             "--chdir", "/tmp",
             "--hostname", "sandbox",
@@ -125,7 +198,13 @@ class BwrapJail:
 
     @contextmanager
     def process(self, limits: str, worker: str, stderr: IO[bytes]) -> Iterator[subprocess.Popen]:
-        argv = [os.path.realpath(sys.executable), "-I", "-S", "-c", limits + worker]
+        argv = [
+            os.path.realpath(sys.executable),
+            "-I",
+            "-S",
+            "-c",
+            drop_privileges_source() + limits + worker,
+        ]
         read, write = os.pipe()
         try:
             os.write(write, self.filter)
