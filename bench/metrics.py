@@ -126,5 +126,9 @@ def mbpp(completion: str, doc: dict[str, Any], reference_field: str | None) -> d
 
 @metric("humaneval")
 def humaneval(completion: str, doc: dict[str, Any], reference_field: str | None) -> dict[str, float | str]:
-    outcome = run_tests(doc["prompt"] + completion, humaneval_tests(doc), defined_names(doc["prompt"]))
+    # The prompt's helpers (``poly``, ``encode_cyclic``) run on the trusted side, as the prompt wrote
+    # them: the completion can neither redefine them nor rebind what they use.
+    outcome = run_tests(
+        doc["prompt"] + completion, humaneval_tests(doc), {doc["entry_point"]}, trusted=doc["prompt"]
+    )
     return {"pass@1": float(outcome.passed), "sandbox": outcome.sandbox}

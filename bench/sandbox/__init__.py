@@ -66,16 +66,20 @@ def _killed_by_cpu_limit(proc: subprocess.Popen) -> bool:
     return code in (-signal.SIGXCPU, -signal.SIGKILL, 128 + signal.SIGXCPU, 128 + signal.SIGKILL)
 
 
-def run_tests(code: str, tests: str, provides: Collection[str], limits: Limits = Limits()) -> Outcome:
+def run_tests(
+    code: str, tests: str, provides: Collection[str], limits: Limits = Limits(), trusted: str = ""
+) -> Outcome:
     """Pass only if ``tests`` run to their end, here, against ``code`` running in the jail;
-    ``provides``: the names the tests may take from the program (its functions and classes)."""
+    ``provides``: the names the tests may take from the program (its functions and classes);
+    ``trusted``: dataset code the tests call, run here (HumanEval's prompt helpers). One wall-clock
+    deadline covers every exchange; past it the jail's whole process tree is killed."""
     jail = _jail(_chosen)
     with tempfile.TemporaryFile() as stderr:
         with jail.process(_limits_source(limits), _WORKER, stderr) as proc:
             wall = limits.wall
             channel = judge.Channel(proc, time.monotonic() + wall)
             try:
-                judge.run_tests(channel, code, tests, provides)
+                judge.run_tests(channel, code, tests, provides, trusted)
                 return Outcome(True, "passed", jail.name)
             except judge.Timeout:
                 return Outcome(False, "timeout", jail.name, f"killed after {wall:g} s of wall-clock time")

@@ -24,6 +24,18 @@ from types import CodeType
 from typing import Any
 
 MAX_REPLY_BYTES = 16 * 1024**2
+MAX_REPLY_ITEMS = 1_000_000  # values in one reply, nested ones included
+# Distinct hashable values of one reply that may share a hash: ints congruent modulo 2**61 - 1 (and
+# tuples of them) all hash alike, and a set or dict of many would take quadratic time here.
+MAX_SAME_HASH = 64
+# Raised by the candidate, these would steer the tests' own control flow (StopIteration ends an
+# ``all(map(...))`` early and so passes it; SystemExit and KeyboardInterrupt would stop the judge):
+# here they arrive as a plain failure.
+_CONTROL_FLOW = ("StopIteration", "StopAsyncIteration", "GeneratorExit", "KeyboardInterrupt", "SystemExit")
+
+
+class CandidateRaised(Exception):
+    """An exception the candidate raised that must not act as control flow in the judge."""
 
 
 class Timeout(Exception):
@@ -38,32 +50,44 @@ class Channel:
     """One JSON line out, one JSON line back, within a deadline and a size cap."""
 
     def __init__(self, proc: subprocess.Popen, deadline: float) -> None:
-        self.proc, self.deadline, self.buffer = proc, deadline, b""
+        self.proc, self.deadline, self.buffer = proc, deadline, bytearray()
 
     def request(self, message: dict[str, Any]) -> Any:
-        try:
-            self.proc.stdin.write(json.dumps(message).encode() + b"\n")
-            self.proc.stdin.flush()
-        except (BrokenPipeError, OSError) as exc:
-            raise WorkerGone("the program's process is gone") from exc
+        self._send(json.dumps(message).encode() + b"\n")
         reply = json.loads(self._line())
         if not isinstance(reply, dict):
             raise WorkerGone("the program's process broke the protocol")
         if "error" in reply:
-            name, message_text = reply["error"]
-            kind = getattr(builtins, str(name), None)
-            if not (isinstance(kind, type) and issubclass(kind, Exception)):
-                kind = RuntimeError
-            raise kind(f"{name}: {message_text}" if kind is RuntimeError else message_text)
+            name, message_text = (str(v) for v in reply["error"])
+            kind = getattr(builtins, name, None)
+            if name in _CONTROL_FLOW or not (isinstance(kind, type) and issubclass(kind, Exception)):
+                raise CandidateRaised(f"{name}: {message_text}")
+            raise kind(message_text)
         return reply["ok"]
 
-    def _line(self) -> bytes:
-        fd = self.proc.stdout.fileno()
-        while b"\n" not in self.buffer:
+    def _send(self, data: bytes) -> None:
+        """Write without ever blocking past the deadline: a worker that stops reading its pipe
+        leaves the judge waiting only until then."""
+        fd = self.proc.stdin.fileno()
+        os.set_blocking(fd, False)
+        view = memoryview(data)
+        while view:
             left = self.deadline - time.monotonic()
-            if left <= 0:
+            if left <= 0 or not select.select([], [fd], [], left)[1]:
                 raise Timeout
-            if not select.select([fd], [], [], left)[0]:
+            try:
+                view = view[os.write(fd, view) :]
+            except BlockingIOError:
+                continue
+            except OSError as exc:  # BrokenPipeError among them
+                raise WorkerGone("the program's process is gone") from exc
+
+    def _line(self) -> bytes:
+        """One reply line, read before the deadline; at most ``MAX_REPLY_BYTES``."""
+        fd = self.proc.stdout.fileno()
+        while (end := self.buffer.find(b"\n")) < 0:
+            left = self.deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
                 raise Timeout
             chunk = os.read(fd, 1 << 16)
             if not chunk:
@@ -71,7 +95,8 @@ class Channel:
             self.buffer += chunk
             if len(self.buffer) > MAX_REPLY_BYTES:
                 raise WorkerGone(f"a reply exceeded {MAX_REPLY_BYTES} bytes")
-        line, self.buffer = self.buffer.split(b"\n", 1)
+        line = bytes(self.buffer[:end])
+        del self.buffer[: end + 1]
         return line
 
 
@@ -126,25 +151,54 @@ def encode(value: Any) -> Any:
     raise TypeError(f"a {type(value).__name__} cannot be passed into the sandbox")
 
 
-def decode(value: Any, channel: Channel) -> Any:
-    """A worker's reply rebuilt from builtin types only: nothing of the candidate's runs here."""
-    if value is None or type(value) in (bool, int, float, str):
+class _Budget:
+    """What one reply may build here: a number of values, and few distinct values per hash."""
+
+    def __init__(self) -> None:
+        self.items = 0
+        self.by_hash: dict[int, list[Any]] = {}
+
+    def take(self, value: Any) -> Any:
+        self.items += 1
+        if self.items > MAX_REPLY_ITEMS:
+            raise WorkerGone(f"a reply held more than {MAX_REPLY_ITEMS} values")
+        if type(value) in (int, float, complex, bytes, tuple, frozenset):
+            try:
+                key = hash(value)
+            except TypeError:  # a tuple holding a list: it can be no set member or dict key
+                return value
+            same = self.by_hash.setdefault(key, [])
+            if len(same) < MAX_SAME_HASH + 1 and not any(type(v) is type(value) and v == value for v in same):
+                same.append(value)
+                if len(same) > MAX_SAME_HASH:
+                    raise WorkerGone("a reply held many distinct values with one hash (a hash flood)")
         return value
+
+
+def decode(value: Any, channel: Channel, budget: _Budget | None = None) -> Any:
+    """A worker's reply rebuilt from builtin types only: nothing of the candidate's runs here, and
+    nothing it sends makes this side do more than linear work."""
+    budget = budget or _Budget()
+    if value is None or type(value) in (bool, str):
+        return value
+    if type(value) in (int, float):
+        return budget.take(value)
     if type(value) is dict and set(value) == {"r", "n"}:
         return Remote(channel, int(value["r"]), str(value["n"]))
     if type(value) is not dict or len(value) != 1:
         raise WorkerGone("the program's process broke the protocol")
     ((tag, body),) = value.items()
     if tag == "d":
-        return {decode(k, channel): decode(v, channel) for k, v in body}
+        return {decode(k, channel, budget): decode(v, channel, budget) for k, v in body}
     if tag == "b":
-        return bytes.fromhex(body)
+        return budget.take(bytes.fromhex(body))
     if tag == "c":
-        return complex(float(body[0]), float(body[1]))
+        return budget.take(complex(float(body[0]), float(body[1])))
     kinds = {"l": list, "t": tuple, "s": set, "f": frozenset}
     if tag not in kinds or type(body) is not list:
         raise WorkerGone("the program's process broke the protocol")
-    return kinds[tag](decode(v, channel) for v in body)
+    built = kinds[tag](decode(v, channel, budget) for v in body)
+    return budget.take(built) if tag in "tf" else built
 
 
 def _names(code: CodeType) -> set[str]:
@@ -155,17 +209,21 @@ def _names(code: CodeType) -> set[str]:
     return names
 
 
-def run_tests(channel: Channel, code: str, tests: str, provides: Collection[str]) -> None:
+def run_tests(channel: Channel, code: str, tests: str, provides: Collection[str], trusted: str = "") -> None:
     """Load the candidate's code in the worker, then run ``tests`` here; raises if they fail.
 
     The tests see, of what the program defined, only the names in ``provides`` (those the
     reference solution defines), so a program cannot hand them its own ``abs`` or ``sorted``.
+    ``trusted`` is dataset code run here first (HumanEval's prompt): the helpers the tests call
+    (``poly``, ``encode_cyclic``) are the prompt's own, out of the completion's reach.
     """
     compiled = compile(tests, "tests.py", "exec")
     exports = channel.request({"op": "load", "code": code})
     if type(exports) is not dict:
         raise WorkerGone("the program's process broke the protocol")
     namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
+    if trusted:
+        exec(compile(trusted, "prompt.py", "exec"), namespace)
     for name in _names(compiled) & set(exports):
         if name in provides:
             namespace[name] = decode(exports[name], channel)
