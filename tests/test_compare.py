@@ -1,14 +1,16 @@
 """`compare`: the frontier, the paired bootstrap (against a known answer), the demo's verdicts, the
 baseline grid, and token traces (which must not change a decoded token)."""
 
+import dataclasses
 import json
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from bench.errors import BenchError
-from bench.reports.compare import compare, judge, render
+from bench.reports.compare import cells, compare, family_of, judge, render
 from bench.reports.frontier import acceptance_at, hull_points, quality_at
 from bench.store import load_results, load_traces
 
@@ -59,6 +61,56 @@ def test_paired_bootstrap_interval_covers_a_known_difference_at_its_nominal_rate
     assert 0.95 - band <= covered / draws <= min(1.0, 0.95 + band), covered / draws
 
 
+def test_a_candidate_on_the_frontier_is_indistinguishable_at_the_nominal_rate():
+    # Delta 0: the candidate lies on the family's frontier, so "above" or "below" is a false call.
+    rng = np.random.default_rng(11)
+    draws = 200
+    calls = [judge(*_draw(rng, 150, 0.0), seed=i)["verdict"] for i in range(draws)]
+    band = 3 * math.sqrt(0.95 * 0.05 / draws)
+    assert calls.count("indistinguishable") / draws >= 0.95 - band, calls
+
+
+def _fixed(accepted: list[int], quality: float, n: int = 200) -> dict:
+    """n examples drafting 10 tokens each, accepting ``accepted`` in turn; a share ``quality`` correct."""
+    return {
+        "accepted": np.resize(np.array(accepted, float), n),
+        "drafted": np.full(n, 10.0),
+        "quality": (np.arange(n) < quality * n).astype(float),
+    }
+
+
+def test_resamples_beyond_the_sweep_withhold_the_verdict_they_could_flip():
+    # The family spans acceptance [0.3, 0.6] exactly (no spread); quality 0.8 at 0.3, 0.6 at 0.6.
+    family = [_fixed([3], 0.8), _fixed([6], 0.6)]
+    # At the top end, half the resamples accept more than the family can: there its frontier is
+    # unknown (nothing, or lower), so a clearly lower quality still cannot be called "below".
+    top = judge(_fixed([5, 7], 0.3), family)
+    assert top["acceptance"] == pytest.approx(0.6) and top["quality_diff_ci"][1] < 0
+    assert top["verdict"] == "cannot judge" and "above the sweep's acceptance range" in top["reason"]
+    assert 0.3 < top["beyond_sweep"] < 0.7
+    # At the low end, a setting just below the sweep could reach more quality: no "above".
+    low = judge(_fixed([2, 4], 0.95), family)
+    assert low["quality_diff_ci"][0] > 0
+    assert low["verdict"] == "cannot judge" and "below the sweep's acceptance range" in low["reason"]
+    # Inside the range the same qualities get their verdicts.
+    assert judge(_fixed([4, 5], 0.3), family)["verdict"] == "below"
+    assert judge(_fixed([4, 5], 0.95), family)["verdict"] == "above"
+
+
+def test_families_are_the_labels_without_their_swept_values():
+    def fam(method: str, label: str) -> str:
+        return family_of(pd.Series({"method": method, "label": label}))
+
+    assert fam("cascade", "cascade (opt, a=0.5)") == "cascade (opt)"
+    assert fam("ensemble", "ensemble (w=0.2, greedy draft)") == "ensemble (greedy draft)"
+    assert fam("ensemble", "ensemble (w=0.2, mix=logit)") == "ensemble (mix=logit)"
+    assert fam("typical", "typical (eps=0.09, alpha=0.3)") == "typical"
+    assert fam("diversed", "diversed (head=bench:reference/heads/arith-ref)") == fam(
+        "diversed", "diversed (head=bench:reference/heads/arith-ref)"
+    ) != fam("diversed", "diversed (head=init)")
+    assert fam("sd", "sd") == "sd"
+
+
 def test_demo_diversed_is_above_the_static_ensemble_and_an_ensemble_point_is_not(demo_results):
     rows = load_results(demo_results)
     result = compare(rows, ["diversed", "ensemble"])
@@ -83,13 +135,22 @@ def test_demo_diversed_is_above_the_static_ensemble_and_an_ensemble_point_is_not
         "cannot judge",
     }
     assert render(result, "csv").splitlines()[0].startswith("panel,task,candidate,family")
+    assert "Δ" not in render(result, "latex") and r"$\Delta$ quality" in render(result, "latex")
+    # An untrusted timing gives no speedup, as in the table.
+    shaky = cells(dataclasses.replace(diversed, speedup=1.5, time_spread=3.0))
+    assert shaky["speedup"] == "not shown: times vary 3.0x"
+    assert cells(dataclasses.replace(diversed, speedup=1.5, time_spread=1.2))["speedup"] == "1.500"
 
 
 def test_compare_reasons_and_bad_candidates(demo_results):
     rows = load_results(demo_results)
     few = rows[rows["example_id"].isin(sorted(rows["example_id"].unique())[:5])]
-    (c,) = compare(few, ["diversed"])
+    (c,) = compare(few, ["diversed"])  # DIVERSED run once is a candidate, never a family
     assert c.verdict == "cannot judge" and "too few examples" in c.reason
+    assert 0 < c.acceptance < 1 and 0 <= c.quality <= 1  # the candidate's own point is still given
+    one = rows[(rows["label"] == "ensemble (w=0.4)") | (rows["method"] == "diversed")]
+    (c,) = compare(one, ["diversed"])
+    assert c.verdict == "cannot judge" and "--target-weight" in c.reason
     two = rows[rows["label"].isin(["ensemble (w=0.6)", "ensemble (w=0.8)"]) | (rows["method"] == "diversed")]
     (c,) = compare(two, ["diversed"])
     assert c.verdict == "cannot judge" and "outside the sweep's range" in c.reason

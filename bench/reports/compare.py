@@ -9,6 +9,12 @@ bootstrap: one resample of examples is applied to every configuration, every poi
 are recomputed from it, and the difference is taken within the replicate. The verdict is "above"
 or "below" when the 95% interval of the quality difference excludes zero, "indistinguishable"
 when it holds zero, and "cannot judge" with the reason otherwise.
+
+The frontier is read only inside the sweep's acceptance range. A resample whose candidate falls
+beyond the range is read at the nearest end of the sweep, which bounds the difference on one side
+only (the frontier does not rise with acceptance, but a setting just below the sweep could reach
+more quality): such resamples count against "above" when below the range and against "below"
+when above it, so either verdict holds whatever the family does just outside its sweep.
 """
 
 from __future__ import annotations
@@ -23,16 +29,22 @@ import pandas as pd
 
 from bench.errors import BenchError
 from bench.reports.frontier import acceptance_at, quality_at
-from bench.reports.summary import BOOTSTRAP, PERCENT_METRICS, panels, quality_metrics, summarise
+from bench.reports.summary import BOOTSTRAP, PERCENT_METRICS, SPREAD_LIMIT, panels, quality_metrics, summarise
+from bench.reports.table import spread_note
 
 FORMATS = ("markdown", "csv", "json", "latex")
 MIN_EXAMPLES = 10  # fewer paired examples than this: no verdict
-EDGE = 0.05  # more resamples than this outside the family's range: no verdict
+TAIL = 0.025  # each tail of the 95% interval
 NOT_BASELINES = {"ar", "sd"}  # single lossless points, not families to sweep
+# The baseline families and the flag that sweeps each: one of them run at a single setting gets a
+# row saying how to sweep it. Any other method (DIVERSED, a plug-in) is a family only when swept.
 SWEEP_FLAGS = {
     "ensemble": "--target-weight 0.2,0.4,0.6,0.8",
     "lossy": "--lenience 0.1,0.3,0.6,0.9",
     "cascade": "--cascade-alpha 0.1,0.3,0.5,0.7,0.9",
+    "typical": "--param posterior_alpha=0.1,0.3,0.5,0.7",
+    "threshold": "--param speculative_accept_threshold_acc=0.2,0.4,0.6,0.8",
+    "relaxed": "--param relaxed_topk=4 --param relaxed_delta=0.05,0.1,0.2,0.4",
 }
 HOW_TO_SWEEP = (
     "baseline sweeps: `diversed-bench run --grid baselines --method CANDIDATE --task T --pair P` "
@@ -62,21 +74,27 @@ class Comparison:
     acceptance_diff_ci: tuple[float, float]
     normalised_time: float
     speedup: float
+    time_spread: float  # max / min time per token of the timed examples; above SPREAD_LIMIT untrusted
+    beyond_sweep: float  # share of resamples whose candidate falls outside the family's acceptance range
     verdict: str  # above, indistinguishable, below or cannot judge
     reason: str
     percent: bool  # quality is a percentage (accuracy, pass@1)
 
 
 def family_of(row: pd.Series) -> str:
-    """A family: one method's configurations that differ only in its swept parameters."""
-    name = str(row["method"])
-    if name == "cascade" and pd.notna(row.get("cascade_rule")):
-        name += f" ({row['cascade_rule']})"
-    if "mix=" in str(row["label"]):  # the label names a mix other than the paper's
-        name += " (" + str(row["label"]).split("mix=")[1].split(",")[0].rstrip(")") + " mix)"
-    if pd.notna(row.get("head")) and row.get("head"):
-        name += f" (head={row['head']})"
-    return name
+    """A family: one method's configurations whose labels differ only in their ``name=value``
+    parameters (the swept ones). What else the label names (a cascade rule, a head, a mix, a
+    draft policy) sets the family apart: ``cascade (opt, a=0.5)`` belongs to ``cascade (opt)``."""
+    label = str(row["label"])
+    inner = label[len(str(row["method"])) :].strip()
+    if not (inner.startswith("(") and inner.endswith(")")):
+        return str(row["method"])
+    kept = [
+        part
+        for part in inner[1:-1].split(", ")
+        if "=" not in part or part.startswith(("mix=", "head="))
+    ]
+    return str(row["method"]) + (f" ({', '.join(kept)})" if kept else "")
 
 
 def _per_example(rows: pd.DataFrame, config_id: str, ids: list[str]) -> dict[str, np.ndarray]:
@@ -115,11 +133,13 @@ def judge(
     ca, cq = _points(candidate, idx)
     pts = [_points(f, idx) for f in family]
     fa, fq = np.stack([p[0] for p in pts], 1), np.stack([p[1] for p in pts], 1)
-    # A resample whose candidate accepts more than the family's highest point reads the frontier at
-    # that point: beyond it the frontier can only be lower, so this never favours the candidate.
-    front_q = quality_at(fa, fq, np.minimum(ca, fa.max(1)))
-    front_a = acceptance_at(fa, fq, cq)
+    lo_a, hi_a = np.nanmin(fa, 1), np.nanmax(fa, 1)
+    # Each replicate reads its own hull, at the candidate's point moved to the nearest end of the
+    # sweep when it falls outside it (see the module's docstring for what that bounds).
+    front_q = quality_at(fa, fq, np.clip(ca, lo_a, hi_a))
+    front_a = acceptance_at(fa, fq, np.clip(cq, np.nanmin(fq, 1), np.nanmax(fq, 1)))
     dq, da = cq - front_q, ca - front_a
+    below, above = ca[1:] < lo_a[1:], ca[1:] > hi_a[1:]
     out: dict[str, Any] = {
         "acceptance": float(ca[0]),
         "acceptance_ci": _interval(ca[1:]),
@@ -128,46 +148,59 @@ def judge(
         "frontier_quality": float(front_q[0]),
         "quality_diff": float(dq[0]),
         "quality_diff_ci": _interval(dq[1:]),
-        "frontier_acceptance": float(front_a[0]),
-        "acceptance_diff": float(da[0]),
-        "acceptance_diff_ci": _interval(da[1:]) if np.isfinite(da[0]) else (np.nan, np.nan),
+        "beyond_sweep": float(np.mean(below | above)),
     }
-    lo_a, hi_a = np.nanmin(fa[0]), np.nanmax(fa[0])
-    outside = float(np.mean(~np.isfinite(dq[1:])))
+    if np.nanmin(fq[0]) <= cq[0] <= np.nanmax(fq[0]):
+        out.update(
+            frontier_acceptance=float(front_a[0]),
+            acceptance_diff=float(da[0]),
+            acceptance_diff_ci=_interval(da[1:]),
+        )
+    else:  # no setting of the family reaches the candidate's quality (or all exceed it)
+        out.update(frontier_acceptance=np.nan, acceptance_diff=np.nan, acceptance_diff_ci=(np.nan, np.nan))
+    span = f"[{lo_a[0]:.3f}, {hi_a[0]:.3f}]"
+    lo, hi = out["quality_diff_ci"]
     if not np.isfinite(ca[0]):
         verdict, reason = "cannot judge", "the candidate drafts nothing (no acceptance rate)"
-    elif not lo_a <= ca[0] <= hi_a:
+    elif not lo_a[0] <= ca[0] <= hi_a[0]:
         verdict, reason = (
             "cannot judge",
-            f"candidate acceptance {ca[0]:.3f} is outside the sweep's range [{lo_a:.3f}, {hi_a:.3f}]: widen the sweep",
+            f"candidate acceptance {ca[0]:.3f} is outside the sweep's range {span}: widen the sweep",
         )
-    elif outside > EDGE:
+    elif lo > 0 and np.mean((dq[1:] <= 0) | below) > TAIL:
         verdict, reason = (
             "cannot judge",
-            f"candidate near the low end of the sweep's acceptance range [{lo_a:.3f}, {hi_a:.3f}] ({outside:.0%} "
-            "of resamples fall below it): widen the sweep",
+            f"{np.mean(below):.0%} of resamples fall below the sweep's acceptance range {span}, where a "
+            "setting could reach more quality: widen the sweep to lower acceptance",
+        )
+    elif hi < 0 and np.mean((dq[1:] >= 0) | above) > TAIL:
+        verdict, reason = (
+            "cannot judge",
+            f"{np.mean(above):.0%} of resamples fall above the sweep's acceptance range {span}, where the "
+            "family reaches nothing: widen the sweep to higher acceptance",
         )
     else:
-        lo, hi = out["quality_diff_ci"]
         verdict = "above" if lo > 0 else "below" if hi < 0 else "indistinguishable"
         reason = ""
     out.update(verdict=verdict, reason=reason)
     return out
 
 
-def _blank(reason: str) -> dict[str, Any]:
+def _blank(reason: str, cand: pd.Series) -> dict[str, Any]:
+    """No verdict: the candidate's own point (over all its examples) and the reason."""
     nan, pair = float("nan"), (float("nan"), float("nan"))
     return {
-        "acceptance": nan,
-        "acceptance_ci": pair,
-        "quality": nan,
-        "quality_ci": pair,
+        "acceptance": float(cand["acceptance_rate"]),
+        "acceptance_ci": tuple(cand["acceptance_rate_ci"]),
+        "quality": float(cand["quality"]),
+        "quality_ci": tuple(cand["quality_ci"]),
         "frontier_quality": nan,
         "quality_diff": nan,
         "quality_diff_ci": pair,
         "frontier_acceptance": nan,
         "acceptance_diff": nan,
         "acceptance_diff_ci": pair,
+        "beyond_sweep": nan,
         "verdict": "cannot judge",
         "reason": reason,
     }
@@ -184,7 +217,7 @@ def compare(rows: pd.DataFrame, candidates: list[str], *, seed: int = 0) -> list
     missing = [c for c in candidates if c not in known]
     if missing:
         raise BenchError(
-            f"--candidate {', '.join(missing)}: no such method or label in these results; labels: "
+            f"--candidate {', '.join(missing)}: no such method or label in these results; give one of: "
             + "; ".join(dict.fromkeys(summary["label"]))
         )
     metrics = quality_metrics(summary)
@@ -197,8 +230,8 @@ def compare(rows: pd.DataFrame, candidates: list[str], *, seed: int = 0) -> list
                 for family, members in part[~part["method"].isin(NOT_BASELINES)].groupby(
                     "family", sort=False
                 ):
-                    if len(members) == 1 and members["method"].iloc[0] in set(chosen["method"]):
-                        continue  # a single candidate is no baseline
+                    if len(members) == 1 and members["method"].iloc[0] not in SWEEP_FLAGS:
+                        continue  # DIVERSED or a plug-in run once: a candidate, not a baseline
                     out.append(_one(rows, panel.title, str(task), cand, str(family), members, metrics, seed))
     if not out:
         raise BenchError(
@@ -225,13 +258,14 @@ def _one(
         ids &= set(rows.loc[rows["config_id"] == cid, "example_id"].astype(str))
     paired = sorted(ids)
     if len(members) < 2:
-        result = _blank(f"{family} ran one setting, no frontier: sweep it ({_sweep_hint(family)})")
+        result = _blank(f"{family} ran one setting, no frontier: sweep it ({_sweep_hint(family)})", cand)
     elif not paired:
         result = _blank(
-            "unpaired examples: the candidate and this family share no example (same --limit, --seed and --data needed)"
+            "unpaired examples: the candidate and this family share no example (same --limit, --seed and --data needed)",
+            cand,
         )
     elif len(paired) < MIN_EXAMPLES:
-        result = _blank(f"too few examples: {len(paired)} paired, need {MIN_EXAMPLES}")
+        result = _blank(f"too few examples: {len(paired)} paired, need {MIN_EXAMPLES}", cand)
     else:
         result = judge(
             _per_example(rows, cand["config_id"], paired),
@@ -250,6 +284,7 @@ def _one(
         examples=len(paired),
         normalised_time=float(cand["normalised_time"]),
         speedup=float(cand["speedup"]),
+        time_spread=float(cand["time_spread"]),
         percent=metrics.get(task) in PERCENT_METRICS,
         **result,
     )
@@ -269,7 +304,7 @@ def _ci(ci: tuple[float, float], percent: bool) -> str:
 
 def cells(c: Comparison) -> dict[str, str]:
     """One comparison as the formatted cells of a table row."""
-    p = c.percent
+    p, note = c.percent, spread_note(c.time_spread)
     return {
         "task": c.task,
         "candidate": c.candidate,
@@ -280,8 +315,8 @@ def cells(c: Comparison) -> dict[str, str]:
         "frontier quality": _num(c.frontier_quality, p),
         "Δ quality [95%]": _num(c.quality_diff, p) + _ci(c.quality_diff_ci, p),
         "Δ accept at equal quality [95%]": _num(c.acceptance_diff, True) + _ci(c.acceptance_diff_ci, True),
-        "norm. time": _num(c.normalised_time, False),
-        "speedup": _num(c.speedup, False),
+        "norm. time": _num(c.normalised_time, False) + (f" ({note})" if note else ""),
+        "speedup": f"not shown: {note}" if note else _num(c.speedup, False),
         "verdict": c.verdict + (f": {c.reason}" if c.reason else ""),
     }
 
@@ -312,8 +347,8 @@ def render(comparisons: list[Comparison], fmt: str) -> str:
     parts = []
     for title in dict.fromkeys(c.panel for c in comparisons):
         table = pd.DataFrame([cells(c) for c in comparisons if c.panel == title])
-        if fmt == "latex":
-            parts += [f"% {title}", table.to_latex(index=False, escape=True)]
+        if fmt == "latex":  # pdflatex has no Δ in its default fonts
+            parts += [f"% {title}", table.to_latex(index=False, escape=True).replace("Δ", r"$\Delta$")]
             continue
         cols = list(table.columns)
         parts += [
@@ -328,7 +363,10 @@ def render(comparisons: list[Comparison], fmt: str) -> str:
         parts += [
             "Δ quality = candidate minus the family's frontier (upper Pareto hull, interpolated) at the "
             "candidate's acceptance rate; [95%] = paired bootstrap over examples. above/below: the interval "
-            "excludes 0. " + HOW_TO_SWEEP + ".",
+            "excludes 0. Δ accept is NA where no setting of the family reaches the candidate's quality. "
+            f"Speedups are not shown where the timed examples' time per token varies more than {SPREAD_LIMIT:g}x. "
+            + HOW_TO_SWEEP
+            + ".",
         ]
     return "\n".join(parts)
 

@@ -34,7 +34,8 @@ def _cell(value: float, ci: tuple[float, float], percent: bool, digits: int = 1)
     return f"{body} [{ci[0] * scale:.{digits}f}, {ci[1] * scale:.{digits}f}]"
 
 
-def _spread_note(spread: float) -> str:
+def spread_note(spread: float) -> str:
+    """Why a timing is not trusted (empty when it is): the timed examples' times vary too much."""
     return f"times vary {spread:.1f}x" if not np.isnan(spread) and spread > SPREAD_LIMIT else ""
 
 
@@ -66,7 +67,7 @@ def table_frames(
                 _cell(get(lb, "quality"), ci(lb, "quality_ci"), percent_q, 1 if percent_q else 2)
                 for lb in labels
             ]
-            notes = [_spread_note(get(lb, "time_spread")) for lb in labels]
+            notes = [spread_note(get(lb, "time_spread")) for lb in labels]
             speed[(t, "norm. time")] = [
                 _cell(get(lb, "normalised_time"), ci(lb, "normalised_time_ci"), False, 2)
                 + (f" ({note})" if note else "")
