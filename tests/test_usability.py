@@ -262,6 +262,59 @@ def test_pareto_draws_a_users_verifier_and_labels_each_sweep_point_once(tmp_path
     assert _merge_coincident([(1.0, 2.0), (3.0, 4.0)], ["a=0.1", "a=0.3"])[1] == ["a=0.1", "a=0.3"]
 
 
+def test_sweep_labels_cover_no_marker_error_bar_or_other_label():
+    import matplotlib.pyplot as plt
+
+    from bench.reports.plots import _obstacles, _place_labels
+
+    fig, ax = plt.subplots(figsize=(4, 3))
+    xs, ys = [1.0, 2.0, 3.0], [1.0, 1.0, 1.0]
+    ax.plot(xs, ys, "-^")
+    for x in xs:  # another method's point and error bars just above and right of every sweep point
+        ax.errorbar(x + 0.1, 1.02, xerr=0.4, yerr=0.05, marker="o")
+    ax.set_xlim(0, 4)
+    ax.set_ylim(0.5, 1.5)
+    _place_labels(ax, list(zip(xs, ys)), ["w=0.2", "w=0.5", "w=0.8"], "green")
+    renderer = fig.canvas.get_renderer()
+    boxes = [text.get_window_extent(renderer) for text in ax.texts]
+    markers, lines = _obstacles(ax)
+    plt.close(fig)
+    assert len(boxes) == 3
+    for i, box in enumerate(boxes):
+        assert not any(box.overlaps(other) for other in boxes[i + 1 :])
+        assert not any(box.overlaps(marker) for marker in markers)
+        x, y = lines[:, 0], lines[:, 1]
+        assert not ((x >= box.x0) & (x <= box.x1) & (y >= box.y0) & (y <= box.y1)).any()
+
+
+def test_a_quality_axis_shows_no_impossible_values():
+    import matplotlib.pyplot as plt
+
+    from bench.reports.plots import _bound_quality_axis
+
+    fig, (zeros, perfect) = plt.subplots(1, 2)
+    zeros.plot([1, 2], [0, 0], "o")  # the tiny pair: quality 0 everywhere
+    perfect.plot([1, 2], [100, 100], "o")
+    _bound_quality_axis(zeros, "exact_flexible")
+    _bound_quality_axis(perfect, "rouge2")
+    plt.close(fig)
+    low, high = zeros.get_ylim()
+    assert -0.5 < low <= 0 and high >= 4  # from 0 up, not -0.05 to 0.05
+    low, high = perfect.get_ylim()
+    assert 100 <= high < 100.5 and low <= 96
+
+
+def test_quality_vs_time_explains_hollow_markers_in_its_legend(tmp_path):
+    from bench.reports.plots import plot_pareto
+    from bench.reports.summary import panels
+
+    for name, times in [("steady", [0.5, 0.55, 0.5, 0.45]), ("noisy", [0.2, 0.55, 0.5, 2.0])]:
+        (panel,) = panels(summarise(_rows({"ar": [1.0, 1.1, 0.9, 1.0], "sd": times})))
+        plot_pareto(panel, {"gsm8k": "exact_flexible"}, tmp_path / name, "normalised_time")
+    assert "hollow" not in (tmp_path / "steady" / "pareto_tiny.svg").read_text()
+    assert "hollow: time varies &gt; 2x" in (tmp_path / "noisy" / "pareto_tiny.svg").read_text()
+
+
 # --- Ctrl-C, progress, plot folders --------------------------------------------------------------
 
 

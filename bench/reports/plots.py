@@ -17,7 +17,9 @@ import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.collections import LineCollection  # noqa: E402
 from matplotlib.container import ErrorbarContainer  # noqa: E402
+from matplotlib.transforms import Bbox  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
@@ -56,6 +58,8 @@ QUALITY_LABELS = {
     "rouge2": "ROUGE-2 F1 (x100)",
     "rougeL": "ROUGE-L F1 (x100)",
 }
+MIN_QUALITY_SPAN = 5.0  # percentage points (or ROUGE x 100)
+HOLLOW = f"hollow: time varies > {SPREAD_LIMIT:g}x, not trusted"
 PARETO_AXES = {
     # column: (file name, title, axis label, scale)
     "normalised_time": ("pareto", "Quality vs time", "time per example vs AR (AR = 1)", 1.0),
@@ -108,48 +112,84 @@ def _err(value: float, ci: Any, scale: float) -> list[list[float]] | None:
     return [[max(value - ci[0], 0.0) * scale], [max(ci[1] - value, 0.0) * scale]]
 
 
+def _along(xy: np.ndarray, step: float = 2.0) -> np.ndarray:
+    """Points every ``step`` pixels along a polyline, so that a label box can be tested against it."""
+    xy = xy[np.isfinite(xy).all(axis=1)]
+    out = [xy[:1]]
+    for a, b in zip(xy[:-1], xy[1:]):
+        n = max(int(np.hypot(*(b - a)) / step), 1)
+        out.append(a + (b - a) * np.linspace(0, 1, n + 1)[1:, None])
+    return np.concatenate(out)
+
+
+def _obstacles(ax: plt.Axes) -> tuple[list[Bbox], np.ndarray]:
+    """Everything already drawn in the axes, in display coordinates: a box per marker, and points
+    along every line and error bar (of every method, not only the sweep being labelled)."""
+    markers: list[Bbox] = []
+    points = [np.empty((0, 2))]
+    px = ax.figure.dpi / 72
+    for line in ax.lines:
+        xy = line.get_transform().transform(np.asarray(line.get_xydata(), float))
+        if line.get_marker() not in (None, "None", "none", "", " "):
+            half = line.get_markersize() * px / 2
+            markers += [Bbox.from_extents(x - half, y - half, x + half, y + half) for x, y in xy]
+        if line.get_linestyle() not in ("None", "none", "", " "):
+            points.append(_along(xy))
+    for collection in ax.collections:  # error bars
+        if isinstance(collection, LineCollection):
+            for segment in collection.get_segments():
+                points.append(_along(collection.get_transform().transform(segment)))
+    return markers, np.concatenate(points)
+
+
+# Where a label may sit around its point (offset in points), nearest and upper right first.
+LABEL_OFFSETS = [
+    (r * dx, r * dy)
+    for r in (5, 12, 22)
+    for dx, dy in ((1, 1), (1, -1), (-1, 1), (-1, -1), (1, 0), (-1, 0), (0, 1.4), (0, -1.4))
+]
+
+
 def _place_labels(ax: plt.Axes, points: list[tuple[float, float]], texts: list[str], color: str) -> None:
-    """Label points without overlaps: each label takes the first of several offsets around its
-    point whose box meets no label already placed and no point of the sweep."""
-    fig = ax.figure
-    fig.canvas.draw()
-    renderer = fig.canvas.get_renderer()
-    frame = ax.get_window_extent(renderer)  # a label stays inside the axes
-    centres = [ax.transData.transform(p) for p in points]
-    line = np.array(points, float)
-    for a, b in zip(line[:-1], line[1:]):  # the sweep line between its points is an obstacle too
-        centres += [ax.transData.transform(a + (b - a) * t) for t in np.linspace(0.1, 0.9, 9)]
-    taken: list[Any] = []
-    offsets = [
-        (6, 6),
-        (6, -14),
-        (-8, 8),
-        (-8, -16),
-        (10, -4),
-        (-12, -4),
-        (4, 16),
-        (4, -24),
-        (-4, 16),
-        (-4, -24),
-    ]
+    """Label points where they cover the least: each label takes the offset around its point whose
+    box stays inside the axes and meets the fewest other labels, markers, lines and error bars."""
+    ax.figure.canvas.draw()
+    renderer = ax.figure.canvas.get_renderer()
+    frame = ax.get_window_extent(renderer)
+    markers, lines = _obstacles(ax)
+    taken = [text.get_window_extent(renderer) for text in ax.texts]  # other sweeps' labels
+
+    def cost(box: Bbox) -> float:
+        if not (frame.contains(box.x0, box.y0) and frame.contains(box.x1, box.y1)):
+            return np.inf
+        lx, ly = lines[:, 0], lines[:, 1]
+        covered = ((lx >= box.x0) & (lx <= box.x1) & (ly >= box.y0) & (ly <= box.y1)).sum()
+        overlaps = 1000 * sum(box.overlaps(t) for t in taken) + 30 * sum(box.overlaps(m) for m in markers)
+        return overlaps + float(covered)
+
     for (x, y), text in zip(points, texts):
-        label = None
-        for dx, dy in offsets:
-            ha = "left" if dx >= 0 else "right"
-            if label is not None:
-                label.remove()
+        best, best_cost = None, np.inf
+        for dx, dy in LABEL_OFFSETS:
             label = ax.annotate(
-                text, (x, y), textcoords="offset points", xytext=(dx, dy), fontsize=8, color=color, ha=ha
+                text,
+                (x, y),
+                textcoords="offset points",
+                xytext=(dx, dy),
+                fontsize=8,
+                color=color,
+                ha="left" if dx > 0 else "right" if dx < 0 else "center",
+                va="bottom" if dy > 0 else "top" if dy < 0 else "center",
             )
-            box = label.get_window_extent(renderer).expanded(1.05, 1.1)
-            inside = frame.contains(box.x0, box.y0) and frame.contains(box.x1, box.y1)
-            if (
-                inside
-                and not any(box.overlaps(b) for b in taken)
-                and not any(box.contains(*c) for c in centres)
-            ):
+            score = cost(label.get_window_extent(renderer).expanded(1.05, 1.1))
+            if best is None or score < best_cost:
+                if best is not None:
+                    best.remove()
+                best, best_cost = label, score
+            else:
+                label.remove()
+            if score == 0:
                 break
-        taken.append(label.get_window_extent(renderer))
+        taken.append(best.get_window_extent(renderer))
 
 
 # Methods outside the built-in ones (a user's verifier): their own colours and markers, bold enough
@@ -217,6 +257,24 @@ def _merge_coincident(
     return list(merged), out
 
 
+def _bound_quality_axis(ax: plt.Axes, metric: str) -> None:
+    """Keep a 0-100 quality axis (accuracy, pass@1, ROUGE x 100) inside 0-100 and at least
+    ``MIN_QUALITY_SPAN`` tall: a row of zeros (the tiny pair) is drawn at 0 on an axis from 0 up,
+    not at the middle of one from -0.05 to 0.05."""
+    if metric not in QUALITY_LABELS:
+        return
+    low, high = ax.get_ylim()
+    if high - low < MIN_QUALITY_SPAN:
+        middle = (low + high) / 2
+        low, high = middle - MIN_QUALITY_SPAN / 2, middle + MIN_QUALITY_SPAN / 2
+    pad = 0.03 * (high - low)  # room for a marker at 0 or 100
+    if low < -pad:
+        low, high = -pad, high - pad - low
+    if high > 100 + pad:
+        low, high = low - (high - 100 - pad), 100 + pad
+    ax.set_ylim(low, high)
+
+
 def plot_pareto(panel: Panel, qualities: dict[str, str], out: Path, x: str = "normalised_time") -> list[Path]:
     """Quality against ``x`` (time relative to AR, or acceptance rate). A method swept over one
     parameter is a line with its points labelled; the static ensemble's line is the frontier the
@@ -270,10 +328,14 @@ def plot_pareto(panel: Panel, qualities: dict[str, str], out: Path, x: str = "no
                         **({"markerfacecolor": "none"} if unsteady else {}),
                     },
                 )
+        _bound_quality_axis(ax, metric)
         ax.set_title(TASK_TITLES.get(task, task), fontsize=10)
         ax.set_xlabel(x_label)
         ax.set_ylabel(quality_label(metric))
         ax.grid(alpha=0.3)
+    if flagged:  # the legend says what a hollow marker means wherever one is drawn
+        axes[0].plot([], [], ls="none", marker="o", color="0.35", markerfacecolor="none", label=HOLLOW)
+        drawn.append(HOLLOW)
     _legend(fig, axes, drawn)
     fig.suptitle(f"{title} ({panel.slug})", fontsize=11)
     for sweep_points in sweeps:  # once the layout is final, so that label boxes are where they will be drawn
