@@ -315,6 +315,31 @@ def test_quality_vs_time_explains_hollow_markers_in_its_legend(tmp_path):
     assert "hollow: time varies &gt; 2x" in (tmp_path / "noisy" / "pareto_tiny.svg").read_text()
 
 
+def test_acceptance_figures_draw_their_95_percent_intervals(tmp_path, monkeypatch):
+    from matplotlib.container import ErrorbarContainer
+
+    from bench.reports import plots
+    from bench.reports.summary import panels
+
+    rows = _rows({"ar": [1.0] * 4, "sd": [0.5] * 4, "ensemble": [0.5] * 4})
+    per_position = [[0] * 5] * 4 + [[2, 2, 1, 1, 1]] * 4  # ar, sd; then the ensemble, varying by example
+    per_position += [[2, 2, 1, 1, 0], [2, 1, 1, 0, 0], [2, 2, 2, 1, 1], [1, 1, 1, 1, 0]]
+    rows["accepted_per_position"] = per_position
+    rows["drafted_per_position"] = [[0] * 5 if m == "ar" else [2] * 5 for m in rows["method"]]
+    rows["accepted_tokens"] = [sum(a) for a in per_position]
+    rows.loc[rows["method"] == "ensemble", "target_weight"] = 0.7
+    (panel,) = panels(summarise(rows))
+    figures = []
+    monkeypatch.setattr(plots, "_save", lambda fig, *args: figures.append(fig) or [])
+    plots.plot_acceptance_vs_weight(rows, panel, tmp_path)
+    plots.plot_acceptance_per_position(rows, panel, tmp_path)
+    assert len(figures) == 2
+    for fig in figures:
+        bars = [c for ax in fig.axes for c in ax.containers if isinstance(c, ErrorbarContainer) and c.has_yerr]
+        heights = [abs(s[1][1] - s[0][1]) for c in bars for lines in c.lines[2] for s in lines.get_segments()]
+        assert max(heights) > 0  # the ensemble's examples disagree: its interval has width
+
+
 # --- Ctrl-C, progress, plot folders --------------------------------------------------------------
 
 

@@ -30,6 +30,7 @@ from bench.reports.summary import (  # noqa: E402
     TASK_ORDER,
     TASK_TITLES,
     Panel,
+    bootstrap,
     panels,
     quality_metrics,
     summarise,
@@ -148,6 +149,15 @@ LABEL_OFFSETS = [
     for r in (5, 12, 22)
     for dx, dy in ((1, 1), (1, -1), (-1, 1), (-1, -1), (1, 0), (-1, 0), (0, 1.4), (0, -1.4))
 ]
+
+
+def _rate_err(accepted: Any, total: Any) -> list[list[float]]:
+    """Error bar (in %) of the pooled rate sum(accepted) / sum(total): its 95% bootstrap interval
+    over examples, as measured, like the table's."""
+    accepted, total = np.asarray(accepted, float), np.asarray(total, float)
+    rate = accepted.sum() / max(total.sum(), 1)
+    ci = bootstrap(lambda a, t: a.sum(-1) / np.maximum(t.sum(-1), 1), accepted, total)
+    return _err(rate, ci, 100.0) or [[0.0], [0.0]]
 
 
 def _place_labels(ax: plt.Axes, points: list[tuple[float, float]], texts: list[str], color: str) -> None:
@@ -360,21 +370,30 @@ def plot_pareto(panel: Panel, qualities: dict[str, str], out: Path, x: str = "no
     return _save(fig, out, f"{name}_{panel.slug}", caption)
 
 
-def plot_acceptance_vs_weight(panel: Panel, out: Path) -> list[Path]:
+MEASURED, LOGGED, THEORY = "measured: accepted / verified", "logged 1 - TV(q, pi)", "theory 1 - w TV(p, q)"
+
+
+def plot_acceptance_vs_weight(rows: pd.DataFrame, panel: Panel, out: Path) -> list[Path]:
     part = panel.part
     tasks = [t for t in _tasks(part) if (part[(part["task"] == t)]["method"] == "ensemble").any()]
     if not tasks:
         return []
+    examples = _panel_rows(rows, panel)
     fig, axes = _grid(len(tasks))
     for ax, task in zip(axes, tasks):
         rows = part[part["task"] == task]
         ens = rows[rows["method"] == "ensemble"].sort_values("target_weight")
-        ax.plot(
+        runs = [examples[examples["config_id"] == c] for c in ens["config_id"]]
+        err = np.hstack([_rate_err(g["accepted_tokens"], g["reached_per_position"].map(sum)) for g in runs])
+        ax.errorbar(
             ens["target_weight"],
             ens["per_token_acceptance"] * 100,
+            yerr=err,
             ls="none",
             ms=7,
-            label="measured: accepted / verified",
+            elinewidth=0.8,
+            capsize=2,
+            label=MEASURED,
             **STYLE["ensemble"],
         )
         ax.plot(
@@ -383,16 +402,20 @@ def plot_acceptance_vs_weight(panel: Panel, out: Path) -> list[Path]:
             "x",
             color="black",
             ms=7,
-            label="logged 1 - TV(q, pi)",
+            label=LOGGED,
         )
         sd = rows[rows["method"] == "sd"]
         if len(sd):
             tv = 1 - float(sd["per_token_acceptance"].iloc[0])
             w = np.linspace(0, 1, 50)
-            ax.plot(w, (1 - w * tv) * 100, "--", color=STYLE["sd"]["color"], label="theory 1 - w TV(p, q)")
+            ax.plot(w, (1 - w * tv) * 100, "--", color=STYLE["sd"]["color"], label=THEORY)
             ax.text(0.03, 0.05, f"TV(p, q) = {tv:.3f} (from SD)", transform=ax.transAxes, fontsize=8)
         shown = np.concatenate(
-            [ens["per_token_acceptance"], ens["expected_acceptance"], (1 - tv,) if len(sd) else ()]
+            [
+                ens["per_token_acceptance"] - err[0] / 100,  # the lower ends of the error bars
+                ens["expected_acceptance"],
+                (1 - tv,) if len(sd) else (),
+            ]
         )
         low = float(np.nanmin(shown)) * 100 if len(shown) else 0.0
         ax.set_xlim(0, 1.02)
@@ -401,7 +424,7 @@ def plot_acceptance_vs_weight(panel: Panel, out: Path) -> list[Path]:
         ax.set_xlabel("target weight w")
         ax.set_ylabel("per-token acceptance (%)")
         ax.grid(alpha=0.3)
-    _legend(fig, axes)
+    _legend(fig, axes, [MEASURED, LOGGED, THEORY])
     fig.suptitle(f"Ensemble acceptance vs weight ({panel.slug})", fontsize=11)
     caption = (
         "Static ensemble: per-token acceptance (accepted / verified positions) against the target "
@@ -428,18 +451,32 @@ def plot_acceptance_per_position(rows: pd.DataFrame, panel: Panel, out: Path) ->
     for ax, task in zip(axes, tasks):
         groups = dict(list(part[part["task"] == task].groupby("label", sort=False)))
         seen: dict[str, int] = {}
+        seen_labels: list[str] = []
         for label in [lb for lb in order if lb in groups]:
             g = groups[label]
-            acc = np.stack(g["accepted_per_position"].to_numpy()).sum(0)
-            drafted = np.stack(g["drafted_per_position"].to_numpy()).sum(0)
-            rate = acc / np.maximum(drafted, 1) * 100
+            acc = np.stack(g["accepted_per_position"].to_numpy()).astype(float)
+            drafted = np.stack(g["drafted_per_position"].to_numpy()).astype(float)
+            rate = acc.sum(0) / np.maximum(drafted.sum(0), 1) * 100
+            err = np.hstack([_rate_err(acc[:, i], drafted[:, i]) for i in range(len(rate))])
             method = g["method"].iloc[0]
             style = {**method_style(method, methods), "markersize": 6}
             k = seen[method] = seen.get(method, -1) + 1
             if method == "ensemble":  # the sweep: darker green for more weight on the target
                 style["color"] = plt.cm.Greens(0.35 + 0.6 * float(g["target_weight"].iloc[0]))
             ls = ("-", "--", ":", "-.")[k % 4] if method != "ensemble" else "-"
-            ax.plot(np.arange(1, len(rate) + 1), rate, ls=ls, label=_short(label), lw=1, **style)
+            dodge = 0.04 * (len(seen_labels) - (len(groups) - 1) / 2)  # bars side by side, not on top
+            seen_labels.append(label)
+            ax.errorbar(
+                np.arange(1, len(rate) + 1) + dodge,
+                rate,
+                yerr=err,
+                ls=ls,
+                label=_short(label),
+                lw=1,
+                elinewidth=0.7,
+                capsize=1.5,
+                **style,
+            )
         ax.set_title(TASK_TITLES.get(task, task), fontsize=10)
         ax.set_xlabel("position in the draft")
         ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
@@ -519,7 +556,7 @@ def write_plots(results: Path, out: Path) -> list[Path]:
     for panel in panels(summary):
         for x in PARETO_AXES:
             paths += plot_pareto(panel, qualities, out, x)
-        paths += plot_acceptance_vs_weight(panel, out)
+        paths += plot_acceptance_vs_weight(rows, panel, out)
         paths += plot_acceptance_per_position(rows, panel, out)
         paths += plot_weights(rows, panel, out)
     return paths
