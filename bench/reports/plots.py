@@ -428,8 +428,9 @@ def plot_acceptance_vs_weight(rows: pd.DataFrame, panel: Panel, out: Path) -> li
     fig.suptitle(f"Ensemble acceptance vs weight ({panel.slug})", fontsize=11)
     caption = (
         "Static ensemble: per-token acceptance (accepted / verified positions) against the target "
-        "weight w; crosses: the expected acceptance 1 - TV(q, pi) logged per position; dashed: the "
-        "theory line 1 - w TV(p, q), with TV(p, q) = 1 - SD's per-token acceptance. "
+        "weight w, with its 95% bootstrap interval over examples; crosses: the expected acceptance "
+        "1 - TV(q, pi) logged per position; dashed: the theory line 1 - w TV(p, q), with TV(p, q) = "
+        "1 - SD's per-token acceptance. "
         f"Settings: {panel.title}."
     )
     return _save(fig, out, f"acceptance_vs_weight_{panel.slug}", caption)
@@ -486,7 +487,8 @@ def plot_acceptance_per_position(rows: pd.DataFrame, panel: Panel, out: Path) ->
     fig.suptitle(f"Acceptance per draft position ({panel.slug})", fontsize=11)
     caption = (
         "Acceptance rate at each position of the draft: tokens accepted at position i / tokens drafted "
-        f"at position i, pooled over examples. Settings: {panel.title}."
+        "at position i, pooled over examples; error bars: 95% bootstrap intervals over examples. "
+        f"Settings: {panel.title}."
     )
     return _save(fig, out, f"acceptance_per_position_{panel.slug}", caption)
 
