@@ -340,6 +340,24 @@ def test_acceptance_figures_draw_their_95_percent_intervals(tmp_path, monkeypatc
         assert max(heights) > 0  # the ensemble's examples disagree: its interval has width
 
 
+def test_each_weights_panel_shows_its_own_mean(tmp_path, monkeypatch):
+    from bench.reports import plots
+    from bench.reports.summary import panels
+
+    times = {"ar": [1.0] * 4, "diversed": [0.5] * 4}
+    gsm8k = _rows(times).assign(weights=[[]] * 4 + [[0.1, 0.3]] * 4)
+    cnndm = _rows(times).assign(task="cnndm", config_id=lambda f: f["config_id"] + "-c")
+    cnndm["weights"] = [[]] * 4 + [[0.7, 0.9]] * 4
+    rows = pd.concat([gsm8k, cnndm], ignore_index=True)
+    (panel,) = panels(summarise(rows))
+    figures = []
+    monkeypatch.setattr(plots, "_save", lambda fig, *args: figures.append(fig) or [])
+    plots.plot_weights(rows, panel, tmp_path)
+    (fig,) = figures
+    assert [[t.get_text() for t in ax.texts] for ax in fig.axes] == [["mean 0.20"], ["mean 0.80"]]
+    assert not any("mean 0." in t.get_text() for legend in fig.legends for t in legend.get_texts())
+
+
 # --- Ctrl-C, progress, plot folders --------------------------------------------------------------
 
 

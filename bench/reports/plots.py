@@ -508,7 +508,19 @@ def plot_weights(rows: pd.DataFrame, panel: Panel, out: Path) -> list[Path]:
                 bins=np.linspace(0, 1, 41),
                 alpha=0.7,
                 color=STYLE["diversed"]["color"],
-                label=f"{_short(label)}: mean {w.mean():.2f}",
+                label=_short(label),
+            )
+            # each panel's own mean, on the panel: a figure-wide legend entry would show one task's
+            mean = float(w.mean())
+            ax.axvline(mean, color="black", ls="--", lw=0.9, label="mean weight")
+            ax.annotate(
+                f"mean {mean:.2f}",
+                (mean, 1),
+                xycoords=("data", "axes fraction"),
+                xytext=(3 if mean < 0.75 else -3, -12),
+                textcoords="offset points",
+                ha="left" if mean < 0.75 else "right",
+                fontsize=8,
             )
         ax.set_title(TASK_TITLES.get(task, task), fontsize=10)
         ax.set_xlabel("weight on the target, w_t")
@@ -517,7 +529,7 @@ def plot_weights(rows: pd.DataFrame, panel: Panel, out: Path) -> list[Path]:
     fig.suptitle(f"DIVERSED weights ({panel.slug})", fontsize=11)
     caption = (
         "Histogram of the per-token target weight w_t that the DIVERSED head gave each verified "
-        f"position. Settings: {panel.title}."
+        f"position; dashed: its mean. Settings: {panel.title}."
     )
     return _save(fig, out, f"diversed_weights_{panel.slug}", caption)
 
