@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.errors import BenchError
 from bench.reports.html import build_report
 from bench.store import load_results, load_traces
 
@@ -24,19 +25,30 @@ console.error = function(...a) { window.__errors.push(a.join(' ')); __error.appl
 window.addEventListener('error', e => window.__errors.push(String(e.message)));
 window.addEventListener('load', () => {
   const pick = %s;
-  if (pick) {
-    document.getElementById('tv-example').value = pick.example;
+  const node = document.getElementById('trace-data');
+  if (pick && node) {
+    const data = JSON.parse(node.textContent);
+    document.getElementById('tv-example').value = String(data.examples.findIndex(e => e[1] === pick.example));
     const s = document.querySelector('#pane-left select');
-    s.value = pick.config;
+    s.value = pick.method;
     s.dispatchEvent(new Event('change'));
   }
   const spans = [...document.querySelectorAll('#pane-left .tok')];
+  const pane = p => ({
+    method: document.querySelector(`#pane-${p} select`)?.value,
+    info: document.querySelector(`#pane-${p} .info`)?.textContent,
+    tokens: document.querySelectorAll(`#pane-${p} .tok`).length,
+  });
   const out = {
     errors: window.__errors,
     rows: [...document.querySelectorAll('table.table1 tr')].slice(1).map(r => r.cells[0].textContent),
     fates: spans.map(s => s.dataset.fate).join(''),
     colours: Object.fromEntries(spans.map(s => [s.dataset.fate, getComputedStyle(s).backgroundColor])),
     tip: spans.length ? spans[0].title : '',
+    left: pane('left'),
+    right: pane('right'),
+    groups: [...document.querySelectorAll('#tv-example optgroup')].map(g => [g.label, g.children.length]),
+    overflow: document.documentElement.scrollWidth > window.innerWidth,
   };
   const pre = document.createElement('pre');
   pre.id = 'harness';
@@ -88,8 +100,9 @@ def test_report_renders_in_a_browser_with_table_and_token_colours(demo_results, 
     known = traces[(traces["config_id"] == config) & (traces["example_id"] == example)].sort_values(
         "position"
     )
-    seen = open_in_chromium(page, {"config": config, "example": example})
-    assert seen["errors"] == []
+    label = rows.loc[rows["config_id"] == config, "label"].iloc[0]
+    seen = open_in_chromium(page, {"method": label, "example": example})
+    assert seen["errors"] == [] and not seen["overflow"]
     labels = list(dict.fromkeys(rows.sort_values("config_id")["label"]))
     assert sorted(seen["rows"]) == sorted(labels)
     assert seen["fates"] == "".join(
@@ -98,6 +111,34 @@ def test_report_renders_in_a_browser_with_table_and_token_colours(demo_results, 
     assert seen["colours"] == COLOURS
     assert seen["tip"].startswith("#0 ") and "p=" in seen["tip"] and "q=" in seen["tip"]
     assert "verdict-above" in page
+    # Side by side: the candidate and the static ensemble it is judged against, both drawn.
+    assert seen["left"]["method"] == label and seen["right"]["method"].startswith("ensemble")
+    assert seen["right"]["tokens"] > 0
+
+
+def test_report_charts_keep_to_their_panel_and_a_bad_output_is_one_line(demo_results, tmp_path):
+    import pandas as pd
+    from typer.testing import CliRunner
+
+    from bench.cli import app
+
+    # The same configurations again at another temperature: a second panel with the same labels.
+    two = tmp_path / "two"
+    shutil.copytree(demo_results, two, ignore=shutil.ignore_patterns("traces"))
+    rows = load_results(demo_results)
+    other = rows.assign(temperature=0.5, config_id=rows["config_id"] + "-t05")
+    other.to_parquet(two / "other.0of1.parquet")
+    page = build_report(two, ["diversed"])
+    charts = re.findall(r"<svg class=\"chart\".*?</svg>", page)
+    family = rows.loc[rows["method"] == "ensemble", "config_id"].nunique()
+    assert len(charts) == 2 and all(c.count("<circle") == family + 1 for c in charts)
+    assert pd.Series(["w=0.2" in c for c in charts]).all()
+
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    result = CliRunner().invoke(app, ["report", str(demo_results), "--output", str(blocker / "r.html")])
+    assert result.exit_code != 0 and isinstance(result.exception, BenchError)
+    assert "cannot write" in str(result.exception) and "--output" in str(result.exception)
 
 
 def test_report_on_a_multi_task_run_and_without_traces(demo_results, tmp_path, tiny_pair):
@@ -114,12 +155,22 @@ def test_report_on_a_multi_task_run_and_without_traces(demo_results, tmp_path, t
         num_fewshot=0,  # one panel: the tasks share every setting
         device="cpu",
     )
-    Runner(multi, limit=2, batch_size=2, timing_examples=0, progress=False, log=lambda m: None).run(configs)
+    Runner(
+        multi, limit=2, batch_size=2, timing_examples=0, progress=False, log=lambda m: None, trace=True
+    ).run(configs)
     page = build_report(multi, ["ensemble"])
     assert page.count('class="table1"') == 1 and "GSM8K" in page and "XSum" in page
-    assert 'id="no-traces"' in page and "too few examples" in page
+    assert "too few examples" in page
     seen = open_in_chromium(page)
-    assert seen["errors"] == [] and len(seen["rows"]) == 3 and seen["fates"] == ""
+    assert seen["errors"] == [] and len(seen["rows"]) == 3
+    assert not seen["overflow"]  # a wide table scrolls inside the page
+    # Examples listed per task; the two panes show two methods on the same example of that task.
+    assert sorted(seen["groups"]) == [["gsm8k", 2], ["xsum", 2]]
+    assert seen["left"]["method"] != seen["right"]["method"]
+    assert seen["left"]["tokens"] > 0 and seen["right"]["tokens"] > 0
+    capped = build_report(multi, ["ensemble"], token_examples=1)
+    data = json.loads(re.search(r'id="trace-data">(.*?)</script>', capped).group(1))
+    assert sorted(data["groups"][g]["name"] for g, _ in data["examples"]) == ["gsm8k", "xsum"]
 
     bare = tmp_path / "bare"
     shutil.copytree(demo_results, bare, ignore=shutil.ignore_patterns("traces"))

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from bench.errors import BenchError
-from bench.reports.compare import Comparison, cells, compare
+from bench.reports.compare import NOT_BASELINES, Comparison, cells, compare, family_of
 from bench.reports.frontier import hull_points
 from bench.reports.summary import panels, quality_metrics, summarise
 from bench.reports.table import table_frames
@@ -33,7 +33,7 @@ max-width:1200px;padding:0 16px;color:#1d1d1f}
 h1{font-size:22px}h2{font-size:18px;border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:32px}
 h3{font-size:15px}table{border-collapse:collapse;margin:8px 0 16px;font-size:12.5px}
 th,td{border:1px solid #ddd;padding:3px 7px;text-align:left;vertical-align:top}
-th{background:#f5f5f7}.muted{color:#6e6e73}.fig{max-width:100%;height:auto}
+th{background:#f5f5f7}.scroll{overflow-x:auto;max-width:100%}.muted{color:#6e6e73}.fig{max-width:100%;height:auto}
 .verdict-above{background:#d8f3dc}.verdict-below{background:#ffd6d6}
 .verdict-indistinguishable{background:#eef1f5}.verdict-cannot{background:#fff3cd}
 .charts{display:flex;flex-wrap:wrap;gap:12px}.chart{border:1px solid #eee}
@@ -52,11 +52,12 @@ const ex=document.getElementById('tv-example');
 const fateName={a:'accepted draft',r:'rejected draft, resampled',b:'target (bonus)'};
 function num(v){return v<0?'n/a':(v/1000).toFixed(3);}
 function fill(pane){
-  const cid=pane.querySelector('select').value, eid=ex.value;
+  const label=pane.querySelector('select').value, [group, eid]=data.examples[ex.value];
   const out=pane.querySelector('.tokens'), info=pane.querySelector('.info');
   out.textContent='';
-  const t=(data.traces[cid]||{})[eid];
-  if(!t){info.textContent='not traced for this example';return;}
+  const cid=data.groups[group].methods[label];
+  const t=cid===undefined?undefined:(data.traces[cid]||{})[eid];
+  if(!t){info.textContent=cid===undefined?label+' did not run here':'not traced for this example';return;}
   info.textContent=t.info;
   const frag=document.createDocumentFragment();
   for(let i=0;i<t.id.length;i++){
@@ -91,7 +92,10 @@ def _table(frame: pd.DataFrame, cls: str) -> str:
         f"<tr><th>{_esc(idx)}</th>" + "".join(f"<td>{_esc(v)}</td>" for v in row) + "</tr>"
         for idx, row in zip(frame.index, frame.to_numpy())
     )
-    return f'<table class="{cls}"><tr><th>{_esc(frame.index.name or "")}</th>{head}</tr>{body}</table>'
+    return (
+        f'<div class="scroll"><table class="{cls}"><tr><th>{_esc(frame.index.name or "")}</th>{head}</tr>'
+        f"{body}</table></div>"
+    )
 
 
 def _settings(results: Path, rows: pd.DataFrame) -> str:
@@ -139,11 +143,15 @@ def _plots(summary: pd.DataFrame) -> str:
     return "\n".join(out)
 
 
-def _chart(c: Comparison, summary: pd.DataFrame) -> str:
-    """An SVG of one comparison: the family's points with their intervals, its frontier, and the
-    candidate with its intervals."""
-    fam = summary[(summary["task"] == c.task) & summary["label"].isin(_family_labels(summary, c))]
-    if fam.empty or not np.isfinite(c.acceptance):
+def _chart(c: Comparison, part: pd.DataFrame) -> str:
+    """An SVG of one comparison: the family's points (this panel and task, named by their swept
+    values) with their intervals, its frontier, and the candidate with its intervals."""
+    fam = part[
+        (part["task"] == c.task)
+        & ~part["method"].isin(NOT_BASELINES)
+        & (part.apply(family_of, axis=1) == c.family)
+    ]
+    if len(fam) < 2 or not np.isfinite(c.acceptance):
         return ""
     pts = [(r.acceptance_rate, r.quality, r.acceptance_rate_ci, r.quality_ci) for r in fam.itertuples()]
     pts.append((c.acceptance, c.quality, c.acceptance_ci, c.quality_ci))
@@ -151,11 +159,16 @@ def _chart(c: Comparison, summary: pd.DataFrame) -> str:
     ys = [v for _, q, _, ci in pts for v in (q, *ci) if np.isfinite(v)]
     x0, x1, y0, y1 = min(xs), max(xs), min(ys), max(ys)
     pad_x, pad_y = (x1 - x0) * 0.08 or 0.01, (y1 - y0) * 0.08 or 0.01
-    x0, x1, y0, y1 = x0 - pad_x, x1 + pad_x, y0 - pad_y, y1 + pad_y
+    x0, x1, y0, y1 = max(x0 - pad_x, 0.0), min(x1 + pad_x, 1.0), y0 - pad_y, y1 + pad_y
+    if min(ys) >= 0:  # a score that cannot be negative gets no negative axis
+        y0 = max(y0, 0.0)
+    if c.percent:  # nor a share one above 100%
+        y1 = min(y1, 1.0)
     w, h, m = 420, 270, 48
     sx = lambda v: m + (v - x0) / (x1 - x0) * (w - m - 10)  # noqa: E731
     sy = lambda v: h - m + 10 - (v - y0) / (y1 - y0) * (h - m - 10)  # noqa: E731
     pct = lambda v: f"{100 * v:.1f}%"  # noqa: E731  the table's unit
+    qual = pct if c.percent else (lambda v: f"{v:.3f}")
     parts = [
         f'<svg class="chart" width="{w}" height="{h}" viewBox="0 0 {w} {h}" xmlns="http://www.w3.org/2000/svg" '
         'font-size="11" font-family="sans-serif">',
@@ -164,8 +177,8 @@ def _chart(c: Comparison, summary: pd.DataFrame) -> str:
         f'<text x="{m}" y="{h - m + 24}">{pct(x0)}</text>',
         f'<text x="{w - 10}" y="{h - m + 24}" text-anchor="end">{pct(x1)}</text>',
         f'<text x="{(w + m) / 2}" y="{h - 6}" text-anchor="middle">acceptance rate</text>',
-        f'<text x="{m - 3}" y="{h - m + 10}" text-anchor="end">{pct(y0)}</text>',
-        f'<text x="{m - 3}" y="20" text-anchor="end">{pct(y1)}</text>',
+        f'<text x="{m - 3}" y="{h - m + 10}" text-anchor="end">{qual(y0)}</text>',
+        f'<text x="{m - 3}" y="20" text-anchor="end">{qual(y1)}</text>',
         f'<text transform="translate(12 {(h - m) / 2}) rotate(-90)" text-anchor="middle">quality</text>',
     ]
     hull = hull_points(fam["acceptance_rate"].to_numpy(float), fam["quality"].to_numpy(float))
@@ -173,7 +186,8 @@ def _chart(c: Comparison, summary: pd.DataFrame) -> str:
     parts.append(
         f'<polyline points="{line}" fill="none" stroke="#2a9d8f" stroke-width="2" stroke-dasharray="5 3"/>'
     )
-    for i, (a, q, aci, qci) in enumerate(pts):
+    names = [_swept(label) for label in fam["label"]] + [""]
+    for i, ((a, q, aci, qci), name) in enumerate(zip(pts, names)):
         colour = "#d62828" if i == len(pts) - 1 else "#2a9d8f"
         if all(np.isfinite(aci)):
             parts.append(
@@ -186,26 +200,32 @@ def _chart(c: Comparison, summary: pd.DataFrame) -> str:
         parts.append(
             f'<circle cx="{sx(a):.1f}" cy="{sy(q):.1f}" r="{5 if i == len(pts) - 1 else 3.5}" fill="{colour}"/>'
         )
+        if name:
+            parts.append(
+                f'<text x="{sx(a) + 5:.1f}" y="{sy(q) - 5:.1f}" fill="{colour}" font-size="10">'
+                f"{_esc(name)}</text>"
+            )
     parts.append(
-        f'<text x="{m + 6}" y="20" fill="#d62828">{_esc(_short(c.candidate))}: {_esc(c.verdict)}</text>'
+        f'<text x="{m + 6}" y="20" fill="#d62828">{_esc(c.task)}: {_esc(_short(c.candidate))}: '
+        f"{_esc(c.verdict)}</text>"
     )
     parts.append(f'<text x="{m + 6}" y="33" fill="#2a9d8f">{_esc(c.family)} frontier</text></svg>')
     return "".join(parts)
 
 
-def _short(label: str, width: int = 46) -> str:
+def _swept(label: str) -> str:
+    """The swept values a label names (``w=0.2``): what tells a family's points apart."""
+    inner = label[label.find("(") + 1 : label.rfind(")")] if "(" in label else ""
+    return ", ".join(p for p in inner.split(", ") if "=" in p and not p.startswith(("mix=", "head=")))
+
+
+def _short(label: str, width: int = 40) -> str:
     """A label that fits the chart's legend line; the table beside it gives the whole one."""
     return label if len(label) <= width else label[: width - 1] + "…"
 
 
-def _family_labels(summary: pd.DataFrame, c: Comparison) -> list[str]:
-    from bench.reports.compare import family_of
-
-    part = summary[(summary["task"] == c.task) & ~summary["method"].isin(["ar", "sd"])]
-    return [r["label"] for _, r in part.iterrows() if family_of(r) == c.family]
-
-
 def _verdicts(comparisons: list[Comparison], summary: pd.DataFrame) -> str:
+    parts = {p.title: p.part for p in panels(summary)}
     out = []
     for title in dict.fromkeys(c.panel for c in comparisons):
         mine = [c for c in comparisons if c.panel == title]
@@ -216,10 +236,11 @@ def _verdicts(comparisons: list[Comparison], summary: pd.DataFrame) -> str:
             + "</tr>"
             for c in mine
         )
-        charts = "".join(
-            _chart(c, summary) for c in mine if c.verdict != "cannot judge" or np.isfinite(c.quality)
+        charts = "".join(_chart(c, parts[title]) for c in mine)
+        out.append(
+            f'<h3>{_esc(title)}</h3><div class="scroll"><table class="verdicts"><tr>{head}</tr>{body}'
+            "</table></div>"
         )
-        out.append(f'<h3>{_esc(title)}</h3><table class="verdicts"><tr>{head}</tr>{body}</table>')
         out.append(f'<div class="charts">{charts}</div>')
     return "\n".join(out)
 
@@ -229,17 +250,35 @@ def _milli(values: pd.Series) -> list[int]:
     return np.where(np.isfinite(v), np.round(v * 1000), -1).astype(int).tolist()
 
 
-def trace_data(rows: pd.DataFrame, traces: pd.DataFrame, examples: int) -> dict[str, Any]:
-    """The traces of the first ``examples`` traced examples, in the page's compact form."""
-    keep = list(dict.fromkeys(traces["example_id"]))[:examples]
-    traces = traces[traces["example_id"].isin(keep)]
+def token_groups(summary: pd.DataFrame) -> list[tuple[str, dict[str, str]]]:
+    """(name, {label: config_id}) per panel and task: the configurations whose traces of one
+    example sit side by side. Named by the task, and by the panel too where there are several."""
+    found = panels(summary)
+    out = []
+    for panel in found:
+        for task, part in panel.part.groupby("task", sort=False):
+            name = str(task) if len(found) == 1 else f"{task} · {panel.title}"
+            out.append((name, dict(zip(part["label"].astype(str), part["config_id"].astype(str)))))
+    return out
+
+
+def trace_data(
+    rows: pd.DataFrame, traces: pd.DataFrame, groups: list[tuple[str, dict[str, str]]], examples: int
+) -> dict[str, Any]:
+    """The traces of the first ``examples`` traced examples of each group, in the page's compact
+    form: token texts once in a vocabulary, probabilities in thousandths."""
+    keep: list[tuple[int, str]] = []
+    for g, (_, methods) in enumerate(groups):
+        mine = traces.loc[traces["config_id"].isin(set(methods.values())), "example_id"]
+        keep += [(g, str(e)) for e in list(dict.fromkeys(mine))[:examples]]
+    wanted = {(cid, eid) for g, eid in keep for cid in groups[g][1].values()}
+    traces = traces[[k in wanted for k in zip(traces["config_id"], traces["example_id"])]]
     vocab: dict[int, str] = {}
     for tid, text in zip(traces["token_id"], traces["token_text"]):
         vocab.setdefault(int(tid), str(text))
     for tid, text in zip(traces["rejected_token_id"], traces["rejected_text"]):
         if tid >= 0:
             vocab.setdefault(int(tid), str(text))
-    labels = rows.drop_duplicates("config_id").set_index("config_id")["label"]
     info = rows.set_index(["config_id", "example_id"])
     out: dict[str, dict[str, Any]] = {}
     for (cid, eid), t in traces.groupby(["config_id", "example_id"], sort=False):
@@ -264,41 +303,51 @@ def trace_data(rows: pd.DataFrame, traces: pd.DataFrame, examples: int) -> dict[
         }
     return {
         "vocab": {str(k): v for k, v in vocab.items()},
-        "labels": {cid: str(labels.get(cid, cid)) for cid in out},
-        "examples": keep,
+        "groups": [{"name": name, "methods": methods} for name, methods in groups],
+        "examples": [[g, eid] for g, eid in keep],
         "traces": out,
     }
 
 
 def _token_view(data: dict[str, Any], preferred: list[str]) -> str:
-    configs = list(data["traces"])
+    labels = list(dict.fromkeys(label for g in data["groups"] for label in g["methods"]))
 
-    def rank(cid: str) -> tuple[int, str]:
+    def rank(label: str) -> int:
         """Candidates first, then the static ensemble they are judged against, ar last."""
-        label = data["labels"][cid]
         first = any(label == p or label.split(" ")[0] == p for p in preferred)
-        return (0 if first else 1 if label.startswith("ensemble") else 3 if label == "ar" else 2, label)
+        return 0 if first else 1 if label.startswith("ensemble") else 3 if label == "ar" else 2
 
-    order = sorted(configs, key=rank)
+    order = sorted(labels, key=rank)
     left, right = order[0], (order[1] if len(order) > 1 else order[0])
 
     def pane(which: str, chosen: str) -> str:
         options = "".join(
-            f'<option value="{_esc(cid)}"{" selected" if cid == chosen else ""}>{_esc(data["labels"][cid])}</option>'
-            for cid in configs
+            f'<option value="{_esc(label)}"{" selected" if label == chosen else ""}>{_esc(label)}</option>'
+            for label in order
         )
         return (
             f'<div class="pane" id="pane-{which}"><select aria-label="method">{options}</select>'
             f'<div class="info muted"></div><div class="tokens"></div></div>'
         )
 
-    examples = "".join(f'<option value="{_esc(e)}">{_esc(e)}</option>' for e in data["examples"])
+    examples = "".join(
+        f'<optgroup label="{_esc(group["name"])}">'
+        + "".join(
+            f'<option value="{i}">{_esc(eid)}</option>'
+            for i, (g, eid) in enumerate(data["examples"])
+            if g == number
+        )
+        + "</optgroup>"
+        for number, group in enumerate(data["groups"])
+        if any(g == number for g, _ in data["examples"])
+    )
+    carried = len(data["examples"])
     payload = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
     return (
         '<p class="legend"><span class="tok-a">accepted draft</span><span class="tok-r">rejected draft, '
         'resampled</span><span class="tok-b">target (bonus)</span> hover a token for p, q and w<sub>t</sub></p>'
         f'<p>Example <select id="tv-example">{examples}</select> '
-        f'<span class="muted">({len(data["examples"])} examples carried)</span></p>'
+        f'<span class="muted">({carried} examples carried: the first --token-examples of each task)</span></p>'
         f'<div class="panes">{pane("left", left)}{pane("right", right)}</div>'
         f'<script type="application/json" id="trace-data">{payload}</script><script>{SCRIPT}</script>'
     )
@@ -314,7 +363,7 @@ def build_report(results: Path, candidates: list[str], token_examples: int = 100
         "<h2>Settings</h2>",
         _settings(results, rows),
         "<h2>Table 1</h2>",
-        '<p class="muted">± is half the 95% bootstrap interval over examples.</p>',
+        '<p class="muted">[low, high] is the 95% bootstrap interval over examples.</p>',
     ]
     for title, quality, speed in table_frames(summary, quality_metrics(summary)):
         sections += [f"<h3>{_esc(title)}</h3>", _table(quality, "table1"), _table(speed, "speed")]
@@ -334,7 +383,8 @@ def build_report(results: Path, candidates: list[str], token_examples: int = 100
             '<p id="no-traces">No token traces in these results: run with <code>--trace</code>.</p>'
         )
     else:
-        sections.append(_token_view(trace_data(rows, traces, token_examples), candidates))
+        data = trace_data(rows, traces, token_groups(summary), token_examples)
+        sections.append(_token_view(data, candidates))
     body = "\n".join(sections)
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
@@ -344,5 +394,12 @@ def build_report(results: Path, candidates: list[str], token_examples: int = 100
 
 
 def write_report(results: Path, output: Path, candidates: list[str], token_examples: int = 100) -> Path:
-    output.write_text(build_report(results, candidates, token_examples), encoding="utf-8")
+    page = build_report(results, candidates, token_examples)
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(page, encoding="utf-8")
+    except OSError as exc:
+        raise BenchError(
+            f"cannot write {output} ({exc.filename}: {exc.strerror}); give a writable --output path"
+        ) from None
     return output
