@@ -294,6 +294,14 @@ HANGS = {
         "assert f(1)",
     ),
     "a reply too large": ("def f(x):\n    return 'x' * 40_000_000\n", "assert f(1)"),
+    # Hashing each level of 400 nested tuples over 990,000 floats is seconds of work here; sent
+    # just before the deadline, only a deadline inside decoding stops it in time.
+    "a reply slow to rebuild": (
+        "import os, time\ndef f(x):\n    leaf = '{\"t\": [' + ','.join(['0.1'] * 990_000) + ']}'\n"
+        "    body = '{\"t\": [' * 400 + leaf + ']}' * 400\n    time.sleep(2)\n"
+        "    os.write(4, b'{\"ok\": ' + body.encode() + b'}\\n')\n    time.sleep(600)\n",
+        "assert f(1)",
+    ),
 }
 
 

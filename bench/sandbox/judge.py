@@ -152,14 +152,17 @@ def encode(value: Any) -> Any:
 
 
 class _Budget:
-    """What one reply may build here: a number of values, and few distinct values per hash."""
+    """What one reply may build here: a number of values, few distinct values per hash, and the
+    example's deadline (hashing nested tuples level by level is still more than linear work)."""
 
-    def __init__(self) -> None:
-        self.items = 0
+    def __init__(self, deadline: float) -> None:
+        self.items, self.deadline = 0, deadline
         self.by_hash: dict[int, list[Any]] = {}
 
     def take(self, value: Any) -> Any:
         self.items += 1
+        if time.monotonic() > self.deadline:
+            raise Timeout
         if self.items > MAX_REPLY_ITEMS:
             raise WorkerGone(f"a reply held more than {MAX_REPLY_ITEMS} values")
         if type(value) in (int, float, complex, bytes, tuple, frozenset):
@@ -177,8 +180,8 @@ class _Budget:
 
 def decode(value: Any, channel: Channel, budget: _Budget | None = None) -> Any:
     """A worker's reply rebuilt from builtin types only: nothing of the candidate's runs here, and
-    nothing it sends makes this side do more than linear work."""
-    budget = budget or _Budget()
+    nothing it sends keeps this side busy past the example's deadline."""
+    budget = budget or _Budget(channel.deadline)
     if value is None or type(value) in (bool, str):
         return value
     if type(value) in (int, float):
