@@ -21,6 +21,9 @@ class Limits:
     memory_bytes: int = 2 * 1024**3
     file_bytes: int = 8 * 1024**2
     threads: int = 32  # threads and processes of the jail's uid (forks are denied anyway)
+    # Open descriptors: each socket or pipe holds kernel memory the address-space limit does not
+    # count, and the descriptors passed in flight over a unix socket are capped by the same number.
+    files: int = 64
 
     @property
     def wall(self) -> float:

@@ -14,10 +14,13 @@ way ``no_new_privs`` is set. The seccomp filter, built from an allow-list where 
 
 - new processes: fork, vfork and process-creating clone fail (threads stay allowed, and are capped
   by RLIMIT_NPROC under the unprivileged uid); clone3 answers ENOSYS so libc falls back to clone;
-- sockets: only AF_UNIX, AF_INET and AF_INET6 (inside an empty network namespace); every other
-  family (vsock, packet, netlink, crypto, ...) fails;
+- sockets: only AF_UNIX; every other family (inet, vsock, packet, netlink, crypto, ...) fails.
+  The network namespace is empty anyway, and TCP's autotuning grows each socket's buffers to
+  megabytes of kernel memory the address-space limit does not count;
 - memory the address-space limit does not count: memfd and SysV shared memory fail (POSIX shared
-  memory needs a writable ``/dev/shm``, which is read-only; ``/tmp`` is capped);
+  memory needs a writable ``/dev/shm``, which is read-only; ``/tmp`` is capped); socket buffers
+  cannot be enlarged (SO_SNDBUF, SO_RCVBUF), so with the worker's few descriptors they stay small;
+  fallocate fails: it reserves disk past RLIMIT_FSIZE, on the host file that holds stderr too;
 - kernel surface no answer needs: new namespaces, mounts, ptrace and cross-process memory, io_uring,
   bpf, perf events, userfaultfd, the keyring;
 - foreign ABIs (x32, 32-bit) are killed: their syscall numbers differ.
@@ -46,16 +49,17 @@ INSTALL_HINT = f"install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap),
 TMPFS_BYTES = 64 * 1024**2
 JAIL_UID = JAIL_GID = 65534  # nobody: owns no file the jail can see, and no process outside it
 
-AF_UNIX, AF_INET, AF_INET6 = 1, 2, 10
+AF_UNIX = 1
+SOL_SOCKET, SO_SNDBUF, SO_RCVBUF = 1, 7, 8
 _CLONE_THREAD = 0x00010000
 _RET_ALLOW, _RET_KILL = 0x7FFF0000, 0x80000000
 _RET_EPERM, _RET_ENOSYS = 0x00050000 | 1, 0x00050000 | 38
 _DENIED = (
     "fork vfork memfd_create memfd_secret shmget io_uring_setup bpf perf_event_open userfaultfd "
     "keyctl add_key request_key ptrace process_vm_readv process_vm_writev unshare setns mount "
-    "open_tree move_mount fsopen pidfd_getfd"
+    "open_tree move_mount fsopen pidfd_getfd fallocate"
 ).split()
-# struct seccomp_data: nr at 0, arch at 4, args[0] (low half, little-endian) at 16.
+# struct seccomp_data: nr at 0, arch at 4, args[i] (low half, little-endian) at 16 + 8 * i.
 _ARCHES = {  # audit arch, lowest x32 syscall or None, syscall numbers
     "x86_64": (
         0xC000003E,
@@ -65,7 +69,7 @@ _ARCHES = {  # audit arch, lowest x32 syscall or None, syscall numbers
             memfd_secret=447, shmget=29, io_uring_setup=425, bpf=321, perf_event_open=298,
             userfaultfd=323, keyctl=250, add_key=248, request_key=249, ptrace=101,
             process_vm_readv=310, process_vm_writev=311, unshare=272, setns=308, mount=165,
-            open_tree=428, move_mount=429, fsopen=430, pidfd_getfd=438,
+            open_tree=428, move_mount=429, fsopen=430, pidfd_getfd=438, setsockopt=54, fallocate=285,
         ),
     ),
     "aarch64": (
@@ -76,7 +80,7 @@ _ARCHES = {  # audit arch, lowest x32 syscall or None, syscall numbers
             shmget=194, io_uring_setup=425, bpf=280, perf_event_open=241, userfaultfd=282,
             keyctl=219, add_key=217, request_key=218, ptrace=117, process_vm_readv=270,
             process_vm_writev=271, unshare=97, setns=268, mount=40, open_tree=428, move_mount=429,
-            fsopen=430, pidfd_getfd=438,
+            fsopen=430, pidfd_getfd=438, setsockopt=208, fallocate=47,
         ),
     ),
 }  # fmt: skip
@@ -112,15 +116,17 @@ def seccomp_filter(machine: str) -> bytes:
     program: list[tuple] = [(_LD, 4), (_JEQ, arch, "nr", "kill"), ("label", "nr"), (_LD, 0)]
     if x32 is not None:
         program += [(_JGE, x32, "kill", "next"), ("label", "next")]
-    rules = {nr["clone3"]: "enosys", nr["clone"]: "clone", nr["socket"]: "socket"}
-    rules |= {nr["socketpair"]: "socketpair"} | {nr[name]: "eperm" for name in _DENIED if name in nr}
+    rules = {nr["clone3"]: "enosys", nr["clone"]: "clone", nr["setsockopt"]: "setsockopt"}
+    rules |= {nr["socket"]: "socket", nr["socketpair"]: "socket"}
+    rules |= {nr[name]: "eperm" for name in _DENIED if name in nr}
     for i, (number, label) in enumerate(rules.items()):
         program += [(_JEQ, number, label, f"r{i}"), ("label", f"r{i}")]
     program += [(_RET, _RET_ALLOW)]  # no rule matched
     program += [("label", "clone"), (_LD, 16), (_JSET, _CLONE_THREAD, "allow", "eperm")]
-    program += [("label", "socket"), (_LD, 16), (_JEQ, AF_UNIX, "allow", "s1"), ("label", "s1")]
-    program += [(_JEQ, AF_INET, "allow", "s2"), ("label", "s2"), (_JEQ, AF_INET6, "allow", "eperm")]
-    program += [("label", "socketpair"), (_LD, 16), (_JEQ, AF_UNIX, "allow", "eperm")]
+    program += [("label", "socket"), (_LD, 16), (_JEQ, AF_UNIX, "allow", "eperm")]
+    program += [("label", "setsockopt"), (_LD, 24), (_JEQ, SOL_SOCKET, "optname", "allow")]
+    program += [("label", "optname"), (_LD, 32), (_JEQ, SO_SNDBUF, "eperm", "o1"), ("label", "o1")]
+    program += [(_JEQ, SO_RCVBUF, "eperm", "allow")]
     program += [("label", "allow"), (_RET, _RET_ALLOW), ("label", "kill"), (_RET, _RET_KILL)]
     program += [("label", "eperm"), (_RET, _RET_EPERM), ("label", "enosys"), (_RET, _RET_ENOSYS)]
     return _assemble(program)
