@@ -63,6 +63,18 @@ def test_the_program_is_no_host_root_and_holds_no_capability():
         "open('/proc/1/mem', 'rb').read(1)",
         "os.listdir('/proc/1/fd')",
         "open('/proc/1/environ', 'rb').read()",
+        "os.listdir('/proc/1/root')",  # the jail's init, a root process: no way into its view
+        "os.kill(1, 9)",
+        "import resource; resource.prlimit(1, resource.RLIMIT_NOFILE, (0, 0))",
+        "import resource; resource.setrlimit(resource.RLIMIT_AS, (-1, -1))",
+        "import resource; resource.setrlimit(resource.RLIMIT_NPROC, (-1, -1))",
+        "import resource; resource.setrlimit(resource.RLIMIT_NOFILE, (10**6, 10**6))",
+        "import resource; resource.setrlimit(resource.RLIMIT_CPU, (-1, -1))",
+        "import ctypes; assert ctypes.CDLL(None).prctl(38, 0, 0, 0, 0) == 0 and ctypes.CDLL(None).prctl(39, 0, 0, 0, 0) == 0",  # no_new_privs off
+        "os.chroot('/tmp')",
+        "os.mknod('/tmp/mem', 0o600 | 0o20000, os.makedev(1, 1))",  # a /dev/mem of its own
+        "os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))",
+        "os.nice(-1)",
     ],
 )
 def test_no_route_back_to_privilege_or_the_jails_init(route):
@@ -74,6 +86,10 @@ def test_no_route_back_to_privilege_or_the_jails_init(route):
 
 HOST_STATE = [
     "/proc/sys/kernel/hostname",
+    "/proc/thread-self/root/proc/sys/kernel/core_pattern",  # the same files by other paths
+    "/proc/self/root/proc/sys/vm/drop_caches",
+    "/proc/2/root/proc/sys/kernel/modprobe",
+    "/proc/self/task/2/root/proc/sys/fs/file-max",
     "/proc/sys/kernel/core_pattern",
     "/proc/sys/kernel/modprobe",
     "/proc/sys/vm/drop_caches",
@@ -115,6 +131,39 @@ def test_the_host_kernel_settings_are_unchanged_after_an_attempt():
     code = "def f():\n    try:\n        open('/proc/sys/kernel/core_pattern', 'w').write('|/tmp/x')\n    except OSError:\n        pass\n    return True\n"
     judge(code, "assert f()")
     assert open("/proc/sys/kernel/core_pattern").read() == before
+
+
+def test_world_writable_kernel_files_refuse_the_write():
+    """ns_last_pid is mode 0666 and opens for writing; only a capability would let the write in."""
+    code = "import os\ndef f():\n    fd = os.open('/proc/sys/kernel/ns_last_pid', os.O_WRONLY)\n    os.write(fd, b'30000')\n    return True\n"
+    outcome = judge(code, "assert f()")
+    assert not outcome.passed and "PermissionError" in outcome.detail, outcome.detail
+
+
+JUDGES_FILES = """
+import os
+def f():
+    reached = []
+    for fd in (1, 2, 3, 4):
+        for name, attempt in (
+            ('reopen', lambda: os.close(os.open(f'/proc/self/fd/{fd}', os.O_RDWR))),
+            ('chmod', lambda: os.fchmod(fd, 0o777)),
+            ('chown', lambda: os.fchown(fd, 65534, 65534)),
+            ('link', lambda: os.link(f'/proc/self/fd/{fd}', f'/tmp/kept{fd}')),
+        ):
+            try:
+                attempt()
+                reached.append(f'{name} {fd}')
+            except OSError:
+                pass
+    return reached
+"""
+
+
+def test_the_judges_files_and_pipes_cannot_be_reopened_or_changed():
+    """fds 1 and 2 are the judge's (deleted) stderr file on the host, 3 and 4 its pipes."""
+    outcome = judge(JUDGES_FILES, "r = f()\nassert r == [], r")  # pipes and file are root's, mode 0600
+    assert outcome.passed, outcome.detail
 
 
 # --- 3. sockets ----------------------------------------------------------------------------------
@@ -178,7 +227,23 @@ OUTSIDE_THE_LIMIT = {
     "SysV shm": "import ctypes\nassert ctypes.CDLL(None).shmget(0, 2**30, 0o1600) >= 0",
     "POSIX shm": "open('/dev/shm/x', 'wb').write(b'x' * 2**20)",
     "tmpfs past its cap": "[open(f'/tmp/{i}', 'wb').write(b'x' * 2**23) for i in range(16)]",
+    "POSIX message queue": "import ctypes\nassert ctypes.CDLL(None).mq_open(b'/q', 0o102, 0o600, None) >= 0",
 }
+# Routes the address-space limit itself must catch: each maps 4 GiB against a 512 MiB limit.
+PAST_THE_LIMIT = {
+    "mmap MAP_NORESERVE": "import mmap\nm = mmap.mmap(-1, 2**32, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | 0x4000)\nm[2**31] = 1",
+    "mmap /dev/zero shared": "import mmap\nm = mmap.mmap(os.open('/dev/zero', os.O_RDWR), 2**32)\nm[2**31] = 1",
+    "mremap growth": "import mmap\nm = mmap.mmap(-1, 2**20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)\nm.resize(2**32)\nm[2**31] = 1",
+    "brk": "import ctypes\nsbrk = ctypes.CDLL(None).sbrk\nsbrk.restype = ctypes.c_void_p\nassert sbrk(ctypes.c_long(2**32)) not in (None, 2**64 - 1)",
+    "thread stacks": "import threading\nthreading.stack_size(2**28)\n[threading.Thread(target=input).start() for _ in range(16)]",
+}
+
+
+@pytest.mark.parametrize("route", PAST_THE_LIMIT)
+def test_mappings_past_the_address_space_limit_fail(route):
+    body = PAST_THE_LIMIT[route].replace("\n", "\n        ")
+    code = f"import os\ndef f():\n    try:\n        {body}\n        return ['got through']\n    except Exception:\n        return []\n"
+    assert run_tests(code, "r = f()\nassert r == [], r", {"f"}, Limits(timeout_s=2, wall_s=3, memory_bytes=2**29)).passed
 
 
 @pytest.mark.parametrize("route", OUTSIDE_THE_LIMIT)

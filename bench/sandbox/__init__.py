@@ -53,7 +53,7 @@ def _limits_source(limits: Limits) -> str:
     pairs = [("CPU", cpu, cpu + 1), ("AS", limits.memory_bytes, limits.memory_bytes)]
     pairs += [("FSIZE", limits.file_bytes, limits.file_bytes), ("CORE", 0, 0)]
     pairs += [("NPROC", limits.threads, limits.threads)]  # counted for the jail's unprivileged uid
-    pairs += [("NOFILE", limits.files, limits.files)]
+    pairs += [("NOFILE", limits.files, limits.files), ("MSGQUEUE", 0, 0)]  # POSIX queues: kernel memory
     body = "".join(f"resource.setrlimit(resource.RLIMIT_{k}, ({s}, {h}))\n" for k, s, h in pairs)
     return "import resource\n" + body
 

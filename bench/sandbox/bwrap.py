@@ -18,7 +18,8 @@ way ``no_new_privs`` is set. The seccomp filter, built from an allow-list where 
   The network namespace is empty anyway, and TCP's autotuning grows each socket's buffers to
   megabytes of kernel memory the address-space limit does not count;
 - memory the address-space limit does not count: memfd and SysV shared memory fail (POSIX shared
-  memory needs a writable ``/dev/shm``, which is read-only; ``/tmp`` is capped); socket buffers
+  memory needs a writable ``/dev/shm``, which is read-only; ``/tmp`` is capped; POSIX message
+  queues get RLIMIT_MSGQUEUE 0, set with the other limits); socket buffers
   cannot be enlarged (SO_SNDBUF, SO_RCVBUF), so with the worker's few descriptors they stay small;
   fallocate fails: it reserves disk past RLIMIT_FSIZE, on the host file that holds stderr too;
 - kernel surface no answer needs: new namespaces, mounts, ptrace and cross-process memory, io_uring,
