@@ -113,7 +113,7 @@ class EagerEngine(ModelEngine):
             input_ids=ids,
             position_ids=positions,
             attention_mask=self._masks(positions, visible),
-            past_key_values=self.cache,
+            cache=self.cache,
             use_cache=True,
             logits_to_keep=keep,
             output_hidden_states=hidden,
