@@ -166,10 +166,11 @@ def _describe(key: dict[str, Any], part: pd.DataFrame) -> str:
     chat = ", chat template" if key["chat_template"] else ""
     chat += ", prompts cut to the context" if key["truncate_prompt"] == "left" else ""
     n = f", draft length {key['draft_len']}" if "draft_len" in key else ""
+    # ``hub`` is the task file's own source (the hub, its local files or a loader in code): no name.
+    source = {"hub": "", "fixture": " from the shipped fixtures"}.get(key["data"], f" from {key['data']}")
     return (
         f"{key['pair']}: temperature {key['temperature']:g}{n}, {key['max_new_tokens']} tokens, seed "
-        f"{key['seed']}, data {key['data']} ({shots}{chat}), {key['device']} {key['dtype']}, "
-        f"{key['engine']} engine"
+        f"{key['seed']}, {shots}{source}{chat}, {key['device']} {key['dtype']}, {key['engine']} engine"
     )
 
 
