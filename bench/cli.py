@@ -40,6 +40,8 @@ DRAFT_POLICY_HELP = (
     "sample (draw drafts from q) or greedy (draft the argmax of q); default: what the method's "
     "engine does (greedy for threshold and relaxed, sample for the others)."
 )
+DEVICE_HELP = "auto, cpu, cuda or cuda:N."
+DTYPE_HELP = "float32, bfloat16 or float16 (default: the pair file's)."
 THREADS_HELP = (
     "CPU threads per operator (torch.set_num_threads; default: torch's). The kernels of a tiny "
     "model are too small to split, so one thread is faster there; the results name the count."
@@ -72,11 +74,11 @@ def generate(
     method: str = typer.Option("sd", help="Method name or module:Class of a verifier."),
     draft_len: int = typer.Option(5, help="Drafted tokens per round."),
     temperature: float = typer.Option(1.0, help="0 = greedy."),
-    max_new_tokens: int = typer.Option(64),
+    max_new_tokens: int = typer.Option(64, help="Token budget of each completion."),
     target_weight: float = typer.Option(0.7, help="ensemble: weight of the target."),
     head: Optional[str] = typer.Option(None, help="diversed: trained head folder, or 'init' (w = 0.5)."),
-    seed: int = typer.Option(0),
-    device: str = typer.Option("auto"),
+    seed: int = typer.Option(0, help="Seeds the sampler."),
+    device: str = typer.Option("auto", help=DEVICE_HELP),
     engine: str = typer.Option("eager", help=ENGINE_HELP),
     truncate_prompt: str = typer.Option("none", help=TRUNCATE_HELP),
     draft_policy: Optional[str] = typer.Option(None, help=DRAFT_POLICY_HELP),
@@ -235,10 +237,8 @@ def run(
     plots_dir: Optional[Path] = typer.Option(
         None, help="Where the plots go after the run (default: OUTPUT_DIR/plots, beside the table)."
     ),
-    device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N."),
-    dtype: Optional[str] = typer.Option(
-        None, help="float32, bfloat16 or float16 (default: the pair file's)."
-    ),
+    device: str = typer.Option("auto", help=DEVICE_HELP),
+    dtype: Optional[str] = typer.Option(None, help=DTYPE_HELP),
     grid: Optional[str] = typer.Option(
         None,
         help="A grid YAML (or 'paper', 'tiny', 'demo') listing tasks x pairs x methods; 'baselines' sweeps "
@@ -404,12 +404,15 @@ def list_() -> None:
     from bench.tasks import resolve_task, task_names
     from bench.verifiers import VERIFIERS
 
+    names = [*task_names(), *pair_names(), *VERIFIERS]
+    width = max(map(len, names)) + 2
     typer.echo("tasks:")
     for name in task_names():
         spec = resolve_task(name)
         source = spec.dataset.get("path") or spec.dataset.get("loader")
         typer.echo(
-            f"  {name:<10} {source} [{spec.dataset['split']}], {spec.num_fewshot}-shot, quality {spec.quality}"
+            f"  {name:<{width}}{source} [{spec.dataset['split']}], {spec.num_fewshot}-shot, "
+            f"quality {spec.quality}"
         )
     typer.echo("pairs:")
     for name in pair_names():
@@ -418,13 +421,14 @@ def list_() -> None:
             "hub": f"{spec.target} / {spec.draft}",
             "packaged": f"bench/{spec.target} / bench/{spec.draft}, shipped in the package, offline",
         }.get(spec.kind, "built in code, offline")
-        typer.echo(f"  {name:<10} {what}")
-    typer.echo("methods:")
+        typer.echo(f"  {name:<{width}}{what}")
+    typer.echo("methods (the rule, then the parameters' defaults):")
     for name, cls in VERIFIERS.items():
         params = ", ".join(f"{f.name}={f.default}" for f in fields(cls) if f.default is not MISSING)
         extra = " (needs --head)" if cls.needs_hidden else ""
         extra += " (drafts greedily)" if cls.uses_draft and cls.draft_policy == "greedy" else ""
-        typer.echo(f"  {name:<10} {params or '-'}{extra}   {(cls.__doc__ or '').strip().splitlines()[0]}")
+        typer.echo(f"  {name:<{width}}{(cls.__doc__ or '').strip().splitlines()[0]}")
+        typer.echo(f"  {'':<{width}}{params or 'no parameters'}{extra}")
 
 
 @app.command()
@@ -510,7 +514,7 @@ def train(
     algorithm: str = typer.Option("reinforce", help="reinforce or reinforce++."),
     lr: float = typer.Option(5e-4, help="AdamW learning rate."),
     batch_size: int = typer.Option(8, help="Rollouts per update."),
-    epochs: int = typer.Option(2),
+    epochs: int = typer.Option(2, help="Passes over the drawn prompts."),
     num_prompts: int = typer.Option(400, help="Prompts drawn from the train split."),
     reg_weight: float = typer.Option(0.01, help="Weight of the expected-acceptance regulariser."),
     temperature: float = typer.Option(1.0, help="Rollout temperature (> 0)."),
@@ -519,9 +523,9 @@ def train(
     output_dir: Optional[Path] = typer.Option(
         None, help="Head folder (default: heads/TASK-PAIR); resumed if it holds a checkpoint."
     ),
-    seed: int = typer.Option(0),
-    device: str = typer.Option("auto"),
-    dtype: Optional[str] = typer.Option(None),
+    seed: int = typer.Option(0, help="Seeds the prompts drawn and every rollout."),
+    device: str = typer.Option("auto", help=DEVICE_HELP),
+    dtype: Optional[str] = typer.Option(None, help=DTYPE_HELP),
     engine: str = typer.Option("eager", help="Rollout engine: " + ENGINE_HELP),
     truncate_prompt: str = typer.Option("none", help=TRUNCATE_HELP.replace("token budget", "rollout length")),
 ) -> None:
@@ -574,10 +578,10 @@ def speed(
     method: str = typer.Option("sd,ensemble", help="sd, or sd,ensemble to also time the static ensemble."),
     target_weight: float = typer.Option(0.7, help="Weight for the ensemble comparison."),
     prompts: int = typer.Option(8, help="Number of prompts (fixture CNNDM articles)."),
-    max_new_tokens: int = typer.Option(64),
+    max_new_tokens: int = typer.Option(64, help="Token budget of each completion."),
     repeats: int = typer.Option(3, help="Repeats per measurement; the median is reported."),
-    device: str = typer.Option("auto"),
-    dtype: Optional[str] = typer.Option(None),
+    device: str = typer.Option("auto", help=DEVICE_HELP),
+    dtype: Optional[str] = typer.Option(None, help=DTYPE_HELP),
     output_dir: Path = typer.Option(Path("results"), help="Where speed_PAIR.md/.json/.png go."),
     throughput: bool = typer.Option(
         False, help="Instead: examples/s and tokens/s of ar and sd per batch size (speed_throughput_PAIR.*)."
