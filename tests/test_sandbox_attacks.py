@@ -364,7 +364,8 @@ def _descendants(root: int) -> set[int]:
 
 def test_no_process_of_the_jail_outlives_its_example(monkeypatch):
     """The jail's process tree, seen from the host while it runs, is gone when the example ends,
-    though the program left a thread sleeping and its function never returns."""
+    though the program left a thread sleeping, its function never returns and it holds 800 MiB,
+    which takes the dying jail a while to free."""
     import bench.sandbox.bwrap as bwrap
 
     started: list[subprocess.Popen] = []
@@ -386,7 +387,10 @@ def test_no_process_of_the_jail_outlives_its_example(monkeypatch):
 
     watcher = threading.Thread(target=watch)
     watcher.start()
-    code = "import threading, time\nthreading.Thread(target=time.sleep, args=(600,)).start()\ndef f():\n    time.sleep(600)\n"
+    code = (
+        "import threading, time\n__held = b'x' * (800 * 2**20)\n"
+        "threading.Thread(target=time.sleep, args=(600,)).start()\ndef f():\n    time.sleep(600)\n"
+    )
     try:
         outcome = judge(code, "assert f()", Limits(timeout_s=1, wall_s=1.5))
     finally:

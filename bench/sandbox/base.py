@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -53,19 +55,49 @@ class Jail(Protocol):
         """The running worker; leaving the context kills it and everything it started."""
 
 
+REAP_S = 1.0  # how long the reaper waits for the children of the killed process to be gone
+
+
 def reap(proc: subprocess.Popen) -> Iterator[subprocess.Popen]:
-    """Yield ``proc``, then kill its whole session (it was started with ``start_new_session``)."""
+    """Yield ``proc``, then kill its whole session (it was started with ``start_new_session``) and
+    wait until its children are gone too, up to ``REAP_S``. bwrap's child is the jail's PID 1: it
+    exits only after every process in the jail has, so no example outlives its score (dying with
+    gigabytes to free takes a while)."""
     try:
         yield proc
     finally:
+        children = _pidfds_of_children(proc.pid)  # numbered before the kill, which frees the numbers
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
         proc.wait()
+        end = time.monotonic() + REAP_S
+        while children and (left := end - time.monotonic()) > 0:
+            for fd in select.select(children, [], [], left)[0]:  # readable once that process exited
+                children.remove(fd)
+                os.close(fd)
+        for fd in children:
+            os.close(fd)
         for pipe in (proc.stdin, proc.stdout):
             if pipe is not None:
                 try:
                     pipe.close()
                 except OSError:
                     pass
+
+
+def _pidfds_of_children(pid: int) -> list[int]:
+    """Handles on ``pid``'s children that stay valid once it is dead and they are reparented."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as listing:
+            listed = listing.read().split()
+    except OSError:  # already gone
+        return []
+    fds = []
+    for child in listed:
+        try:
+            fds.append(os.pidfd_open(int(child)))
+        except ProcessLookupError:
+            pass
+    return fds
