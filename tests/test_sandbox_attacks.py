@@ -243,7 +243,9 @@ PAST_THE_LIMIT = {
 def test_mappings_past_the_address_space_limit_fail(route):
     body = PAST_THE_LIMIT[route].replace("\n", "\n        ")
     code = f"import os\ndef f():\n    try:\n        {body}\n        return ['got through']\n    except Exception:\n        return []\n"
-    assert run_tests(code, "r = f()\nassert r == [], r", {"f"}, Limits(timeout_s=2, wall_s=3, memory_bytes=2**29)).passed
+    assert run_tests(
+        code, "r = f()\nassert r == [], r", {"f"}, Limits(timeout_s=2, wall_s=3, memory_bytes=2**29)
+    ).passed
 
 
 @pytest.mark.parametrize("route", OUTSIDE_THE_LIMIT)
@@ -342,6 +344,47 @@ def f():
     return started
 """
     outcome = judge(code, f"n = f()\nassert 0 < n < {FAST.threads}, n")
+    assert outcome.passed, outcome.detail
+
+
+HOG = """
+import threading, time
+def f(hold):
+    try:
+        for _ in range(2000):
+            threading.Thread(target=time.sleep, args=(hold,), daemon=True).start()
+    except RuntimeError:
+        pass
+    time.sleep(hold)
+"""
+WORKERS = """
+import os, threading
+def f():
+    done = []
+    workers = [threading.Thread(target=done.append, args=(i,)) for i in range(8)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    return [len(done), os.getuid()]
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root's jails get a uid each; others share the user's")
+def test_jails_scored_together_do_not_share_a_thread_cap():
+    """The thread cap counts per host uid, and the scorer runs examples in parallel: a jail holding
+    every thread its cap allows must leave a neighbour its own threads."""
+    from bench.sandbox.bwrap import JAIL_UIDS
+
+    limits = Limits(timeout_s=4, wall_s=6)
+    hog = threading.Thread(target=run_tests, args=(HOG, "f(4)", {"f"}, limits))
+    hog.start()
+    try:
+        time.sleep(1.5)  # the hog holds its threads for 4 s
+        tests = f"r = f()\nassert r[0] == 8 and {JAIL_UIDS.start} <= r[1] < {JAIL_UIDS.stop}, r"
+        outcome = run_tests(WORKERS, tests, {"f"}, limits)
+    finally:
+        hog.join()
     assert outcome.passed, outcome.detail
 
 
@@ -477,6 +520,27 @@ def test_an_honest_large_answer_still_passes():
     assert judge(code, "r = f(1)\nassert len(set(r)) == 200_000 and len(r) == 300_000").passed
 
 
+def test_a_reply_of_many_containers_is_refused_before_it_is_parsed():
+    """Parsing builds every container before any budget sees it: a million empty lists would
+    take the judge some 300 MiB; the brackets are counted first."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        outcome = judge("def f(x):\n    return [[] for _ in range(1_000_000)]\n", "assert f(1)")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert not outcome.passed and "brackets" in outcome.detail, outcome.detail
+    assert peak < 64 * 1024**2, f"the judge took {peak / 1024**2:.0f} MiB"
+
+
+def test_an_honest_program_with_a_big_global_table_passes():
+    """Only the names the tests use cross over: a table of two million entries stays in the jail."""
+    code = "TABLE = list(range(2_000_000))\ndef f(x):\n    return TABLE[x] * 2\n"
+    assert judge(code, "assert f(5) == 10 and f(1_999_999) == 3_999_998").passed
+
+
 # --- 6. no wrong passes --------------------------------------------------------------------------
 
 RAISES = ["StopIteration", "StopAsyncIteration", "GeneratorExit", "KeyboardInterrupt", "SystemExit"]
@@ -515,7 +579,10 @@ def test_returned_values_cannot_lie_to_the_judge(liar):
 
 WRONG_ANSWERS = {
     # sorted(xs) after the call would be [] if the candidate's clear() reached the test's list
-    "empties its argument": ("def f(xs):\n    xs.clear()\n    return []\n", "xs = [3, 1, 2]\nassert f(xs) == sorted(xs)"),
+    "empties its argument": (
+        "def f(xs):\n    xs.clear()\n    return []\n",
+        "xs = [3, 1, 2]\nassert f(xs) == sorted(xs)",
+    ),
     "an exception named StopIteration": (
         "class StopIteration(Exception):\n    pass\ndef f(x):\n    raise StopIteration\n",
         "assert all(map(f, [1, 2]))",

@@ -8,7 +8,8 @@ environment beyond PATH/HOME/LANG, and dies with its parent.
 The candidate never runs as host uid 0: uid 0 alone may write kernel settings under ``/proc/sys``
 and ignores process limits, capabilities or not. Started by root, bwrap makes no user namespace
 (it would map the jail's uid 0 to the host's) and keeps only CAP_SETUID/CAP_SETGID, which the
-worker's first trusted lines spend to become ``JAIL_UID``, losing every capability; started by
+worker's first trusted lines spend to become a uid of its own (``jail_uid``), losing every
+capability; started by
 another user, bwrap maps that (unprivileged) user into a user namespace that cannot nest. Either
 way ``no_new_privs`` is set. The seccomp filter, built from an allow-list where it matters:
 
@@ -36,6 +37,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
@@ -48,7 +50,8 @@ from bench.sandbox.base import reap
 GUARD_HINT = "or pass --sandbox guard to accept the weaker in-process guard"
 INSTALL_HINT = f"install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap), {GUARD_HINT}"
 TMPFS_BYTES = 64 * 1024**2
-JAIL_UID = JAIL_GID = 65534  # nobody: owns no file the jail can see, and no process outside it
+# No host user has these: they own no file the jail can see and no process outside the jails.
+JAIL_UIDS = range(0x7F00_0000, 0x7F00_0000 + 65_536)
 
 AF_UNIX = 1
 SOL_SOCKET, SO_SNDBUF, SO_RCVBUF = 1, 7, 8
@@ -133,14 +136,33 @@ def seccomp_filter(machine: str) -> bytes:
     return _assemble(program)
 
 
-def drop_privileges_source() -> str:
-    """The worker's first lines when bwrap was started by root: become ``JAIL_UID`` before any
+_uids_in_use: set[int] = set()
+_uids_lock = threading.Lock()
+
+
+@contextmanager
+def jail_uid() -> Iterator[int]:
+    """A host uid (and gid) that no other running jail holds. RLIMIT_NPROC and the inotify quota
+    count per uid across the whole host, so jails sharing one uid could starve each other's
+    threads: examples scored at the same time would then fail for their neighbours' sake."""
+    with _uids_lock:
+        uid = next(u for u in JAIL_UIDS if u not in _uids_in_use)
+        _uids_in_use.add(uid)
+    try:
+        yield uid
+    finally:
+        with _uids_lock:
+            _uids_in_use.discard(uid)
+
+
+def drop_privileges_source(uid: int) -> str:
+    """The worker's first lines when bwrap was started by root: become ``uid`` before any
     candidate code exists (setting every uid clears every capability; no_new_privs keeps it so)."""
     return (
         "import os\n"
         "if os.getuid() == 0:\n"
-        f"    os.setgroups([]); os.setresgid({JAIL_GID}, {JAIL_GID}, {JAIL_GID})\n"
-        f"    os.setresuid({JAIL_UID}, {JAIL_UID}, {JAIL_UID})\n"
+        f"    os.setgroups([]); os.setresgid({uid}, {uid}, {uid})\n"
+        f"    os.setresuid({uid}, {uid}, {uid})\n"
         "assert 0 not in os.getresuid(), 'the jail runs as host root'\n"
     )
 
@@ -205,12 +227,16 @@ class BwrapJail:
 
     @contextmanager
     def process(self, limits: str, worker: str, stderr: IO[bytes]) -> Iterator[subprocess.Popen]:
+        with jail_uid() as uid:
+            yield from self._process(uid, limits, worker, stderr)
+
+    def _process(self, uid: int, limits: str, worker: str, stderr: IO[bytes]) -> Iterator[subprocess.Popen]:
         argv = [
             os.path.realpath(sys.executable),
             "-I",
             "-S",
             "-c",
-            drop_privileges_source() + limits + worker,
+            drop_privileges_source(uid) + limits + worker,
         ]
         read, write = os.pipe()
         try:

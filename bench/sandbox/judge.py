@@ -25,6 +25,9 @@ from typing import Any
 
 MAX_REPLY_BYTES = 16 * 1024**2
 MAX_REPLY_ITEMS = 1_000_000  # values in one reply, nested ones included
+# Brackets in one reply, counted before it is parsed: JSON decoding builds every container before
+# any budget sees it, and 16 MiB of empty ones would take some 440 MiB here (100,000: about 30 MiB).
+MAX_REPLY_CONTAINERS = 100_000
 # Distinct hashable values of one reply that may share a hash: ints congruent modulo 2**61 - 1 (and
 # tuples of them) all hash alike, and a set or dict of many would take quadratic time here.
 MAX_SAME_HASH = 64
@@ -54,7 +57,10 @@ class Channel:
 
     def request(self, message: dict[str, Any]) -> Any:
         self._send(json.dumps(message).encode() + b"\n")
-        reply = json.loads(self._line())
+        line = self._line()
+        if line.count(b"{") + line.count(b"[") > MAX_REPLY_CONTAINERS:
+            raise WorkerGone(f"a reply held more than {MAX_REPLY_CONTAINERS} brackets")
+        reply = json.loads(line)
         if not isinstance(reply, dict):
             raise WorkerGone("the program's process broke the protocol")
         if "error" in reply:
@@ -221,13 +227,15 @@ def run_tests(channel: Channel, code: str, tests: str, provides: Collection[str]
     (``poly``, ``encode_cyclic``) are the prompt's own, out of the completion's reach.
     """
     compiled = compile(tests, "tests.py", "exec")
-    exports = channel.request({"op": "load", "code": code})
+    used = _names(compiled)
+    # Only what the tests name crosses over: an honest program's big global table stays there.
+    exports = channel.request({"op": "load", "code": code, "names": sorted(used)})
     if type(exports) is not dict:
         raise WorkerGone("the program's process broke the protocol")
     namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
     if trusted:
         exec(compile(trusted, "prompt.py", "exec"), namespace)
-    for name in _names(compiled) & set(exports):
+    for name in used & set(exports):
         if name in provides:
             namespace[name] = decode(exports[name], channel)
         elif name in sys.stdlib_module_names:

@@ -66,7 +66,8 @@ def main() -> None:
         if op == "load":
             namespace = {"__name__": "__main__", "__builtins__": __builtins__}
             exec(compile(request["code"], "program.py", "exec"), namespace)
-            return {k: encode(v) for k, v in namespace.items() if not k.startswith("__")}
+            names = [k for k in request["names"] if k in namespace and not k.startswith("__")]
+            return {k: encode(namespace[k]) for k in names}
         target = handles[request["ref"]]
         if op == "call":
             args = [decode(a) for a in request["args"]]
