@@ -5,7 +5,19 @@ from typer.testing import CliRunner
 
 from bench.cli import app
 
-COMMANDS = ["run", "list", "table", "plot", "compare", "report", "score", "train", "speed", "merge", "generate"]
+COMMANDS = [
+    "run",
+    "list",
+    "table",
+    "plot",
+    "compare",
+    "report",
+    "score",
+    "train",
+    "speed",
+    "merge",
+    "generate",
+]
 
 
 @pytest.mark.parametrize("command", COMMANDS)

@@ -105,9 +105,11 @@ def test_families_are_the_labels_without_their_swept_values():
     assert fam("ensemble", "ensemble (w=0.2, greedy draft)") == "ensemble (greedy draft)"
     assert fam("ensemble", "ensemble (w=0.2, mix=logit)") == "ensemble (mix=logit)"
     assert fam("typical", "typical (eps=0.09, alpha=0.3)") == "typical"
-    assert fam("diversed", "diversed (head=bench:reference/heads/arith-ref)") == fam(
-        "diversed", "diversed (head=bench:reference/heads/arith-ref)"
-    ) != fam("diversed", "diversed (head=init)")
+    assert (
+        fam("diversed", "diversed (head=bench:reference/heads/arith-ref)")
+        == fam("diversed", "diversed (head=bench:reference/heads/arith-ref)")
+        != fam("diversed", "diversed (head=init)")
+    )
     assert fam("sd", "sd") == "sd"
 
 

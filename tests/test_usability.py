@@ -335,7 +335,9 @@ def test_acceptance_figures_draw_their_95_percent_intervals(tmp_path, monkeypatc
     plots.plot_acceptance_per_position(rows, panel, tmp_path)
     assert len(figures) == 2
     for fig in figures:
-        bars = [c for ax in fig.axes for c in ax.containers if isinstance(c, ErrorbarContainer) and c.has_yerr]
+        bars = [
+            c for ax in fig.axes for c in ax.containers if isinstance(c, ErrorbarContainer) and c.has_yerr
+        ]
         heights = [abs(s[1][1] - s[0][1]) for c in bars for lines in c.lines[2] for s in lines.get_segments()]
         assert max(heights) > 0  # the ensemble's examples disagree: its interval has width
 

@@ -89,11 +89,7 @@ def family_of(row: pd.Series) -> str:
     inner = label[len(str(row["method"])) :].strip()
     if not (inner.startswith("(") and inner.endswith(")")):
         return str(row["method"])
-    kept = [
-        part
-        for part in inner[1:-1].split(", ")
-        if "=" not in part or part.startswith(("mix=", "head="))
-    ]
+    kept = [part for part in inner[1:-1].split(", ") if "=" not in part or part.startswith(("mix=", "head="))]
     return str(row["method"]) + (f" ({', '.join(kept)})" if kept else "")
 
 
