@@ -43,13 +43,52 @@ def f():
 """
 
 
-def test_the_program_is_no_host_root_and_holds_no_capability():
+def test_the_program_is_no_host_root_and_holds_no_capability(monkeypatch):
     outcome = judge(STATUS, "r = f()\nassert False, repr(r)")
     uids, gids, groups, eff, prm, nnp, uid_map = eval(outcome.detail.split("AssertionError: ", 1)[1])
     assert 0 not in uids and 0 not in gids and 0 not in groups, outcome.detail
     assert int(eff, 16) == 0 and int(prm, 16) == 0 and nnp == "1", outcome.detail
-    inside, outside = int(uid_map[0]), int(uid_map[1])
-    assert outside + (uids[0] - inside) != 0, "the jail's uid is host uid 0"
+    # What the host sees: the uids of the program's process, read from outside while it runs (a
+    # user namespace shows the program its own ids, whatever they are out here).
+    host_ids = _host_ids_of_the_program(monkeypatch)
+    assert host_ids and all(0 not in ids for ids in host_ids), host_ids
+
+
+def _host_ids_of_the_program(monkeypatch) -> list[tuple[int, ...]]:
+    """Real, effective, saved and filesystem uids and gids, as the host sees them, of each Python
+    process in the jail while the program sleeps."""
+    import bench.sandbox.bwrap as bwrap
+
+    started: list[subprocess.Popen] = []
+
+    class Recorded(subprocess.Popen):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            started.append(self)
+
+    monkeypatch.setattr(bwrap.subprocess, "Popen", Recorded)
+    found: dict[int, tuple[int, ...]] = {}
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            for pid in (p for proc in started for p in _descendants(proc.pid)):
+                try:
+                    status = dict(line.split(":", 1) for line in open(f"/proc/{pid}/status"))
+                except (OSError, ValueError):
+                    continue
+                if status["Name"].strip().startswith("python") and "PPid" in status:
+                    found[pid] = tuple(int(v) for v in (status["Uid"] + status["Gid"]).split())
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        judge("import time\ndef f():\n    time.sleep(1.5)\n", "f()")
+    finally:
+        done.set()
+        watcher.join()
+    return list(found.values())
 
 
 @pytest.mark.parametrize(
@@ -60,12 +99,6 @@ def test_the_program_is_no_host_root_and_holds_no_capability():
         "os.setgroups([0])",
         "import ctypes; assert ctypes.CDLL(None, use_errno=True).unshare(0x10000000) == 0",  # new user ns
         "import ctypes; assert ctypes.CDLL(None, use_errno=True).unshare(0x00020000) == 0",  # new mount ns
-        "open('/proc/1/mem', 'rb').read(1)",
-        "os.listdir('/proc/1/fd')",
-        "open('/proc/1/environ', 'rb').read()",
-        "os.listdir('/proc/1/root')",  # the jail's init, a root process: no way into its view
-        "os.kill(1, 9)",
-        "import resource; resource.prlimit(1, resource.RLIMIT_NOFILE, (0, 0))",
         "import resource; resource.setrlimit(resource.RLIMIT_AS, (-1, -1))",
         "import resource; resource.setrlimit(resource.RLIMIT_NPROC, (-1, -1))",
         "import resource; resource.setrlimit(resource.RLIMIT_NOFILE, (10**6, 10**6))",
@@ -77,7 +110,7 @@ def test_the_program_is_no_host_root_and_holds_no_capability():
         "os.nice(-1)",
     ],
 )
-def test_no_route_back_to_privilege_or_the_jails_init(route):
+def test_no_route_back_to_privilege(route):
     code = f"import os\ndef f():\n    try:\n        {route}\n        return ['got through']\n    except Exception:\n        return []\n"
     assert listed(code) == []
 
@@ -140,6 +173,29 @@ def test_world_writable_kernel_files_refuse_the_write():
     assert not outcome.passed and "PermissionError" in outcome.detail, outcome.detail
 
 
+INIT_ROUTES = [
+    "open('/proc/1/mem', 'rb').read(1)",
+    "os.listdir('/proc/1/fd')",
+    "open('/proc/1/environ', 'rb').read()",
+    "os.listdir('/proc/1/root')",
+    "os.kill(1, 9)",
+    "import resource; resource.prlimit(1, resource.RLIMIT_NOFILE, (0, 0))",
+]
+
+
+@pytest.mark.parametrize("route", INIT_ROUTES)
+def test_the_jails_init_is_out_of_reach(route):
+    """bwrap's init runs outside the seccomp filter. Started by root it is a root process the
+    program cannot touch; started by another user (the same uid as the program) there is none: the
+    program is PID 1 itself, alone, and the route reaches only the program's own process."""
+    code = (
+        f"import os\ndef f():\n    alone = os.getpid() == 1 and [p for p in os.listdir('/proc') if p.isdigit()] == ['1']\n"
+        f"    try:\n        {route}\n        return [alone, True]\n    except Exception:\n        return [alone, False]\n"
+    )
+    outcome = judge(code, "alone, reached = f()\nassert alone or not reached, (alone, reached)")
+    assert outcome.passed, outcome.detail
+
+
 JUDGES_FILES = """
 import os
 def f():
@@ -160,6 +216,11 @@ def f():
 """
 
 
+@pytest.mark.skipif(
+    os.geteuid() != 0,
+    reason="run by another user, the program has that user's uid and so reaches the user's own pipes; "
+    "the judge then holds by its deadlines alone (test_the_judge_answers_within_the_deadline)",
+)
 def test_the_judges_files_and_pipes_cannot_be_reopened_or_changed():
     """fds 1 and 2 are the judge's (deleted) stderr file on the host, 3 and 4 its pipes."""
     outcome = judge(JUDGES_FILES, "r = f()\nassert r == [], r")  # pipes and file are root's, mode 0600

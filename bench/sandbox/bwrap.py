@@ -202,7 +202,16 @@ class BwrapJail:
             ]
             isolation += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
         else:
-            isolation = ["--unshare-all", "--unshare-user", "--disable-userns", "--cap-drop", "ALL"]
+            # The user's own uid runs the jail, so bwrap's init (PID 1, outside the seccomp filter)
+            # would be the program's to read and signal: the program is PID 1 itself, alone.
+            isolation = [
+                "--unshare-all",
+                "--unshare-user",
+                "--disable-userns",
+                "--cap-drop",
+                "ALL",
+                "--as-pid-1",
+            ]
         return [
             _bwrap(),
             *isolation,
