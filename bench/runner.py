@@ -121,7 +121,7 @@ class RunConfig:
 
     @property
     def label(self) -> str:
-        """Short human name: the method and the parameters it was given."""
+        """Short human name: the method's name and the parameters it was given."""
         shown = {
             "target_weight": "w",
             "lenience": "l",
@@ -139,10 +139,11 @@ class RunConfig:
         parts = [f"{shown.get(k, k)}={v}" if shown.get(k, k) else str(v) for k, v in params.items()]
         if self.head:  # heads trained on different tasks sit side by side in the cross-task table
             parts.append(f"head={self.head}")
-        default = verifier_class(self.method).draft_policy
-        if self.draft_policy and self.temperature != 0 and self.draft_policy != default:
+        cls = verifier_class(self.method)
+        if self.draft_policy and self.temperature != 0 and self.draft_policy != cls.draft_policy:
             parts.append(f"{self.draft_policy} draft")
-        return self.method + (f" ({', '.join(parts)})" if parts else "")
+        # A plug-in is shown by its name, not by the path or module it was loaded from.
+        return cls.name + (f" ({', '.join(parts)})" if parts else "")
 
 
 def parse_params(texts: Iterable[str]) -> dict[str, list[str]]:

@@ -49,6 +49,7 @@ def test_verifier_from_a_file_runs_without_pythonpath(tmp_path, monkeypatch):
     Runner(out, limit=1, progress=False, log=lambda m: None).run(run)
     rows = load_results(out)
     assert rows["method"].tolist() == ["confidence"] and "/" not in rows["config_id"].iloc[0]
+    assert rows["label"].tolist() == ["confidence"]  # its name in tables and plots, not its path
     assert "does not exist" in cli_error("run", "--method", "elsewhere/missing.py:X", "--task", "arith")
 
 
