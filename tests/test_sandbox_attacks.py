@@ -9,6 +9,8 @@ import os
 import subprocess
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -57,6 +59,24 @@ def test_the_program_is_no_host_root_and_holds_no_capability(monkeypatch):
 def _host_ids_of_the_program(monkeypatch) -> list[tuple[int, ...]]:
     """Real, effective, saved and filesystem uids and gids, as the host sees them, of each Python
     process in the jail while the program sleeps."""
+    found: dict[int, tuple[int, ...]] = {}
+
+    def look(pid: int) -> None:
+        try:
+            status = dict(line.split(":", 1) for line in open(f"/proc/{pid}/status"))
+        except (OSError, ValueError):
+            return
+        if status["Name"].strip().startswith("python"):
+            found[pid] = tuple(int(v) for v in (status["Uid"] + status["Gid"]).split())
+
+    with _watching_the_jail(monkeypatch, look):
+        judge("import time\ndef f():\n    time.sleep(1.5)\n", "f()")
+    return list(found.values())
+
+
+@contextmanager
+def _watching_the_jail(monkeypatch, look: Callable[[int], None]) -> Iterator[None]:
+    """Calls ``look`` from the host, every 50 ms, on each process of the jails started inside."""
     import bench.sandbox.bwrap as bwrap
 
     started: list[subprocess.Popen] = []
@@ -67,28 +87,21 @@ def _host_ids_of_the_program(monkeypatch) -> list[tuple[int, ...]]:
             started.append(self)
 
     monkeypatch.setattr(bwrap.subprocess, "Popen", Recorded)
-    found: dict[int, tuple[int, ...]] = {}
     done = threading.Event()
 
     def watch() -> None:
         while not done.is_set():
-            for pid in (p for proc in started for p in _descendants(proc.pid)):
-                try:
-                    status = dict(line.split(":", 1) for line in open(f"/proc/{pid}/status"))
-                except (OSError, ValueError):
-                    continue
-                if status["Name"].strip().startswith("python") and "PPid" in status:
-                    found[pid] = tuple(int(v) for v in (status["Uid"] + status["Gid"]).split())
+            for pid in [p for proc in started for p in _descendants(proc.pid)]:
+                look(pid)
             time.sleep(0.05)
 
     watcher = threading.Thread(target=watch)
     watcher.start()
     try:
-        judge("import time\ndef f():\n    time.sleep(1.5)\n", "f()")
+        yield
     finally:
         done.set()
         watcher.join()
-    return list(found.values())
 
 
 @pytest.mark.parametrize(
@@ -470,36 +483,13 @@ def test_no_process_of_the_jail_outlives_its_example(monkeypatch):
     """The jail's process tree, seen from the host while it runs, is gone when the example ends,
     though the program left a thread sleeping, its function never returns and it holds 800 MiB,
     which takes the dying jail a while to free."""
-    import bench.sandbox.bwrap as bwrap
-
-    started: list[subprocess.Popen] = []
-
-    class Recorded(subprocess.Popen):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            started.append(self)
-
-    monkeypatch.setattr(bwrap.subprocess, "Popen", Recorded)
     seen: set[int] = set()
-    done = threading.Event()
-
-    def watch() -> None:
-        while not done.is_set():
-            for proc in started:
-                seen.update(_descendants(proc.pid))
-            time.sleep(0.05)
-
-    watcher = threading.Thread(target=watch)
-    watcher.start()
     code = (
         "import threading, time\n__held = b'x' * (800 * 2**20)\n"
         "threading.Thread(target=time.sleep, args=(600,)).start()\ndef f():\n    time.sleep(600)\n"
     )
-    try:
+    with _watching_the_jail(monkeypatch, seen.add):
         outcome = judge(code, "assert f()", Limits(timeout_s=1, wall_s=1.5))
-    finally:
-        done.set()
-        watcher.join()
     assert outcome.status == "timeout" and seen, (outcome, seen)
     alive = [pid for pid in seen if os.path.exists(f"/proc/{pid}") and "(zombie)" not in _state(pid)]
     assert not alive, alive
