@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import os
 import platform
+import pwd
 import shutil
 import struct
 import subprocess
@@ -50,8 +51,9 @@ from bench.sandbox.base import reap
 GUARD_HINT = "or pass --sandbox guard to accept the weaker in-process guard"
 INSTALL_HINT = f"install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap), {GUARD_HINT}"
 TMPFS_BYTES = 64 * 1024**2
-# No host user has these: they own no file the jail can see and no process outside the jails.
-JAIL_UIDS = range(0x7F00_0000, 0x7F00_0000 + 65_536)
+# Host uids for the jails, less those the host's passwd names (so they own no file and run no
+# process outside the jails): below 65536, which a container's user namespace maps too.
+JAIL_UIDS = range(62_000, 65_000)
 
 AF_UNIX = 1
 SOL_SOCKET, SO_SNDBUF, SO_RCVBUF = 1, 7, 8
@@ -146,13 +148,18 @@ def jail_uid() -> Iterator[int]:
     count per uid across the whole host, so jails sharing one uid could starve each other's
     threads: examples scored at the same time would then fail for their neighbours' sake."""
     with _uids_lock:
-        uid = next(u for u in JAIL_UIDS if u not in _uids_in_use)
+        uid = next(u for u in JAIL_UIDS if u not in _uids_in_use and u not in _named_uids())
         _uids_in_use.add(uid)
     try:
         yield uid
     finally:
         with _uids_lock:
             _uids_in_use.discard(uid)
+
+
+@lru_cache(maxsize=1)
+def _named_uids() -> frozenset[int]:
+    return frozenset(user.pw_uid for user in pwd.getpwall())
 
 
 def drop_privileges_source(uid: int) -> str:
