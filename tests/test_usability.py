@@ -361,6 +361,27 @@ def test_each_weights_panel_shows_its_own_mean(tmp_path, monkeypatch):
     assert not any("mean 0." in t.get_text() for legend in fig.legends for t in legend.get_texts())
 
 
+def test_two_heads_in_one_weights_panel_have_their_own_colours(tmp_path, monkeypatch):
+    from matplotlib.colors import to_hex
+
+    from bench.reports import plots
+    from bench.reports.summary import panels
+
+    rows = _rows({"ar": [1.0] * 4, "diversed": [0.5] * 4}).assign(weights=[[]] * 4 + [[0.1, 0.3]] * 4)
+    other = rows[rows["method"] == "diversed"].assign(
+        label="diversed (head=init)", head="init", config_id="diversed-init", weights=[[0.5]] * 4
+    )
+    rows = pd.concat([rows, other], ignore_index=True)
+    (panel,) = panels(summarise(rows))
+    figures = []
+    monkeypatch.setattr(plots, "_save", lambda fig, *args: figures.append(fig) or [])
+    plots.plot_weights(rows, panel, tmp_path)
+    (ax,) = figures[0].axes
+    bars = {to_hex(patch.get_facecolor(), keep_alpha=False) for patch in ax.patches}
+    means = {to_hex(line.get_color()) for line in ax.lines}
+    assert len(bars) == 2 and means == bars
+
+
 # --- Ctrl-C, progress, plot folders --------------------------------------------------------------
 
 

@@ -8,6 +8,7 @@ settings that produced it in a caption file (``<name>.txt``) rather than on the 
 
 from __future__ import annotations
 
+import itertools
 import re
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,8 @@ STYLE = {
     "threshold": dict(marker="X", color="#999999"),
     "relaxed": dict(marker="h", color="#F0E442", markeredgecolor="black"),
 }
+# Further DIVERSED heads in one weights figure (the first has DIVERSED's colour); Okabe-Ito again.
+HEAD_COLOURS = ["#0072B2", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000"]
 QUALITY_LABELS = {
     "exact_flexible": "accuracy (%)",
     "exact_strict": "accuracy, strict (%)",
@@ -499,20 +502,22 @@ def plot_weights(rows: pd.DataFrame, panel: Panel, out: Path) -> list[Path]:
     if part.empty:
         return []
     tasks = _tasks(part)
+    # One colour per head, the same in every panel; one head is drawn in DIVERSED's own colour.
+    heads = list(dict.fromkeys(part["label"]))
+    colours = dict(zip(heads, itertools.cycle([STYLE["diversed"]["color"], *HEAD_COLOURS])))
     fig, axes = _grid(len(tasks))
     for ax, task in zip(axes, tasks):
         for label, g in part[part["task"] == task].groupby("label", sort=False):
             w = np.concatenate([np.asarray(x, float) for x in g["weights"]])
-            ax.hist(
-                w,
-                bins=np.linspace(0, 1, 41),
-                alpha=0.7,
-                color=STYLE["diversed"]["color"],
-                label=_short(label),
-            )
+            ax.hist(w, bins=np.linspace(0, 1, 41), alpha=0.6, color=colours[label], label=_short(label))
             # each panel's own mean, on the panel: a figure-wide legend entry would show one task's
             mean = float(w.mean())
-            ax.axvline(mean, color="black", ls="--", lw=0.9, label="mean weight")
+            if len(heads) == 1:
+                ax.axvline(mean, color="black", ls="--", lw=0.9, label="mean weight")
+            else:
+                ax.axvline(
+                    mean, color=colours[label], ls="--", lw=0.9, label="mean weight, in its head's colour"
+                )
             ax.annotate(
                 f"mean {mean:.2f}",
                 (mean, 1),
