@@ -137,3 +137,17 @@ def test_score_records_the_sandbox_and_leaves_it_out_of_the_means(tmp_path, choi
     assert f"sandbox={choice}" in out.stdout and "pass@1=0.6667" in out.stdout
     scored = [json.loads(line) for line in predictions.with_suffix(".scores.jsonl").read_text().splitlines()]
     assert [r["sandbox"] for r in scored] == [choice] * 3
+
+
+def test_more_jails_than_uids_are_refused_in_one_line(monkeypatch):
+    from bench.sandbox import bwrap
+
+    free = next(u for u in bwrap.JAIL_UIDS if u not in bwrap._named_uids())
+    monkeypatch.setattr(bwrap, "JAIL_UIDS", range(free, free + 1))
+    with bwrap.jail_uid() as uid:
+        assert uid == free
+        with pytest.raises(BenchError, match="jails at once"):
+            with bwrap.jail_uid():
+                pass
+    with bwrap.jail_uid() as again:  # given back when its jail ends
+        assert again == free

@@ -9,9 +9,9 @@ The candidate never runs as host uid 0: uid 0 alone may write kernel settings un
 and ignores process limits, capabilities or not. Started by root, bwrap makes no user namespace
 (it would map the jail's uid 0 to the host's) and keeps only CAP_SETUID/CAP_SETGID, which the
 worker's first trusted lines spend to become a uid of its own (``jail_uid``), losing every
-capability; started by
-another user, bwrap maps that (unprivileged) user into a user namespace that cannot nest. Either
-way ``no_new_privs`` is set. The seccomp filter, built from an allow-list where it matters:
+capability. Started by another user, bwrap maps that (unprivileged) user into a user namespace that
+cannot nest, and runs the program as PID 1, with no init of bwrap's beside it that would share its
+uid. Either way ``no_new_privs`` is set. The seccomp filter, built from an allow-list where it matters:
 
 - new processes: fork, vfork and process-creating clone fail (threads stay allowed, and are capped
   by RLIMIT_NPROC under the unprivileged uid); clone3 answers ENOSYS so libc falls back to clone;
@@ -148,7 +148,9 @@ def jail_uid() -> Iterator[int]:
     count per uid across the whole host, so jails sharing one uid could starve each other's
     threads: examples scored at the same time would then fail for their neighbours' sake."""
     with _uids_lock:
-        uid = next(u for u in JAIL_UIDS if u not in _uids_in_use and u not in _named_uids())
+        uid = next((u for u in JAIL_UIDS if u not in _uids_in_use and u not in _named_uids()), None)
+        if uid is None:
+            raise BenchError(f"more than {len(JAIL_UIDS)} jails at once; score fewer examples in parallel")
         _uids_in_use.add(uid)
     try:
         yield uid
