@@ -104,6 +104,22 @@ def _watching_the_jail(monkeypatch, look: Callable[[int], None]) -> Iterator[Non
         watcher.join()
 
 
+CAPABILITIES = """
+def f():
+    status = dict(l.split(':', 1) for l in open('/proc/self/status').read().splitlines() if ':' in l)
+    return {name: status[name].strip() for name in ('CapInh', 'CapPrm', 'CapEff', 'CapBnd', 'CapAmb')}
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="started by root, bwrap hands the worker capabilities to drop")
+def test_no_capability_is_left_in_any_set():
+    """bwrap leaves CAP_SETUID/CAP_SETGID inheritable and a full bounding set; no_new_privs makes
+    them inert, but the worker clears them too before any candidate code exists."""
+    none = {name: "0" * 16 for name in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")}
+    outcome = judge(CAPABILITIES, f"r = f()\nassert r == {none!r}, r")
+    assert outcome.passed, outcome.detail
+
+
 @pytest.mark.parametrize(
     "route",
     [
@@ -235,8 +251,9 @@ def f():
     "the judge then holds by its deadlines alone (test_the_judge_answers_within_the_deadline)",
 )
 def test_the_judges_files_and_pipes_cannot_be_reopened_or_changed():
-    """fds 1 and 2 are the judge's (deleted) stderr file on the host, 3 and 4 its pipes."""
-    outcome = judge(JUDGES_FILES, "r = f()\nassert r == [], r")  # pipes and file are root's, mode 0600
+    """fds 1 and 2 are the pipe the judge drains the program's output from, 3 and 4 its request and
+    reply pipes."""
+    outcome = judge(JUDGES_FILES, "r = f()\nassert r == [], r")  # pipes are root's, mode 0600
     assert outcome.passed, outcome.detail
 
 
@@ -383,24 +400,27 @@ def test_kernel_buffers_outside_the_memory_limit_stay_small():
     assert outcome.passed, outcome.detail
 
 
-def test_the_host_file_holding_stderr_cannot_grow_past_the_file_limit():
-    """stderr is a host file; fallocate (FALLOC_FL_KEEP_SIZE) would reserve host disk (or, on a
-    tmpfs /tmp, host memory) past RLIMIT_FSIZE, which only bounds its size."""
+def test_output_goes_to_pipes_and_files_stop_at_the_file_limit():
+    """stdout and stderr are a pipe the judge drains, no host file. The jail's own files stop at
+    RLIMIT_FSIZE, and fallocate (FALLOC_FL_KEEP_SIZE), which would reserve space past it, fails."""
     code = """
-import ctypes, os
+import ctypes, os, signal, stat
 def f():
-    libc = ctypes.CDLL(None)
-    for fd in (1, 2):
-        libc.fallocate(fd, 1, ctypes.c_long(0), ctypes.c_long(256 * 2**20))
-        for grow in (lambda: os.posix_fallocate(fd, 0, 256 * 2**20), lambda: os.ftruncate(fd, 2**30),
-                     lambda: os.pwrite(fd, b'x', 2**30)):
-            try:
-                grow()
-            except OSError:
-                pass
-    return max(max(os.fstat(fd).st_blocks * 512, os.fstat(fd).st_size) for fd in (1, 2))
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    pipes = [stat.S_ISFIFO(os.fstat(fd).st_mode) for fd in (1, 2)]
+    fd = os.open('/tmp/grown', os.O_RDWR | os.O_CREAT)
+    ctypes.CDLL(None).fallocate(fd, 1, ctypes.c_long(0), ctypes.c_long(256 * 2**20))
+    for grow in (lambda: os.posix_fallocate(fd, 0, 256 * 2**20), lambda: os.ftruncate(fd, 2**30),
+                 lambda: os.pwrite(fd, b'x', 2**30), lambda: os.write(fd, b'x' * 2**24)):
+        try:
+            grow()
+        except OSError:
+            pass
+    return pipes + [max(os.fstat(fd).st_blocks * 512, os.fstat(fd).st_size)]
 """
-    outcome = judge(code, f"n = f()\nassert n <= {FAST.file_bytes}, n")
+    outcome = judge(
+        code, f"*pipes, n = f()\nassert pipes == [True, True] and 0 < n <= {FAST.file_bytes}, (pipes, n)"
+    )
     assert outcome.passed, outcome.detail
 
 
@@ -573,17 +593,23 @@ def test_an_honest_large_answer_still_passes():
 
 def test_a_reply_of_many_containers_is_refused_before_it_is_parsed():
     """Parsing builds every container before any budget sees it: a million empty lists would
-    take the judge some 300 MiB; the brackets are counted first."""
+    take the judge some 300 MiB; the brackets are counted first. Building the reply takes the
+    program seconds of CPU on a busy machine, so it gets plenty; what is bounded is the judge's own
+    cost, in memory and in CPU time (this process's, the jail's not counted)."""
     import tracemalloc
 
     tracemalloc.start()
+    cpu = time.process_time()
     try:
-        outcome = judge("def f(x):\n    return [[] for _ in range(1_000_000)]\n", "assert f(1)")
+        code = "def f(x):\n    return [[] for _ in range(1_000_000)]\n"
+        outcome = judge(code, "assert f(1)", Limits(timeout_s=60, wall_s=120))
+        cpu = time.process_time() - cpu
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
     assert not outcome.passed and "brackets" in outcome.detail, outcome.detail
     assert peak < 64 * 1024**2, f"the judge took {peak / 1024**2:.0f} MiB"
+    assert cpu < 2.0, f"the judge took {cpu:.1f} s of CPU time"
 
 
 def test_an_honest_program_with_a_big_global_table_passes():

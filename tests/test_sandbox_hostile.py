@@ -226,18 +226,42 @@ def test_a_sleeping_program_is_stopped_by_the_wall_clock():
     assert outcome.status == "timeout" and "wall-clock" in outcome.detail
 
 
-@pytest.mark.parametrize(
-    "code",
-    [
-        "while True:\n    print('x' * 10000)\n",
-        "import os\nwhile True:\n    os.write(2, b'x' * 10000)\n",
+FLOODS = {
+    "print": "while True:\n    print('x' * 10000)\n",
+    "stdout": "import os\nwhile True:\n    os.write(1, b'x' * 10000)\n",
+    "stderr": "import os\nwhile True:\n    os.write(2, b'x' * 10000)\n",
+    "from threads": (
+        "import os, threading\nfor _ in range(8):\n"
+        "    threading.Thread(target=lambda: [os.write(2, b'x' * 65536) for _ in iter(int, 1)], daemon=True).start()\n"
+        "def f():\n    import time\n    time.sleep(600)\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("flood", FLOODS)
+def test_output_floods_fill_nothing_on_the_host(flood):
+    """Output is drained from a pipe and dropped past the judge's last few KiB: an endless flood
+    runs into the clock, the judge holding no more of it than that."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        outcome = attack(FLOODS[flood], limits=Limits(timeout_s=1, wall_s=3))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert outcome.status == "timeout" and "output discarded" in outcome.note, outcome
+    assert peak < 4 * 1024**2, f"the judge held {peak / 1024**2:.1f} MiB"
+
+
+def test_a_flood_of_the_reply_pipe_is_refused():
+    code = (
         "import os\nwhile True:\n    for fd in range(3, 8):\n        try:\n            os.write(fd, b'[' * 100000)\n"
-        "        except OSError:\n            pass\n",
-    ],
-)
-def test_output_floods_are_capped(code):
-    outcome = attack(code, limits=Limits(timeout_s=20, file_bytes=1024 * 1024))
-    assert not outcome.passed and outcome.status == "failed"  # stopped by a cap, not the clock
+        "        except OSError:\n            pass\n"
+    )
+    outcome = attack(code, limits=Limits(timeout_s=20))
+    assert not outcome.passed and outcome.status == "failed", outcome  # stopped by the cap, not the clock
+    assert "a reply exceeded" in outcome.detail, outcome.detail
 
 
 EARLY_EXITS = [

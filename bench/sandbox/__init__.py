@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 import signal
 import subprocess
-import tempfile
 import time
 from collections.abc import Collection
 from functools import lru_cache
@@ -27,8 +26,24 @@ from bench.sandbox.guard import GuardJail
 __all__ = ["Limits", "Outcome", "SANDBOXES", "run_tests", "use_sandbox"]
 
 SANDBOXES: dict[str, type] = {"bwrap": BwrapJail, "guard": GuardJail}
-_WORKER = Path(__file__).with_name("worker.py").read_text()
 _chosen = "bwrap"
+
+
+def _jail_program() -> str:
+    """The worker's program for ``python -I -S -c``, which cannot import this package: the protocol
+    and the worker modules, shipped as text and defined under their own names, then the worker run."""
+    lines = ["import sys as _sys, types as _types"]
+    for name in ("protocol", "worker"):
+        module = f"bench.sandbox.{name}"
+        source = Path(__file__).with_name(f"{name}.py").read_text()
+        lines += [
+            f"_sys.modules[{module!r}] = _types.ModuleType({module!r})",
+            f"exec(compile({source!r}, {name + '.py'!r}, 'exec'), _sys.modules[{module!r}].__dict__)",
+        ]
+    return "\n".join(lines + ["_sys.modules['bench.sandbox.worker'].main()", ""])
+
+
+_WORKER = _jail_program()
 
 
 def use_sandbox(name: str) -> None:
@@ -73,24 +88,24 @@ def run_tests(
     """Pass only if ``tests`` run to their end, here, against ``code`` running in the jail;
     ``provides``: the names the tests may take from the program (its functions and classes);
     ``trusted``: dataset code the tests call, run here (HumanEval's prompt helpers). One wall-clock
-    deadline covers every exchange; past it the jail's whole process tree is killed."""
+    deadline covers every exchange; past it the jail's whole process tree is killed. What the
+    program prints is drained and dropped as it comes, never part of the verdict."""
     jail = _jail(_chosen)
-    with tempfile.TemporaryFile() as stderr:
-        with jail.process(_limits_source(limits), _WORKER, stderr) as proc:
-            wall = limits.wall
-            channel = judge.Channel(proc, time.monotonic() + wall)
-            try:
-                judge.run_tests(channel, code, tests, provides, trusted)
-                return Outcome(True, "passed", jail.name)
-            except judge.Timeout:
-                return Outcome(False, "timeout", jail.name, f"killed after {wall:g} s of wall-clock time")
-            except judge.WorkerGone as exc:
-                failure = str(exc)
-                if _killed_by_cpu_limit(proc):
-                    return Outcome(False, "timeout", jail.name, f"over {limits.timeout_s:g} s of CPU time")
-            except Exception as exc:  # the tests failed: an assert, or an error they raised
-                return Outcome(False, "failed", jail.name, f"{type(exc).__name__}: {exc}"[:300])
-        stderr.seek(0, 2)
-        stderr.seek(max(0, stderr.tell() - 300))
-        lines = stderr.read().decode(errors="replace").strip().splitlines()
-        return Outcome(False, "failed", jail.name, f"{failure}; {lines[-1] if lines else ''}"[:300])
+    with jail.process(_limits_source(limits), _WORKER) as proc:
+        wall = limits.wall
+        output = judge.Output(proc.stderr.fileno())
+        channel = judge.Channel(proc, time.monotonic() + wall, output)
+        try:
+            judge.run_tests(channel, code, tests, provides, trusted)
+            status, detail = "passed", ""
+        except judge.Timeout:
+            status, detail = "timeout", f"killed after {wall:g} s of wall-clock time"
+        except judge.WorkerGone as exc:
+            if _killed_by_cpu_limit(proc):
+                status, detail = "timeout", f"over {limits.timeout_s:g} s of CPU time"
+            else:
+                output.read_rest()  # why it died: the last line it wrote (a fatal error, say)
+                status, detail = "failed", f"{exc}; {output.last_line()}"[:300]
+        except Exception as exc:  # the tests failed: an assert, or an error they raised
+            status, detail = "failed", f"{type(exc).__name__}: {exc}"[:300]
+    return Outcome(status == "passed", status, jail.name, detail, output.note())

@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import IO, Protocol
+from typing import Protocol
 
 
 @dataclass(frozen=True)
@@ -37,21 +37,20 @@ class Outcome:
     passed: bool
     status: str  # passed | failed | timeout
     sandbox: str
-    detail: str = ""
+    detail: str = ""  # why it failed
+    note: str = ""  # what the judge dropped on the way (output past its cap), pass or fail
 
 
 class Jail(Protocol):
-    """Starts the worker (``python -c limits + worker``, stdin/stdout its pipes) in some isolation;
-    a jail may add its own hardening between the two."""
+    """Starts the worker (``python -c limits + worker``; stdin, stdout and stderr its pipes) in some
+    isolation; a jail may add its own hardening between the two."""
 
     name: str
 
     def check(self) -> None:
         """Raise ``BenchError`` saying what to do when this jail cannot run here."""
 
-    def process(
-        self, limits: str, worker: str, stderr: IO[bytes]
-    ) -> AbstractContextManager[subprocess.Popen]:
+    def process(self, limits: str, worker: str) -> AbstractContextManager[subprocess.Popen]:
         """The running worker; leaving the context kills it and everything it started."""
 
 
@@ -79,7 +78,7 @@ def reap(proc: subprocess.Popen) -> Iterator[subprocess.Popen]:
                 os.close(fd)
         for fd in children:
             os.close(fd)
-        for pipe in (proc.stdin, proc.stdout):
+        for pipe in (proc.stdin, proc.stdout, proc.stderr):
             if pipe is not None:
                 try:
                     pipe.close()

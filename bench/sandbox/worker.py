@@ -1,95 +1,72 @@
 """The untrusted side, run inside the jail by ``python -I -S -c``: only the standard library.
 
 It executes the candidate's code, then serves the judge's requests (call this, set that attribute,
-list that iterator) over stdin/stdout, one JSON line each. It never sees the tests and never says
+list that iterator) over stdin/stdout, one JSON line each (``protocol``; both files are shipped
+into the jail as text, see ``bench.sandbox.jail_program``). It never sees the tests and never says
 whether they passed: the judge, outside the jail, runs the tests and compares the plain values
 this side returns. Nothing here is trusted; it only has to work for honest programs.
 """
 
+from __future__ import annotations
+
 import io
-import json
 import os
 import sys
-import types
+
+from bench.sandbox.protocol import decode, dumps, encode, error, handle, loads, ok
+
+TYPE_CHECKING = False  # typing costs every jail milliseconds to import; type checkers read on
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def main() -> None:
+    """Serve requests until the judge closes stdin."""
     requests = io.open(os.dup(0), "rb")
     replies = io.open(os.dup(1), "wb")
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 0)
-    os.dup2(2, 1)  # the candidate's prints go to the capped stderr, never into the protocol
-    sys.stdin, sys.stdout = open(os.devnull), sys.stderr
-    handles: list = []
+    os.dup2(2, 1)  # the candidate's prints go to the output pipe the judge drains, never into the protocol
+    # Block-buffered: a program printing line by line costs a write per 8 KiB, not one per line.
+    output = io.TextIOWrapper(io.open(2, "wb", closefd=False), encoding="utf-8", errors="backslashreplace")
+    sys.stdin, sys.stdout, sys.stderr = open(os.devnull), output, output
+    handles: list[Any] = []
 
-    def encode(value, depth=0):
-        if depth > 100:
-            raise ValueError("value nested too deeply")
-        if value is None or type(value) in (bool, int, float, str):
-            return value
-        for kind in (bool, int, float, str):
-            if isinstance(value, kind):
-                return kind(value)
-        for tag, kind in (("l", list), ("t", tuple), ("s", set), ("f", frozenset)):
-            if isinstance(value, kind):
-                return {tag: [encode(v, depth + 1) for v in value]}
-        if isinstance(value, dict):
-            return {"d": [[encode(k, depth + 1), encode(v, depth + 1)] for k, v in value.items()]}
-        if isinstance(value, (bytes, bytearray)):
-            return {"b": bytes(value).hex()}
-        if isinstance(value, complex):
-            return {"c": [value.real, value.imag]}
-        if isinstance(value, types.ModuleType):
-            return {"m": value.__name__}
+    def keep(value: Any) -> dict[str, Any]:
         handles.append(value)
-        return {"r": len(handles) - 1, "n": type(value).__name__}
+        return handle(len(handles) - 1, type(value).__name__)
 
-    def decode(value):
-        if isinstance(value, list):
-            return [decode(v) for v in value]
-        if not isinstance(value, dict):
-            return value
-        ((tag, body),) = value.items()
-        if tag == "r":
-            return handles[body]
-        if tag == "d":
-            return {decode(k): decode(v) for k, v in body}
-        if tag == "b":
-            return bytes.fromhex(body)
-        if tag == "c":
-            return complex(*body)
-        items = [decode(v) for v in body]
-        return {"l": list, "t": tuple, "s": set, "f": frozenset}[tag](items)
+    def send(value: Any) -> Any:
+        return encode(value, keep)
 
-    def serve(request):
+    def receive(value: Any) -> Any:
+        return decode(value, lambda ref, kind: handles[ref])
+
+    def serve(request: dict[str, Any]) -> Any:
         op = request["op"]
         if op == "load":
             namespace = {"__name__": "__main__", "__builtins__": __builtins__}
             exec(compile(request["code"], "program.py", "exec"), namespace)
             names = [k for k in request["names"] if k in namespace and not k.startswith("__")]
-            return {k: encode(namespace[k]) for k in names}
+            return {k: send(namespace[k]) for k in names}
         target = handles[request["ref"]]
         if op == "call":
-            args = [decode(a) for a in request["args"]]
-            kwargs = {k: decode(v) for k, v in request["kwargs"].items()}
-            return encode(target(*args, **kwargs))
+            args = [receive(a) for a in request["args"]]
+            kwargs = {k: receive(v) for k, v in request["kwargs"].items()}
+            return send(target(*args, **kwargs))
         if op == "getattr":
-            return encode(getattr(target, request["name"]))
+            return send(getattr(target, request["name"]))
         if op == "setattr":
-            setattr(target, request["name"], decode(request["value"]))
+            setattr(target, request["name"], receive(request["value"]))
             return None
         if op == "list":
-            return encode(list(target))
+            return send(list(target))
         raise ValueError(f"unknown request {op!r}")
 
     for line in requests:
         try:
-            reply = {"ok": serve(json.loads(line))}
+            reply = dumps(ok(serve(loads(line))))
         except BaseException as exc:  # the candidate's failure is the judge's to weigh
-            reply = {"error": [type(exc).__name__, str(exc)[:300]]}
-        replies.write(json.dumps(reply).encode() + b"\n")
+            reply = dumps(error(exc))
+        replies.write(reply)
         replies.flush()
-
-
-if __name__ == "__main__":
-    main()
