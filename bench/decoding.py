@@ -1,4 +1,5 @@
-"""The speculative decoding loop (SPEC section 3), shared by every method and every batch size.
+"""The speculative decoding loop (docs/spec.md §3, the decoding loop), shared by every method and
+every batch size.
 
 A batch holds B examples (rows); B = 1 is the latency setting and runs the same code. Each model
 has an engine (``bench.engines``) keeping a KV cache of every token of a row but the last. A round

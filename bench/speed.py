@@ -2,8 +2,8 @@
 
 Everything is measured in one process on the same prompts, and reported as ratios (these machines
 are noisy): harness time / transformers time per method, measured speedup of ``sd`` over ``ar``,
-the ideal speedup S(alpha, N, c) of SPEC section 7 from the measured acceptance and step-cost
-ratio, and efficiency = measured / ideal. Greedy outputs of the two implementations are compared
+the ideal speedup S(alpha, N, c) of docs/spec.md §7, the speed bound, from the measured acceptance
+and step-cost ratio, and efficiency = measured / ideal. Greedy outputs of the two implementations are compared
 token for token.
 """
 

@@ -2,9 +2,9 @@
 
 The ``tiny`` pair is a tokenizer and two Llama models built in code from a seed.
 
-Random models give meaningless acceptance, so the pair follows SPEC section 6's recipe: the draft
-is the target's first ``draft_layers`` layers (sharing embeddings, final norm and lm_head), the
-target's deeper layers have their ``o_proj``/``down_proj`` weights multiplied by ``damping`` (a
+Random models give meaningless acceptance, so the pair follows the recipe of docs/spec.md §6,
+model pairs: the draft is the target's first ``draft_layers`` layers (sharing embeddings, final
+norm and lm_head), the target's deeper layers have their ``o_proj``/``down_proj`` weights multiplied by ``damping`` (a
 small perturbation of the draft), and the lm_head is scaled by ``logit_scale`` so the
 distributions are peaked like a trained model's. ``damping`` then tunes the acceptance.
 """

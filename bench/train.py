@@ -1,4 +1,5 @@
-"""Training the DIVERSED weight head (SPEC section 4). Both models are frozen; only the head learns.
+"""Training the DIVERSED weight head (docs/spec.md §4, the DIVERSED head and its training). Both
+models are frozen; only the head learns.
 
 Policy: the ensemble pi_t = w_t p_t + (1 - w_t) q_t, w_t = head([h_draft ; h_target]). A rollout
 samples up to ``rollout_tokens`` tokens from pi and keeps, per token, the two hidden states and the

@@ -2,8 +2,8 @@
 
 Normalised time is paired: the mean time of a configuration over the examples it shares with the
 ``ar`` run of the same settings (``SHARED_SETTINGS``: task, pair, temperature, budget, seed, data,
-prompt options, device, dtype, engine), divided by ``ar``'s mean time on those same examples (SPEC section
-7). Intervals are 95% percentile bootstraps over examples. Only rows decoded alone carry a time
+prompt options, device, dtype, engine), divided by ``ar``'s mean time on those same examples
+(docs/spec.md §7, the speed bound). Intervals are 95% percentile bootstraps over examples. Only rows decoded alone carry a time
 (rows decoded in a batch have NaN); times are computed from those rows only, per example and per
 emitted token.
 """

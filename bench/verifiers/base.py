@@ -9,7 +9,7 @@ adds a bonus token from ``p`` when everything was accepted. The emitted token at
 
 Most methods are mixtures: they name a verification distribution ``pi`` and get
 ``m = min(q, pi)``, ``r = max(0, pi - q)``, so the emitted tokens follow ``pi`` exactly and the
-acceptance is ``1 - TV(q, pi)`` (SPEC section 2). Under greedy decoding a drafted token is kept
+acceptance is ``1 - TV(q, pi)`` (docs/spec.md §2, the verification template). Under greedy decoding a drafted token is kept
 while it equals ``argmax pi``.
 
 Everything is batched over a leading dimension B (1 while decoding, 10^5 in the statistical tests).
@@ -108,7 +108,7 @@ class Verifier(ABC):
 
 
 class MixtureVerifier(Verifier):
-    """A verifier defined by its verification distribution pi (SPEC section 2's template)."""
+    """A verifier defined by its verification distribution pi (docs/spec.md §2, the verification template)."""
 
     @abstractmethod
     def pi(self, r: Round) -> Tensor:
