@@ -1,17 +1,20 @@
-"""`compare`: the frontier, the paired bootstrap (against a known answer), the demo's verdicts, the
-baseline grid, and token traces (which must not change a decoded token)."""
+"""`compare`: the frontier, the paired bootstrap (against a known answer), frontier against frontier
+(calibrated on simulated sweeps), the demo's verdicts (whatever the labels say), the baseline grid,
+and token traces (which must not change a decoded token)."""
 
 import dataclasses
+import io
 import json
 import math
+import shutil
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from bench.errors import BenchError
-from bench.reports.compare import cells, compare, family_of, judge, render
-from bench.reports.frontier import acceptance_at, hull_points, quality_at
+from bench.reports.compare import cells, compare, frame, judge, judge_frontiers, render
+from bench.reports.frontier import acceptance_at, gaps, hull_points, quality_at
 from bench.store import load_results, load_traces
 
 
@@ -97,46 +100,122 @@ def test_resamples_beyond_the_sweep_withhold_the_verdict_they_could_flip():
     assert judge(_fixed([4, 5], 0.95), family)["verdict"] == "above"
 
 
-def test_families_are_the_labels_without_their_swept_values():
-    def fam(method: str, label: str) -> str:
-        return family_of(pd.Series({"method": method, "label": label}))
-
-    assert fam("cascade", "cascade (opt, a=0.5)") == "cascade (opt)"
-    assert fam("ensemble", "ensemble (w=0.2, greedy draft)") == "ensemble (greedy draft)"
-    assert fam("ensemble", "ensemble (w=0.2, mix=logit)") == "ensemble (mix=logit)"
-    assert fam("typical", "typical (eps=0.09, alpha=0.3)") == "typical"
+def test_two_frontiers_are_compared_over_the_range_they_share():
+    # Candidate: (0.2, 0.9) to (0.8, 0.6), the line 1 - a/2. Baseline: (0.4, 0.75) to (0.7, 0.55).
+    # Over the shared [0.4, 0.7] the gap rises linearly from 0.05 to 0.10: mean 0.075.
+    cand_a, cand_q = np.array([[0.2, 0.8]]), np.array([[0.9, 0.6]])
+    low, high, mean, lead, deficit = gaps(cand_a, cand_q, np.array([[0.4, 0.7]]), np.array([[0.75, 0.55]]))
+    assert (low[0], high[0]) == (0.4, 0.7)
     assert (
-        fam("diversed", "diversed (head=bench:reference/heads/arith-ref)")
-        == fam("diversed", "diversed (head=bench:reference/heads/arith-ref)")
-        != fam("diversed", "diversed (head=init)")
+        mean == pytest.approx([0.075]) and lead == pytest.approx([0.10]) and deficit == pytest.approx([-0.05])
     )
-    assert fam("sd", "sd") == "sd"
+    # A baseline starting higher crosses the candidate: it leads by 0.05 at 0.4, trails by 0.10 at 0.7.
+    _, _, mean, lead, deficit = gaps(cand_a, cand_q, np.array([[0.4, 0.7]]), np.array([[0.85, 0.55]]))
+    assert (
+        mean == pytest.approx([0.025]) and lead == pytest.approx([0.10]) and deficit == pytest.approx([0.05])
+    )
+    # A kink inside the range counts: a middle baseline point (0.55, 0.8) is 0.075 above the line.
+    _, _, _, _, deficit = gaps(cand_a, cand_q, np.array([[0.4, 0.55, 0.7]]), np.array([[0.5, 0.8, 0.5]]))
+    assert deficit == pytest.approx([0.075])
+    # No shared range: nothing to compare.
+    _, _, mean, lead, _ = gaps(cand_a, cand_q, np.array([[0.85, 0.95]]), np.array([[0.5, 0.4]]))
+    assert np.isnan(mean[0]) and np.isnan(lead[0])
+    # Several places per replicate read the same frontier as one place each.
+    a, q, at = np.array([[0.2, 0.5, 0.8]]), np.array([[0.9, 0.8, 0.2]]), np.array([[0.35, 0.65]])
+    assert quality_at(a, q, at) == pytest.approx(np.array([[0.85, 0.5]]))
+
+
+def _family(accepts: list[int], qualities: list[float], n: int = 400) -> list[dict]:
+    return [_fixed([k], quality, n) for k, quality in zip(accepts, qualities)]
+
+
+def test_frontier_verdicts_follow_the_rule():
+    # Acceptance 0.3 and 0.6 for every family; qualities decide.
+    base = _family([3, 6], [0.7, 0.7])
+    assert judge_frontiers(_family([3, 6], [0.9, 0.8]), base)["verdict"] == "dominates"
+    assert judge_frontiers(base, _family([3, 6], [0.9, 0.8]))["verdict"] == "dominated"
+    crossing = judge_frontiers(_family([3, 6], [0.9, 0.5]), base)
+    assert crossing["verdict"] == "crosses"
+    assert crossing["largest_lead_ci"][0] > 0 and crossing["largest_deficit_ci"][0] > 0
+    assert judge_frontiers(_family([3, 6], [0.7, 0.7]), base)["verdict"] == "indistinguishable"
+    apart = judge_frontiers(_family([7, 9], [0.5, 0.4]), base)
+    assert apart["verdict"] == "cannot judge" and "no shared acceptance range" in apart["reason"]
+
+
+SETTINGS = np.linspace(0.55, 0.95, 8)  # a sweep's acceptance rates
+
+
+def _sweep(rng, n: int, shift: float) -> tuple[list[dict], list[dict]]:
+    """A simulated sweep of eight settings on the smooth frontier q = 0.95 - 1.2 (a - 0.5)^2, split in
+    two: the even-indexed settings (the candidate, its quality raised by ``shift``) and the odd ones.
+    Examples share an acceptance noise, and 70% of each method's correct/wrong draws share the
+    example's difficulty, the rest are the method's own: paired, but not perfectly."""
+    u, e = rng.random(n), rng.uniform(-0.1, 0.1, n)
+    out = []
+    for k, a in enumerate(SETTINGS):
+        draw = np.where(rng.random(n) < 0.7, u, rng.random(n))
+        quality = 0.95 - 1.2 * (a - 0.5) ** 2 + (shift if k % 2 == 0 else 0.0)
+        out.append(
+            {
+                "accepted": rng.binomial(20, np.clip(a + e, 0, 1)).astype(float),
+                "drafted": np.full(n, 20.0),
+                "quality": (draw < quality).astype(float),
+            }
+        )
+    return out[0::2], out[1::2]
+
+
+def test_a_sweep_split_in_two_is_indistinguishable_from_itself_at_about_the_nominal_rate():
+    rng = np.random.default_rng(5)
+    draws = 200
+    calls = [judge_frontiers(*_sweep(rng, 150, 0.0), seed=i)["verdict"] for i in range(draws)]
+    false = (calls.count("dominates") + calls.count("dominated")) / draws
+    assert false <= 0.08, {v: calls.count(v) for v in set(calls)}
+    assert calls.count("indistinguishable") / draws >= 0.85
+
+
+def test_a_frontier_shifted_up_is_called_dominating_nearly_always_and_the_mirror_dominated():
+    rng = np.random.default_rng(6)
+    up = [judge_frontiers(*_sweep(rng, 150, 0.1), seed=i) for i in range(60)]
+    assert sum(r["verdict"] == "dominates" for r in up) / len(up) >= 0.95
+    # Swapping the two families mirrors everything: the gap's sign, lead and deficit, the verdict.
+    cand, base = _sweep(rng, 150, -0.1)
+    there, back = judge_frontiers(cand, base), judge_frontiers(base, cand)
+    assert there["verdict"] == "dominated" and back["verdict"] == "dominates"
+    assert there["mean_gap"] == pytest.approx(-back["mean_gap"])
+    assert there["largest_lead"] == pytest.approx(back["largest_deficit"])
+
+
+def _labels(rows: pd.DataFrame, method: str) -> set[str]:
+    return set(rows.loc[rows["method"] == method, "label"])
 
 
 def test_demo_diversed_is_above_the_static_ensemble_and_an_ensemble_point_is_not(demo_results):
     rows = load_results(demo_results)
     result = compare(rows, ["diversed", "ensemble"])
-    by = {
-        (c.candidate.split(" ")[0] if c.candidate.startswith("diversed") else c.candidate): c for c in result
-    }
-    diversed = by["diversed"]
+    (diversed,) = [c for c in result.points if c.candidate in _labels(rows, "diversed")]
     assert diversed.family == "ensemble" and diversed.family_points == 4
     assert diversed.verdict == "above", diversed
     assert diversed.quality_diff_ci[0] > 0
     # Each sweep point on its own family's hull is indistinguishable from it; none is above it.
-    ensemble = [c for c in result if c.candidate.startswith("ensemble") and c.family == "ensemble"]
+    ensemble = [
+        c for c in result.points if c.candidate in _labels(rows, "ensemble") and c.family == "ensemble"
+    ]
     assert len(ensemble) == 4 and not any(c.verdict == "above" for c in ensemble)
     on_hull = [c for c in ensemble if c.quality_diff == 0]
     assert on_hull and all(c.verdict == "indistinguishable" for c in on_hull)
+    # The ensemble sweep is a candidate family too, but never judged against itself, and DIVERSED,
+    # run at one setting, gets point verdicts only: no frontier verdict here.
+    assert result.frontiers == []
     text = render(result, "markdown")
-    assert "| above |" in text and "--grid baselines" in text
-    assert json.loads(render(result, "json"))[0]["verdict"] in {
+    assert "| above |" in text and "--grid baselines" in text and "Frontier against frontier:" not in text
+    assert json.loads(render(result, "json"))["points"][0]["verdict"] in {
         "above",
         "indistinguishable",
         "below",
         "cannot judge",
     }
-    assert render(result, "csv").splitlines()[0].startswith("panel,task,candidate,family")
+    assert render(result, "csv").splitlines()[0].startswith("comparison,panel,task,candidate,family")
     assert "Δ" not in render(result, "latex") and r"$\Delta$ quality" in render(result, "latex")
     # An untrusted timing gives no speedup, as in the table.
     shaky = cells(dataclasses.replace(diversed, speedup=1.5, time_spread=3.0))
@@ -144,19 +223,93 @@ def test_demo_diversed_is_above_the_static_ensemble_and_an_ensemble_point_is_not
     assert cells(dataclasses.replace(diversed, speedup=1.5, time_spread=1.2))["speedup"] == "1.500"
 
 
+def _split(rows: pd.DataFrame, weights: tuple[float, ...]) -> pd.DataFrame:
+    """The demo with the ensemble's settings at ``weights`` made a family of their own,
+    "ensemble-half" (a copy of the ensemble's method_info under another name): half a sweep."""
+    rows = rows.copy()
+    pick = (rows["method"] == "ensemble") & rows["params"].map(
+        lambda p: json.loads(p).get("target_weight") in weights
+    )
+    info = json.loads(rows.loc[pick, "method_info"].iloc[0])
+    rows.loc[pick, "method_info"] = json.dumps({**info, "name": "ensemble-half"})
+    rows.loc[pick, "method"] = "ensemble-half"
+    return rows
+
+
+def test_the_demo_ensemble_split_in_two_is_indistinguishable_from_itself(demo_results):
+    rows = _split(load_results(demo_results), (0.2, 0.6))
+    result = compare(rows, ["ensemble-half", "diversed"])
+    (f,) = result.frontiers  # ensemble-half (w=0.2, 0.6) against ensemble (w=0.4, 0.8); DIVERSED ran once
+    assert (f.candidate, f.family, f.candidate_points, f.family_points) == ("ensemble-half", "ensemble", 2, 2)
+    assert f.verdict == "indistinguishable", f
+    assert f.mean_gap_ci[0] < 0 < f.mean_gap_ci[1]
+    lo, hi = f.shared_acceptance
+    assert lo < hi and f.largest_lead >= f.mean_gap >= -f.largest_deficit
+    # The other way round, the same comparison mirrored.
+    (back,) = compare(rows, ["ensemble"]).frontiers
+    assert back.family == "ensemble-half" and back.verdict == "indistinguishable"
+    assert back.mean_gap == pytest.approx(-f.mean_gap) and back.largest_lead == pytest.approx(
+        f.largest_deficit
+    )
+    # Both tables in every format.
+    assert "Frontier against frontier:" in render(result, "markdown")
+    assert "| indistinguishable |" in render(result, "markdown").split("Frontier against frontier:")[1]
+    assert set(pd.read_csv(io.StringIO(render(result, "csv")))["comparison"]) == {"point", "frontier"}
+    assert json.loads(render(result, "json"))["frontiers"][0]["mean_gap_ci_low"] == f.mean_gap_ci[0]
+    assert "% frontier against frontier" in render(result, "latex")
+
+
+def test_verdicts_do_not_depend_on_labels_and_read_schema_3_rows(demo_results, tmp_path):
+    # Every configuration renamed to a random string, in the parquet files themselves.
+    renamed = tmp_path / "renamed"
+    shutil.copytree(demo_results, renamed)
+    rng = np.random.default_rng(0)
+    for path in renamed.glob("*.parquet"):
+        part = pd.read_parquet(path)
+        names = {cid: "".join(rng.choice(list("xyz() =,"), 12)) for cid in part["config_id"].unique()}
+        part.assign(label=part["config_id"].map(names)).to_parquet(path)
+    rows = _split(load_results(demo_results), (0.2, 0.6))
+    other = _split(load_results(renamed), (0.2, 0.6))
+    assert not set(other["label"]) & set(rows["label"])
+    before, after = (
+        compare(rows, ["diversed", "ensemble-half"]),
+        compare(other, ["diversed", "ensemble-half"]),
+    )
+    assert len(before.points) == 6 and len(before.frontiers) == 1
+    points = [frame(v.points).drop(columns="candidate") for v in (before, after)]
+    pd.testing.assert_frame_equal(*points)
+    pd.testing.assert_frame_equal(frame(before.frontiers), frame(after.frontiers))
+    # Rows of schema 3 (no method_info, no verifier, only the parameters given) read alike.
+    rows = load_results(demo_results)
+    given = rows["params"].map(lambda p: json.dumps({k: v for k, v in json.loads(p).items() if k != "mix"}))
+    old = rows.drop(columns=["method_info", "verifier"]).assign(schema=3, params=given)
+    pd.testing.assert_frame_equal(
+        frame(compare(old, ["diversed", "ensemble"]).points),
+        frame(compare(rows, ["diversed", "ensemble"]).points),
+    )
+
+
 def test_compare_reasons_and_bad_candidates(demo_results):
     rows = load_results(demo_results)
     few = rows[rows["example_id"].isin(sorted(rows["example_id"].unique())[:5])]
-    (c,) = compare(few, ["diversed"])  # DIVERSED run once is a candidate, never a family
+    (c,) = compare(few, ["diversed"]).points  # DIVERSED run once is a candidate, never a family
     assert c.verdict == "cannot judge" and "too few examples" in c.reason
     assert 0 < c.acceptance < 1 and 0 <= c.quality <= 1  # the candidate's own point is still given
-    one = rows[(rows["label"] == "ensemble (w=0.4)") | (rows["method"] == "diversed")]
-    (c,) = compare(one, ["diversed"])
-    assert c.verdict == "cannot judge" and "--target-weight" in c.reason
-    two = rows[rows["label"].isin(["ensemble (w=0.6)", "ensemble (w=0.8)"]) | (rows["method"] == "diversed")]
-    (c,) = compare(two, ["diversed"])
+    weight = rows["params"].map(lambda p: json.loads(p).get("target_weight"))
+    one = rows[(weight == 0.4) | (rows["method"] == "diversed")]
+    (c,) = compare(one, ["diversed"]).points
+    assert c.verdict == "cannot judge" and "--param target_weight=0.1,0.3,0.5,0.7,0.9" in c.reason
+    two = rows[weight.isin([0.6, 0.8]) | (rows["method"] == "diversed")]
+    (c,) = compare(two, ["diversed"]).points
     assert c.verdict == "cannot judge" and "outside the sweep's range" in c.reason
-    with pytest.raises(BenchError, match="no such method or label"):
+    # A swept candidate against a baseline run once: no frontier, and how to sweep it.
+    split = _split(rows[rows["method"] == "ensemble"], (0.2, 0.6, 0.8))
+    (f,) = compare(split, ["ensemble-half"]).frontiers
+    assert f.verdict == "cannot judge" and "ensemble ran one setting" in f.reason
+    few = _split(rows[rows["example_id"].isin(sorted(rows["example_id"].unique())[:5])], (0.2, 0.6))
+    (f,) = compare(few, ["ensemble-half"]).frontiers
+    assert f.verdict == "cannot judge" and "too few examples" in f.reason
+    with pytest.raises(BenchError, match="no such method, family or label"):
         compare(rows, ["nosuch"])
 
 
@@ -167,7 +320,6 @@ def test_baselines_grid_takes_any_candidate_task_and_pair():
         "baselines",
         device="cpu",
         dtype=None,
-        limit=None,
         tasks=["arith"],
         pairs=["ref"],
         candidates=["example_verifier:ConfidenceEnsemble"],
@@ -176,9 +328,9 @@ def test_baselines_grid_takes_any_candidate_task_and_pair():
     assert methods.count("ensemble") == 5 and methods.count("lossy") == 4 and methods.count("cascade") == 5
     assert methods[-1].endswith("ConfidenceEnsemble") and {c.task for c in configs} == {"arith"}
     with pytest.raises(BenchError, match="give --pair"):
-        configs_from_grid("baselines", device="cpu", dtype=None, limit=None, tasks=["arith"])
+        configs_from_grid("baselines", device="cpu", dtype=None, tasks=["arith"])
     with pytest.raises(BenchError, match="not with --method"):
-        configs_from_grid("demo", device="cpu", dtype=None, limit=None, candidates=["sd"])
+        configs_from_grid("demo", device="cpu", dtype=None, candidates=["sd"])
 
 
 def test_traces_match_the_rows_and_tracing_changes_no_token(demo_results):

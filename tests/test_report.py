@@ -112,7 +112,8 @@ def test_report_renders_in_a_browser_with_table_and_token_colours(demo_results, 
     assert seen["tip"].startswith("#0 ") and "p=" in seen["tip"] and "q=" in seen["tip"]
     assert "verdict-above" in page
     # Side by side: the candidate and the static ensemble it is judged against, both drawn.
-    assert seen["left"]["method"] == label and seen["right"]["method"].startswith("ensemble")
+    ensemble = set(rows.loc[rows["method"] == "ensemble", "label"])
+    assert seen["left"]["method"] == label and seen["right"]["method"] in ensemble
     assert seen["right"]["tokens"] > 0
 
 
@@ -141,6 +142,47 @@ def test_report_charts_keep_to_their_panel_and_a_bad_output_is_one_line(demo_res
     assert "cannot write" in str(result.exception) and "--output" in str(result.exception)
 
 
+def _selected(page: str, pane: str) -> str:
+    """The method a token-view pane opens with."""
+    options = re.search(f'id="pane-{pane}"><select aria-label="method">(.*?)</select>', page).group(1)
+    return html.unescape(re.search(r'<option value="([^"]*)" selected>', options).group(1))
+
+
+def test_report_shows_frontier_verdicts_and_orders_panes_by_structure_not_labels(demo_results, tmp_path):
+    import numpy as np
+    import pandas as pd
+
+    # Every label a random string, and half the ensemble sweep (w=0.2, 0.6) a family of its own.
+    split = tmp_path / "split"
+    shutil.copytree(demo_results, split)
+    rng = np.random.default_rng(1)
+    for path in split.glob("*.parquet"):
+        part = pd.read_parquet(path)
+        names = {cid: "".join(rng.choice(list("abc() =,"), 10)) for cid in part["config_id"].unique()}
+        half = part["params"].map(lambda p: json.loads(p).get("target_weight") in (0.2, 0.6))
+        if half.any():
+            info = {**json.loads(part.loc[half, "method_info"].iloc[0]), "name": "ensemble-half"}
+            part.loc[half, "method_info"] = json.dumps(info)
+            part.loc[half, "method"] = "ensemble-half"
+        part.assign(label=part["config_id"].map(names)).to_parquet(path)
+    rows = load_results(split)
+    page = build_report(split, ["ensemble-half", "diversed"])
+    table = re.search(r'<table class="verdicts frontiers">(.*?)</table>', page).group(1)
+    assert table.count("<tr class=") == 1 and 'class="verdict-indistinguishable"' in table
+    assert "ensemble-half (2 pts)" in table and "ensemble (2 pts)" in table
+    # One chart of both families: two hulls, four points named by their swept values, the shared range.
+    (chart,) = re.findall(r'<svg class="chart".*?</svg>', page.split("<h4>Frontier against frontier</h4>")[1])
+    assert chart.count("<polyline") == 2 and chart.count("<circle") == 4 and 'class="shared"' in chart
+    assert all(f">w={w}<" in chart for w in (0.2, 0.4, 0.6, 0.8))
+    # The token view opens on the candidate, then a baseline it is judged against, whatever their labels.
+    label = dict(zip(rows["config_id"], rows["label"]))
+    by_method = rows.groupby("method")["config_id"].agg(set)
+    assert _selected(page, "left") in {label[c] for c in by_method["ensemble-half"]}
+    page = build_report(split, ["diversed"])
+    assert _selected(page, "left") == label[next(iter(by_method["diversed"]))]
+    assert _selected(page, "right") in {label[c] for c in by_method["ensemble"] | by_method["ensemble-half"]}
+
+
 def test_report_on_a_multi_task_run_and_without_traces(demo_results, tmp_path, tiny_pair):
     from bench.grid import configs_from_flags
     from bench.runner import Runner
@@ -150,7 +192,7 @@ def test_report_on_a_multi_task_run_and_without_traces(demo_results, tmp_path, t
         tasks=["gsm8k", "xsum"],
         pairs=["tiny"],
         methods=["ar", "ensemble"],
-        target_weights=[0.5, 0.9],
+        params={"target_weight": [0.5, 0.9]},
         max_new_tokens=8,
         num_fewshot=0,  # one panel: the tasks share every setting
         device="cpu",

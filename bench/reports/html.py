@@ -14,13 +14,22 @@ import html
 import json
 import tempfile
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from bench.errors import BenchError
-from bench.reports.compare import NOT_BASELINES, Comparison, cells, compare, family_of
+from bench.reports.compare import (
+    Comparison,
+    FrontierComparison,
+    Verdicts,
+    cells,
+    chosen,
+    compare,
+    frontier_cells,
+)
 from bench.reports.frontier import hull_points
 from bench.reports.summary import panels, quality_metrics, summarise
 from bench.reports.table import table_frames
@@ -36,6 +45,7 @@ th,td{border:1px solid #ddd;padding:3px 7px;text-align:left;vertical-align:top}
 th{background:#f5f5f7}.scroll{overflow-x:auto;max-width:100%}.muted{color:#6e6e73}.fig{max-width:100%;height:auto}
 .verdict-above{background:#d8f3dc}.verdict-below{background:#ffd6d6}
 .verdict-indistinguishable{background:#eef1f5}.verdict-cannot{background:#fff3cd}
+.verdict-dominates{background:#d8f3dc}.verdict-dominated{background:#ffd6d6}.verdict-crosses{background:#e8dcf5}
 .charts{display:flex;flex-wrap:wrap;gap:12px}.chart{border:1px solid #eee}
 .panes{display:flex;gap:16px}.pane{flex:1;min-width:0;border:1px solid #ddd;padding:8px;border-radius:6px}
 .tokens{white-space:pre-wrap;font:13px/1.9 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;
@@ -143,32 +153,34 @@ def _plots(summary: pd.DataFrame) -> str:
     return "\n".join(out)
 
 
-def _chart(c: Comparison, part: pd.DataFrame) -> str:
-    """An SVG of one comparison: the family's points (this panel and task, named by their swept
-    values) with their intervals, its frontier, and the candidate with its intervals."""
-    fam = part[
-        (part["task"] == c.task)
-        & ~part["method"].isin(NOT_BASELINES)
-        & (part.apply(family_of, axis=1) == c.family)
-    ]
-    if len(fam) < 2 or not np.isfinite(c.acceptance):
-        return ""
-    pts = [(r.acceptance_rate, r.quality, r.acceptance_rate_ci, r.quality_ci) for r in fam.itertuples()]
-    pts.append((c.acceptance, c.quality, c.acceptance_ci, c.quality_ci))
-    xs = [v for a, _, ci, _ in pts for v in (a, *ci) if np.isfinite(v)]
-    ys = [v for _, q, _, ci in pts for v in (q, *ci) if np.isfinite(v)]
+# A point on a chart: acceptance, quality, their intervals, its name, colour and radius.
+Mark = tuple[float, float, tuple[float, float], tuple[float, float], str, str, float]
+
+
+def _chart_frame(
+    series: list[tuple[pd.DataFrame, str, bool]],
+    marks: list[Mark],
+    titles: list[tuple[str, str]],
+    percent: bool,
+    shade: tuple[float, float] | None = None,
+) -> str:
+    """One SVG chart in the (acceptance, quality) plane: each series' frontier (solid or dashed),
+    the marks (a point with its intervals, a name, a colour and a radius), a shaded acceptance
+    range and the title lines (text, colour)."""
+    xs = [v for a, _, ci, _, _, _, _ in marks for v in (a, *ci) if np.isfinite(v)]
+    ys = [v for _, q, _, ci, _, _, _ in marks for v in (q, *ci) if np.isfinite(v)]
     x0, x1, y0, y1 = min(xs), max(xs), min(ys), max(ys)
     pad_x, pad_y = (x1 - x0) * 0.08 or 0.01, (y1 - y0) * 0.08 or 0.01
     x0, x1, y0, y1 = max(x0 - pad_x, 0.0), min(x1 + pad_x, 1.0), y0 - pad_y, y1 + pad_y
     if min(ys) >= 0:  # a score that cannot be negative gets no negative axis
         y0 = max(y0, 0.0)
-    if c.percent:  # nor a share one above 100%
+    if percent:  # nor a share one above 100%
         y1 = min(y1, 1.0)
     w, h, m = 420, 270, 48
     sx = lambda v: m + (v - x0) / (x1 - x0) * (w - m - 10)  # noqa: E731
     sy = lambda v: h - m + 10 - (v - y0) / (y1 - y0) * (h - m - 10)  # noqa: E731
     pct = lambda v: f"{100 * v:.1f}%"  # noqa: E731  the table's unit
-    qual = pct if c.percent else (lambda v: f"{v:.3f}")
+    qual = pct if percent else (lambda v: f"{v:.3f}")
     parts = [
         f'<svg class="chart" width="{w}" height="{h}" viewBox="0 0 {w} {h}" xmlns="http://www.w3.org/2000/svg" '
         'font-size="11" font-family="sans-serif">',
@@ -181,14 +193,17 @@ def _chart(c: Comparison, part: pd.DataFrame) -> str:
         f'<text x="{m - 3}" y="20" text-anchor="end">{qual(y1)}</text>',
         f'<text transform="translate(12 {(h - m) / 2}) rotate(-90)" text-anchor="middle">quality</text>',
     ]
-    hull = hull_points(fam["acceptance_rate"].to_numpy(float), fam["quality"].to_numpy(float))
-    line = " ".join(f"{sx(a):.1f},{sy(q):.1f}" for a, q in hull)
-    parts.append(
-        f'<polyline points="{line}" fill="none" stroke="#2a9d8f" stroke-width="2" stroke-dasharray="5 3"/>'
-    )
-    names = [_swept(label) for label in fam["label"]] + [""]
-    for i, ((a, q, aci, qci), name) in enumerate(zip(pts, names)):
-        colour = "#d62828" if i == len(pts) - 1 else "#2a9d8f"
+    if shade and all(np.isfinite(shade)):
+        parts.append(
+            f'<rect class="shared" x="{sx(shade[0]):.1f}" y="10" width="{sx(shade[1]) - sx(shade[0]):.1f}" '
+            f'height="{h - m}" fill="#000" fill-opacity="0.05"/>'
+        )
+    for points, colour, dashed in series:
+        hull = hull_points(points["acceptance_rate"].to_numpy(float), points["quality"].to_numpy(float))
+        line = " ".join(f"{sx(a):.1f},{sy(q):.1f}" for a, q in hull)
+        dash = ' stroke-dasharray="5 3"' if dashed else ""
+        parts.append(f'<polyline points="{line}" fill="none" stroke="{colour}" stroke-width="2"{dash}/>')
+    for a, q, aci, qci, name, colour, radius in marks:
         if all(np.isfinite(aci)):
             parts.append(
                 f'<line x1="{sx(aci[0]):.1f}" y1="{sy(q):.1f}" x2="{sx(aci[1]):.1f}" y2="{sy(q):.1f}" stroke="{colour}"/>'
@@ -197,51 +212,95 @@ def _chart(c: Comparison, part: pd.DataFrame) -> str:
             parts.append(
                 f'<line x1="{sx(a):.1f}" y1="{sy(qci[0]):.1f}" x2="{sx(a):.1f}" y2="{sy(qci[1]):.1f}" stroke="{colour}"/>'
             )
-        parts.append(
-            f'<circle cx="{sx(a):.1f}" cy="{sy(q):.1f}" r="{5 if i == len(pts) - 1 else 3.5}" fill="{colour}"/>'
-        )
+        parts.append(f'<circle cx="{sx(a):.1f}" cy="{sy(q):.1f}" r="{radius}" fill="{colour}"/>')
         if name:
             parts.append(
-                f'<text x="{sx(a) + 5:.1f}" y="{sy(q) - 5:.1f}" fill="{colour}" font-size="10">'
-                f"{_esc(name)}</text>"
+                f'<text x="{sx(a) + 5:.1f}" y="{sy(q) - 5:.1f}" fill="{colour}" font-size="10">{_esc(name)}</text>'
             )
-    parts.append(
-        f'<text x="{m + 6}" y="20" fill="#d62828">{_esc(c.task)}: {_esc(_short(c.candidate))}: '
-        f"{_esc(c.verdict)}</text>"
+    for k, (text, colour) in enumerate(titles):
+        parts.append(f'<text x="{m + 6}" y="{20 + 13 * k}" fill="{colour}">{_esc(text)}</text>')
+    return "".join(parts) + "</svg>"
+
+
+BASE, CAND = "#2a9d8f", "#d62828"
+
+
+def _marks(points: pd.DataFrame, colour: str) -> list[Mark]:
+    """A family's points as chart marks, each named by its swept values."""
+    return [
+        (r.acceptance_rate, r.quality, r.acceptance_rate_ci, r.quality_ci, r.swept, colour, 3.5)
+        for r in points.itertuples()
+    ]
+
+
+def _family(part: pd.DataFrame, task: str, family: str) -> pd.DataFrame:
+    """A baseline family's configurations in one panel and task."""
+    return part[(part["task"] == task) & part["baseline"].astype(bool) & (part["family"] == family)]
+
+
+def _chart(c: Comparison, part: pd.DataFrame) -> str:
+    """An SVG of one point comparison: the family's points (named by their swept values) with their
+    intervals, its frontier, and the candidate with its intervals."""
+    fam = _family(part, c.task, c.family)
+    if len(fam) < 2 or not np.isfinite(c.acceptance):
+        return ""
+    marks = [*_marks(fam, BASE), (c.acceptance, c.quality, c.acceptance_ci, c.quality_ci, "", CAND, 5)]
+    titles = [(f"{c.task}: {_short(c.candidate)}: {c.verdict}", CAND), (f"{c.family} frontier", BASE)]
+    return _chart_frame([(fam, BASE, True)], marks, titles, c.percent)
+
+
+def _frontier_chart(f: FrontierComparison, part: pd.DataFrame, candidates: list[str]) -> str:
+    """An SVG of one frontier comparison: both families' points and hulls (the candidate's solid,
+    the baseline's dashed) and the acceptance range they share, shaded."""
+    base = _family(part, f.task, f.family)
+    cand = part[(part["task"] == f.task) & chosen(part, candidates) & (part["family"] == f.candidate)]
+    if len(base) < 2 or not np.isfinite(f.mean_gap):
+        return ""
+    titles = [(f"{f.task}: {_short(f.candidate)}: {f.verdict}", CAND), (f"{_short(f.family)} frontier", BASE)]
+    return _chart_frame(
+        [(base, BASE, True), (cand, CAND, False)],
+        [*_marks(base, BASE), *_marks(cand, CAND)],
+        titles,
+        f.percent,
+        shade=f.shared_acceptance,
     )
-    parts.append(f'<text x="{m + 6}" y="33" fill="#2a9d8f">{_esc(c.family)} frontier</text></svg>')
-    return "".join(parts)
 
 
-def _swept(label: str) -> str:
-    """The swept values a label names (``w=0.2``): what tells a family's points apart."""
-    inner = label[label.find("(") + 1 : label.rfind(")")] if "(" in label else ""
-    return ", ".join(p for p in inner.split(", ") if "=" in p and not p.startswith(("mix=", "head=")))
+def _short(name: str, width: int = 40) -> str:
+    """A name that fits the chart's legend line; the table beside it gives the whole one."""
+    return name if len(name) <= width else name[: width - 1] + "…"
 
 
-def _short(label: str, width: int = 40) -> str:
-    """A label that fits the chart's legend line; the table beside it gives the whole one."""
-    return label if len(label) <= width else label[: width - 1] + "…"
+def _rows(items: list[Any], to_cells: Callable[[Any], dict[str, str]], cls: str) -> str:
+    """A verdict table: one row per comparison, coloured by its verdict."""
+    head = "".join(f"<th>{_esc(k)}</th>" for k in to_cells(items[0]))
+    body = "".join(
+        f'<tr class="verdict-{c.verdict.split()[0]}">'
+        + "".join(f"<td>{_esc(v)}</td>" for v in to_cells(c).values())
+        + "</tr>"
+        for c in items
+    )
+    return f'<div class="scroll"><table class="{cls}"><tr>{head}</tr>{body}</table></div>'
 
 
-def _verdicts(comparisons: list[Comparison], summary: pd.DataFrame) -> str:
+def _verdicts(verdicts: Verdicts, summary: pd.DataFrame, candidates: list[str]) -> str:
     parts = {p.title: p.part for p in panels(summary)}
     out = []
-    for title in dict.fromkeys(c.panel for c in comparisons):
-        mine = [c for c in comparisons if c.panel == title]
-        head = "".join(f"<th>{_esc(k)}</th>" for k in cells(mine[0]))
-        body = "".join(
-            f'<tr class="verdict-{c.verdict.split()[0]}">'
-            + "".join(f"<td>{_esc(v)}</td>" for v in cells(c).values())
-            + "</tr>"
-            for c in mine
-        )
-        charts = "".join(_chart(c, parts[title]) for c in mine)
-        out.append(
-            f'<h3>{_esc(title)}</h3><div class="scroll"><table class="verdicts"><tr>{head}</tr>{body}'
-            "</table></div>"
-        )
-        out.append(f'<div class="charts">{charts}</div>')
+    titles = dict.fromkeys([*(c.panel for c in verdicts.points), *(f.panel for f in verdicts.frontiers)])
+    for title in titles:
+        out.append(f"<h3>{_esc(title)}</h3>")
+        points = [c for c in verdicts.points if c.panel == title]
+        if points:
+            charts = "".join(_chart(c, parts[title]) for c in points)
+            out += [_rows(points, cells, "verdicts"), f'<div class="charts">{charts}</div>']
+        fronts = [f for f in verdicts.frontiers if f.panel == title]
+        if fronts:
+            charts = "".join(_frontier_chart(f, parts[title], candidates) for f in fronts)
+            out += [
+                "<h4>Frontier against frontier</h4>",
+                _rows(fronts, frontier_cells, "verdicts frontiers"),
+                f'<div class="charts">{charts}</div>',
+            ]
     return "\n".join(out)
 
 
@@ -309,20 +368,23 @@ def trace_data(
     }
 
 
-def _token_view(data: dict[str, Any], preferred: list[str]) -> str:
-    labels = list(dict.fromkeys(label for g in data["groups"] for label in g["methods"]))
+def pane_order(summary: pd.DataFrame, candidates: list[str]) -> list[str]:
+    """The token view's methods (labels, as its panes name them): the candidates first, then the
+    baselines they are judged against, then the rest, each in the summary's order (the methods'
+    declared ``order``, then their swept values)."""
+    pick, base = chosen(summary, candidates), summary["baseline"].astype(bool)
+    rank = sorted(range(len(summary)), key=lambda i: (not pick.iat[i], not base.iat[i]))
+    return list(dict.fromkeys(summary["label"].astype(str).iloc[rank]))
 
-    def rank(label: str) -> int:
-        """Candidates first, then the static ensemble they are judged against, ar last."""
-        first = any(label == p or label.split(" ")[0] == p for p in preferred)
-        return 0 if first else 1 if label.startswith("ensemble") else 3 if label == "ar" else 2
 
-    order = sorted(labels, key=rank)
+def _token_view(data: dict[str, Any], ordered: list[str]) -> str:
+    shown = {label for g in data["groups"] for label in g["methods"]}
+    order = [label for label in ordered if label in shown]
     left, right = order[0], (order[1] if len(order) > 1 else order[0])
 
-    def pane(which: str, chosen: str) -> str:
+    def pane(which: str, picked: str) -> str:
         options = "".join(
-            f'<option value="{_esc(label)}"{" selected" if label == chosen else ""}>{_esc(label)}</option>'
+            f'<option value="{_esc(label)}"{" selected" if label == picked else ""}>{_esc(label)}</option>'
             for label in order
         )
         return (
@@ -373,8 +435,11 @@ def build_report(results: Path, candidates: list[str], token_examples: int = 100
             "<h2>Compare</h2>",
             '<p class="muted">Δ quality: the candidate minus the family\'s frontier (upper Pareto hull) at the '
             "candidate's acceptance rate, with its paired 95% bootstrap interval; above/below when it "
-            "excludes 0. Charts: family points and candidate with 95% intervals, the frontier dashed.</p>",
-            _verdicts(compare(rows, candidates), summary),
+            "excludes 0. Frontier against frontier (a candidate run at several settings): the mean gap "
+            "between the two frontiers over the acceptance range both span (shaded) and the largest gap "
+            "each way; dominates/dominated, crosses or indistinguishable (docs/compare.md). Charts: points "
+            "with 95% intervals, the baseline's frontier dashed, the candidate's solid.</p>",
+            _verdicts(compare(rows, candidates), summary, candidates),
         ]
     traces = load_traces(results)
     sections.append("<h2>Tokens</h2>")
@@ -384,7 +449,7 @@ def build_report(results: Path, candidates: list[str], token_examples: int = 100
         )
     else:
         data = trace_data(rows, traces, token_groups(summary), token_examples)
-        sections.append(_token_view(data, candidates))
+        sections.append(_token_view(data, pane_order(summary, candidates)))
     body = "\n".join(sections)
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
