@@ -1,53 +1,43 @@
-"""From command-line flags or a grid file to the list of configurations to run."""
+"""From command-line flags or a grid file to the list of configurations to run.
+
+A grid file names tasks, pairs, methods, their parameter values (``params``, or the older
+top-level keys ``target_weight``, ``lenience``, ``cascade_rule``, ``cascade_alpha``, ``mix``) and
+shared settings. ``sweep: true`` gives every method's swept parameters that the grid leaves open
+the default sweep its verifier class declares. A grid that leaves out tasks or pairs (a template,
+such as ``baselines``) takes them, and candidate methods with their own parameters, from the
+command line. A setting given on the command line is applied when the grid leaves it open and
+refused when the grid sets it: never silently dropped.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import fields
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from bench.config import RunConfig, expand_methods
 from bench.errors import BenchError
 from bench.registry import load_yaml
-from bench.runner import RunConfig, expand_methods
 
-GRID_KEYS = {
-    "tasks",
-    "pairs",
-    "methods",
-    "limit",
-    "seed",
-    "temperature",
-    "draft_len",
-    "target_weight",
-    "lenience",
-    "cascade_rule",
-    "cascade_alpha",
-    "head",
-    "mix",
-    "params",
-    "data",
-    "max_new_tokens",
-    "num_fewshot",
-    "split",
-    "chat_template",
-    "truncate_prompt",
-    "draft_policy",
-}
+# Verifier parameters that have their own flag (and grid key) besides --param.
+PARAM_ALIASES = ("target_weight", "lenience", "cascade_rule", "cascade_alpha", "mix")
+# RunConfig fields that a grid file may set, shared by all its configurations.
+SHARED_KEYS = tuple(
+    f.name for f in fields(RunConfig) if f.name not in ("task", "pair", "method", "params", "head", "device", "dtype", "engine")
+)
+GRID_KEYS = {"tasks", "pairs", "methods", "limit", "head", "params", "sweep", *PARAM_ALIASES, *SHARED_KEYS}
 
 
 def configs_from_flags(
     *,
-    tasks: list[str],
-    pairs: list[str],
-    methods: list[str],
+    tasks: Sequence[str],
+    pairs: Sequence[str],
+    methods: Sequence[str],
     heads: Sequence[str] = (),
-    target_weights: Sequence[float] = (0.7,),
-    lenience: Sequence[float] = (0.5,),
-    cascade_rules: Sequence[str] = ("opt",),
-    cascade_alphas: Sequence[float] = (0.5,),
-    mix: str = "prob",
     params: Mapping[str, Sequence[Any]] | None = None,
+    sweep: bool = False,
     **shared: Any,
 ) -> list[RunConfig]:
     """Every task x pair x method configuration; heads may name {task} and {pair}. ``shared``
@@ -56,18 +46,9 @@ def configs_from_flags(
     for pair in pairs:
         for task in tasks:
             expanded = expand_methods(
-                methods,
-                target_weights=target_weights,
-                lenience=lenience,
-                cascade_rules=cascade_rules,
-                cascade_alphas=cascade_alphas,
-                heads=[h.format(task=task, pair=pair) for h in heads],
-                mix=mix,
-                params=params,
+                methods, params=params, heads=[h.format(task=task, pair=pair) for h in heads], sweep=sweep
             )
-            out += [
-                RunConfig(task=task, pair=pair, method=m, params=p, head=h, **shared) for m, p, h in expanded
-            ]
+            out += [RunConfig(task=task, pair=pair, method=m, params=p, head=h, **shared) for m, p, h in expanded]
     return out
 
 
@@ -89,21 +70,38 @@ def load_grid(name_or_path: str) -> dict[str, Any]:
     return grid
 
 
+def grid_params(grid: Mapping[str, Any]) -> dict[str, list[Any]]:
+    """The grid's parameter values: ``params`` and the alias keys together."""
+    out = {k: _as_list(v) for k, v in (grid.get("params") or {}).items()}
+    for key in PARAM_ALIASES:
+        if key in grid:
+            if key in out:
+                raise BenchError(f"grid sets {key} twice (as a key and under params); keep one")
+            out[key] = _as_list(grid[key])
+    return out
+
+
 def configs_from_grid(
     name_or_path: str,
     *,
-    device: str,
-    dtype: str | None,
-    limit: int | None,
+    device: str = "auto",
+    dtype: str | None = None,
+    engine: str = "eager",
     tasks: Sequence[str] = (),
     pairs: Sequence[str] = (),
     candidates: Sequence[str] = (),
     heads: Sequence[str] = (),
+    params: Mapping[str, Sequence[Any]] | None = None,
+    settings: Mapping[str, Any] | None = None,
 ) -> tuple[list[RunConfig], int | None]:
-    """A grid's configurations. A grid that leaves out ``tasks`` or ``pairs`` (a template such as
-    ``baselines``) takes them from ``tasks``/``pairs``, and ``candidates`` (with their ``heads``)
-    join its methods: the baseline sweeps for any verifier on any task and pair."""
+    """A grid's configurations, and its example limit.
+
+    ``candidates`` (with their ``heads``) join a template grid's methods, and ``params`` (from
+    --param and its aliases) go to the candidates; with a grid that names its methods, they go to
+    the grid's methods unless the grid sets them. ``settings`` (RunConfig fields given on the
+    command line) apply where the grid leaves them open and are refused where it sets them."""
     g = load_grid(name_or_path)
+    params, settings = dict(params or {}), dict(settings or {})
     template = "tasks" not in g or "pairs" not in g
     for key, given, flag in (("tasks", tasks, "--task"), ("pairs", pairs, "--pair")):
         if key in g and given:
@@ -114,28 +112,33 @@ def configs_from_grid(
         raise BenchError(
             f"grid {name_or_path} sets its tasks and pairs: add methods in the grid file, not with --method/--head"
         )
-    configs = configs_from_flags(
+    own = grid_params(g)
+    clash = sorted({k for k in settings if k in g} | ({k for k in params if k in own} if not template else set()))
+    if clash:
+        flags = ", ".join("--" + k.replace("_", "-") for k in clash)
+        raise BenchError(f"grid {name_or_path} sets {', '.join(clash)}; drop {flags} or edit the grid file")
+    shared = {k: g[k] for k in SHARED_KEYS if k in g}
+    shared.update(settings)
+    base = dict(
         tasks=_as_list(g.get("tasks", list(tasks))),
         pairs=_as_list(g.get("pairs", list(pairs))),
-        methods=list(dict.fromkeys([*_as_list(g["methods"]), *candidates])),
-        heads=[*_as_list(g.get("head", [])), *heads],
-        target_weights=_as_list(g.get("target_weight", 0.7)),
-        lenience=_as_list(g.get("lenience", 0.5)),
-        cascade_rules=_as_list(g.get("cascade_rule", "opt")),
-        cascade_alphas=_as_list(g.get("cascade_alpha", 0.5)),
-        mix=g.get("mix", "prob"),
-        params={k: _as_list(v) for k, v in (g.get("params") or {}).items()},
-        data=g.get("data"),
-        seed=g.get("seed", 0),
-        draft_len=g.get("draft_len", 5),
-        temperature=g.get("temperature", 1.0),
-        max_new_tokens=g.get("max_new_tokens"),
-        num_fewshot=g.get("num_fewshot"),
-        split=g.get("split"),
-        chat_template=g.get("chat_template", False),
-        truncate_prompt=g.get("truncate_prompt", "none"),
-        draft_policy=g.get("draft_policy"),
+        sweep=bool(g.get("sweep", False)),
         device=device,
         dtype=dtype,
+        engine=engine,
+        **shared,
     )
-    return configs, limit if limit is not None else g.get("limit")
+    methods = _as_list(g["methods"])
+    grid_heads = _as_list(g.get("head", []))
+    if template:
+        configs = configs_from_flags(methods=methods, heads=grid_heads, params=own, **base)
+        extra = [c for c in candidates if c not in methods]
+        configs += configs_from_flags(methods=extra, heads=list(heads), params=params, **base) if extra else []
+        if params and not extra:
+            raise BenchError(
+                f"--param {', '.join(params)}: grid {name_or_path}'s methods set their own sweeps; "
+                "--param goes to a candidate (--method my.py:MyVerifier)"
+            )
+    else:
+        configs = configs_from_flags(methods=methods, heads=grid_heads, params={**own, **params}, **base)
+    return configs, g.get("limit")

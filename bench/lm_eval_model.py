@@ -14,9 +14,8 @@ multiple-choice tasks run too.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, NamedTuple, get_type_hints
 
@@ -32,8 +31,11 @@ from bench.distributions import Sampling
 from bench.errors import BenchError
 from bench.head import required_head
 from bench.pairs import load_pair
-from bench.runner import PARAM_COLUMNS, Runner, RunConfig, environment, example_seed, stats_columns
-from bench.store import SCHEMA, SHARED_SETTINGS, ResultStore
+from bench.build import build_decoder, chat_text, encode_prompt
+from bench.config import RunConfig, example_seed
+from bench.engines import ENGINES, make_engine
+from bench.records import fixed_columns, row, write_manifest
+from bench.store import ResultStore
 from bench.verifiers import make_verifier, verifier_class
 
 log = logging.getLogger("lm_eval.models.diversed")  # under lm-eval's logger, so its setup shows our lines
@@ -148,6 +150,7 @@ class DiversedLM(LM):
         device: str | None = None,
         dtype: str | None = None,
         output_dir: str = "results/lm_eval",
+        engine: str = "eager",
         batch_size: int | str = 1,
         max_batch_size: int | None = None,
         **params: Any,
@@ -179,15 +182,18 @@ class DiversedLM(LM):
                 "`diversed-bench train`, or head=init for an untrained w = 0.5 head)"
             )
         self.seed = torch.initial_seed() if seed is None else _integer("seed", seed, 0)
+        if engine not in ENGINES:
+            raise BenchError(f"model_args: engine={engine!r}; use engine={' or engine='.join(ENGINES)}")
+        self.engine_name, self.engine = engine, make_engine(engine)
         self.device_name = device or "auto"
         self.head_path = None if head is None else str(head)
         self.pair = load_pair(str(pair), device=self.device_name, dtype=dtype)
         self.tokenizer = self.pair.tokenizer
-        self.head = None
-        if self.verifier.needs_hidden:
-            self.head = required_head(
-                self.head_path, self.method, self.pair.spec.name, self.pair.hidden_sizes, self.pair.device
-            )
+        self.head = (
+            required_head(self.head_path, self.method, self.pair.spec.name, self.pair.hidden_sizes, self.pair.device)
+            if self.verifier.needs_hidden
+            else None
+        )
         # Prompts past a model's context are refused here too (no truncation: the rows say "none").
         self.context = Context.of(self.pair.target, self.pair.draft if self.verifier.uses_draft else None)
         self._decoders: dict[Sampling, SpeculativeDecoder] = {}
@@ -218,20 +224,18 @@ class DiversedLM(LM):
                 f"pair {self.pair.spec.name}: the tokenizer has no chat template; drop --apply_chat_template"
             )
         self._chat_templated = True
-        return self.tokenizer.apply_chat_template(
-            chat_history, tokenize=False, add_generation_prompt=add_generation_prompt
-        )
+        return chat_text(self.pair, chat_history, add_generation_prompt)
 
     def decoder(self, sampling: Sampling) -> SpeculativeDecoder:
         if sampling not in self._decoders:
-            self._decoders[sampling] = SpeculativeDecoder(
-                self.pair.target,
-                self.pair.draft,
-                self.verifier,
+            self._decoders[sampling] = build_decoder(
+                self.pair,
+                self.method,
+                self.params,
+                head=self.head,
                 draft_len=self.draft_len,
                 sampling=sampling,
-                eos_token_ids=self.pair.eos_token_ids,
-                head=self.head,
+                engine=self.engine,
             )
         return self._decoders[sampling]
 
@@ -239,7 +243,7 @@ class DiversedLM(LM):
         """Token ids as the runner encodes a prompt; chat-templated text already has its specials."""
         if self._chat_templated:
             return list(self.tokenizer(text, add_special_tokens=False).input_ids)
-        return Runner.encode(self.pair, text, chat_template=False)
+        return encode_prompt(self.pair, text, chat_template=False)
 
     # --- generation ------------------------------------------------------------------------
 
@@ -265,7 +269,7 @@ class DiversedLM(LM):
             task=task,
             pair=self.pair.spec.name,
             method=self.method,
-            params=self.params,
+            params={f.name: getattr(self.verifier, f.name) for f in fields(self.verifier)},  # type: ignore[arg-type]
             head=self.head_path if cls.needs_hidden else None,
             draft_len=self.draft_len if cls.uses_draft else 0,
             draft_policy=("greedy" if sampling.greedy else self.verifier.draft_policy)
@@ -278,6 +282,7 @@ class DiversedLM(LM):
             chat_template=self._chat_templated,
             device=self.pair.device.type,
             dtype=str(self.pair.target.dtype).removeprefix("torch."),
+            engine=self.engine_name,
         )
 
     def generate_until(self, requests: list[Instance], disable_tqdm: bool = False) -> list[str]:
@@ -330,40 +335,23 @@ class DiversedLM(LM):
         task = req.task_name or "lm-eval"
         cfg = self.config(task, sampling, budget)
         if cfg.config_id not in self._manifests:
-            self.store.write_manifest(
-                cfg.config_id,
-                {
-                    "config_id": cfg.config_id,
-                    "settings": asdict(cfg),
-                    "label": cfg.label,
-                    "limit": None,
-                    "lm_eval": {"task": task, "version": _lm_eval_version()},
-                    **environment(self.pair.device),
-                },
+            write_manifest(
+                self.store, cfg, self.pair.device, None, lm_eval={"task": task, "version": _lm_eval_version()}
             )
             self._manifests.add(cfg.config_id)
         text = self.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
         cut = postprocess_generated_text(text, until, None)
         self.store.append(
-            {
-                "config_id": cfg.config_id,
-                **{k: getattr(cfg, k) for k in SHARED_SETTINGS},
-                "method": self.verifier.name,
-                "label": cfg.label,
-                "draft_len": cfg.draft_len,
-                **{k: self.params.get(k) for k in PARAM_COLUMNS},
-                "params": json.dumps(self.params, sort_keys=True),
-                "head": cfg.head,
-                "draft_policy": cfg.draft_policy,
-                "schema": SCHEMA,
-                "example_id": job.example_id,
-                "doc_id": req.doc_id,
-                "until": until,
-                "completion": text,
-                "completion_cut": cut,
-                **stats_columns(gen.stats),
-                "prompt_tokens_dropped": 0,
-            }
+            row(
+                fixed_columns(cfg, self.pair.spec.name, task),
+                job.example_id,
+                text,
+                gen.stats,
+                doc_id=req.doc_id,
+                until=until,
+                completion_cut=cut,
+                prompt_tokens_dropped=0,
+            )
         )
         self.tallies.setdefault(task, Tally()).add(gen.stats)
         self.total.add(gen.stats)

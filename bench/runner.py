@@ -1,10 +1,4 @@
-"""The runner: task + pair + method configurations -> decoded, scored rows in the results store.
-
-A configuration is everything that changes a row: task, pair, method and its parameters, draft
-length and draft policy, temperature, token budget, seed, data source, prompt options (prompt
-truncation included), device and dtype. Its id is a hash of those settings, so re-running the
-same command resumes it, and raising ``--limit`` adds examples to it (the subset is a prefix of one
-seeded permutation).
+"""The runner: configurations -> decoded, scored rows in the results store.
 
 Examples are decoded in batches (``batch_size``): a row's tokens and counters do not depend on its
 batch, but its latency does, so batched rows carry no time (NaN) and a timing pass decodes the
@@ -14,295 +8,28 @@ interleaved example by example so that paired times share the machine's state.
 
 from __future__ import annotations
 
-import hashlib
-import json
-import math
-import platform
-import re
-import subprocess
 import sys
-import typing
-import zlib
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import torch
 
-from bench.context import Context, check_truncation, fit_prompt
-from bench.decoding import (
-    TRACE_FIELDS,
-    DecodeStats,
-    Generation,
-    SpeculativeDecoder,
-    check_draft_policy,
-)
+from bench.build import build_decoder, encode_prompt
+from bench.config import RunConfig, example_seed
+from bench.context import Context, fit_prompt
+from bench.decoding import TRACE_FIELDS, Generation, SpeculativeDecoder
 from bench.distributions import Sampling
 from bench.engines import CompiledEngines, make_engine
 from bench.errors import BenchError
-from bench.head import required_head
+from bench.pairs import Pair, load_pair
 from bench.progress import Progress
-from bench.pairs import Pair, load_pair, pick_device, pick_dtype, resolve_pair
-from bench.store import SCHEMA, SHARED_SETTINGS, ResultStore
-from bench.tasks import Example, Task, default_data, resolve_task
-from bench.verifiers import make_verifier, verifier_class
+from bench.records import fixed_columns, row, write_manifest
+from bench.store import ResultStore
+from bench.tasks import Example, Task, resolve_task
+from bench.verifiers import verifier_class
 
-PARAM_COLUMNS = ("target_weight", "lenience", "cascade_rule", "cascade_alpha", "mix")
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    """One configuration: the unit that is resumed, skipped, compared and merged.
-
-    ``None`` fields take the task's, pair's or machine's default; ``resolve`` makes them concrete,
-    so that the id, the rows and the pairing with ``ar`` see the values that actually ran.
-    """
-
-    task: str
-    pair: str
-    method: str
-    params: dict[str, Any] = field(default_factory=dict)
-    head: str | None = None
-    draft_len: int = 5
-    temperature: float = 1.0
-    max_new_tokens: int | None = None  # None: the task file's
-    seed: int = 0
-    data: str | None = None  # None: fixtures for the tiny pair, the hub otherwise
-    num_fewshot: int | None = None  # None: the task file's
-    split: str | None = None  # None: the task file's evaluation split
-    chat_template: bool = False
-    device: str = "auto"
-    dtype: str | None = None  # None: the pair file's for the device
-    engine: str = "eager"  # how model steps run (bench/engines); it changes times, so ids see it
-    truncate_prompt: str = "none"  # none: refuse prompt + budget past a model's context; left: cut
-    draft_policy: str | None = None  # sample or greedy; None: what the method's engine does
-
-    def resolve(self) -> RunConfig:
-        """Defaults made concrete, and settings the method does not read dropped (``ar`` has no
-        draft length; only head-reading methods have a head)."""
-        spec, pair = resolve_task(self.task), resolve_pair(self.pair)
-        device = pick_device(self.device)
-        cls = verifier_class(self.method)
-        if self.max_new_tokens is not None and self.max_new_tokens < 1:
-            raise BenchError(f"--max-new-tokens must be >= 1, got {self.max_new_tokens}")
-        if cls.uses_draft and self.draft_len < 1:
-            raise BenchError(f"--draft-len must be >= 1 for {cls.name}, got {self.draft_len}")
-        if self.temperature < 0:
-            raise BenchError(f"--temperature must be >= 0 (0 = greedy), got {self.temperature}")
-        if self.seed < 0:
-            raise BenchError(f"--seed must be >= 0, got {self.seed}")
-        check_truncation(self.truncate_prompt)
-        # Under greedy decoding every draft is the argmax, whatever the policy.
-        policy = (
-            "greedy" if self.temperature == 0 else check_draft_policy(self.draft_policy or cls.draft_policy)
-        )
-        return replace(
-            self,
-            draft_len=self.draft_len if cls.uses_draft else 0,
-            draft_policy=policy if cls.uses_draft else None,
-            head=self.head if cls.needs_hidden else None,
-            max_new_tokens=self.max_new_tokens or spec.max_new_tokens,
-            data=self.data or default_data(spec.name, pair.kind),
-            num_fewshot=spec.num_fewshot if self.num_fewshot is None else self.num_fewshot,
-            split=self.split or spec.dataset["split"],
-            device=device.type,
-            dtype=str(pick_dtype(pair, device, self.dtype)).removeprefix("torch."),
-        )
-
-    @property
-    def config_id(self) -> str:
-        """A hash of every setting (call on a resolved configuration)."""
-        settings = json.dumps(asdict(self), sort_keys=True, default=str)
-        digest = hashlib.sha1(f"{SCHEMA}|{settings}".encode()).hexdigest()[:10]
-        method = re.sub(r"[^A-Za-z0-9_.-]+", ".", self.method)  # module:Class, path/to/file.py:Class
-        return f"{Path(self.task).stem}-{Path(self.pair).stem}-{method}-{digest}"
-
-    @property
-    def label(self) -> str:
-        """Short human name: the method's name and the parameters it was given."""
-        shown = {
-            "target_weight": "w",
-            "lenience": "l",
-            "cascade_rule": "",
-            "cascade_alpha": "a",
-            "mix": "mix",
-            "posterior_threshold": "eps",
-            "posterior_alpha": "alpha",
-            "speculative_accept_threshold_single": "single",
-            "speculative_accept_threshold_acc": "acc",
-            "relaxed_topk": "topk",
-            "relaxed_delta": "delta",
-        }
-        params = {k: v for k, v in self.params.items() if not (k == "mix" and v == "prob")}
-        parts = [f"{shown.get(k, k)}={v}" if shown.get(k, k) else str(v) for k, v in params.items()]
-        if self.head:  # heads trained on different tasks sit side by side in the cross-task table
-            parts.append(f"head={self.head}")
-        cls = verifier_class(self.method)
-        if self.draft_policy and self.temperature != 0 and self.draft_policy != cls.draft_policy:
-            parts.append(f"{self.draft_policy} draft")
-        # A plug-in is shown by its name, not by the path or module it was loaded from.
-        return cls.name + (f" ({', '.join(parts)})" if parts else "")
-
-
-def parse_params(texts: Iterable[str]) -> dict[str, list[str]]:
-    """``--param name=value[,value...]`` (repeatable) -> {name: [values]}."""
-    out: dict[str, list[str]] = {}
-    for text in texts:
-        name, sep, values = text.partition("=")
-        name = name.strip()
-        if not sep or not name or not values.strip():
-            raise BenchError(
-                f"--param takes name=value[,value...] (e.g. posterior_alpha=0.3,0.5), got {text!r}"
-            )
-        out.setdefault(name, []).extend(v.strip() for v in values.split(",") if v.strip())
-    return out
-
-
-def _coerce(method: str, name: str, kind: Any, raw: Any) -> Any:
-    """A --param value as the type the verifier's field declares."""
-    try:
-        if kind is int:
-            return int(str(raw))
-        if kind is float:
-            return float(raw)
-    except ValueError:
-        raise BenchError(
-            f"{method}: {name} takes {'an integer' if kind is int else 'a number'}, got {raw!r}"
-        ) from None
-    return raw
-
-
-def _with_params(
-    method: str, base: dict[str, Any], params: Mapping[str, Sequence[Any]]
-) -> list[dict[str, Any]]:
-    """Every combination of the --param values that ``method``'s verifier has as fields."""
-    cls = verifier_class(method)
-    kinds = typing.get_type_hints(cls)
-    combos = [dict(base)]
-    for f in fields(cls):  # type: ignore[arg-type]
-        if f.name in params and f.name in base:
-            raise BenchError(f"--param {f.name}: it has its own option, use --{f.name.replace('_', '-')}")
-        if f.name in params:
-            values = [_coerce(cls.name, f.name, kinds.get(f.name), v) for v in params[f.name]]
-            combos = [{**c, f.name: v} for c in combos for v in values]
-    return combos
-
-
-def expand_methods(
-    methods: Iterable[str],
-    *,
-    target_weights: Iterable[float] = (0.7,),
-    lenience: Iterable[float] = (0.5,),
-    cascade_rules: Iterable[str] = ("opt",),
-    cascade_alphas: Iterable[float] = (0.5,),
-    heads: Iterable[str] = (),
-    mix: str = "prob",
-    params: Mapping[str, Sequence[Any]] | None = None,
-) -> list[tuple[str, dict[str, Any], str | None]]:
-    """(method, params, head) for every method and every value of its swept parameters.
-
-    ``params`` ({name: values}, from ``--param``) reaches any verifier's dataclass fields; a name
-    that no selected method has is refused."""
-    methods = list(methods)
-    params = params or {}
-    known = {f.name for m in methods for f in fields(verifier_class(m))}  # type: ignore[arg-type]
-    stray = sorted(set(params) - known)
-    if stray:
-        raise BenchError(
-            f"--param {', '.join(stray)}: no selected method takes it; their parameters: {', '.join(sorted(known)) or 'none'}"
-        )
-    out: list[tuple[str, dict[str, Any], str | None]] = []
-    for m in methods:
-        if m == "ensemble":
-            out += [(m, {"target_weight": w, "mix": mix}, None) for w in target_weights]
-        elif m == "lossy":
-            out += [(m, {"lenience": v}, None) for v in lenience]
-        elif m == "cascade":
-            out += [
-                (m, {"cascade_rule": r, "cascade_alpha": a}, None)
-                for r in cascade_rules
-                for a in cascade_alphas
-            ]
-        elif m == "diversed":
-            out += [(m, {"mix": mix}, h) for h in heads]
-        else:
-            out.append((m, {}, None))
-    out = [(m, combo, h) for m, p, h in out for combo in _with_params(m, p, params)]
-    for method, chosen, _ in out:
-        make_verifier(method, **chosen)  # validate every value before any model loads
-    return out
-
-
-def example_seed(seed: int, example_id: str) -> int:
-    """Per-example seed: results do not depend on order, sharding or process count."""
-    return zlib.crc32(f"{seed}:{example_id}".encode())
-
-
-def git_revision() -> str | None:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=5
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
-
-
-def environment(device: torch.device) -> dict[str, Any]:
-    import datasets
-    import transformers
-
-    import bench
-
-    name = (
-        torch.cuda.get_device_name(device)
-        if device.type == "cuda"
-        else platform.processor() or platform.machine()
-    )
-    return {
-        "versions": {
-            "bench": bench.__version__,
-            "torch": torch.__version__,
-            "transformers": transformers.__version__,
-            "datasets": datasets.__version__,
-            "python": platform.python_version(),
-        },
-        "device_name": name,
-        "cpu_threads": torch.get_num_threads(),  # a CPU's timings depend on it (--threads)
-        "git_revision": git_revision(),
-    }
-
-
-def stats_columns(stats: DecodeStats) -> dict[str, Any]:
-    reached = stats.reached_per_position
-    return {
-        "prompt_tokens": stats.prompt_tokens,
-        "new_tokens": stats.new_tokens,
-        "rounds": stats.rounds,
-        "drafted_tokens": stats.drafted_tokens,
-        "accepted_tokens": stats.accepted_tokens,
-        "drafted_per_position": stats.drafted_per_position,
-        "accepted_per_position": stats.accepted_per_position,
-        "reached_per_position": reached,
-        "acceptance_rate": stats.acceptance_rate,
-        "acceptance_length": stats.acceptance_length,
-        "expected_acceptance": stats.expected_acceptance,
-        "bias": stats.bias,
-        "expected_acceptance_per_position": [
-            s / r if r else math.nan for s, r in zip(stats.expected_acceptance_sum, reached)
-        ],
-        "bias_per_position": [s / r if r else math.nan for s, r in zip(stats.bias_sum, reached)],
-        "target_forwards": stats.target_forwards,
-        "draft_forwards": stats.draft_forwards,
-        "wall_time_s": stats.wall_time_s,
-        "prefill_time_s": stats.prefill_time_s,
-        "batch_size": stats.batch_size,
-        "kv_cache_bytes": stats.kv_cache_bytes,
-        "weight_mean": sum(stats.weights) / len(stats.weights) if stats.weights else math.nan,
-        "weights": stats.weights,
-    }
+__all__ = ["RunConfig", "Runner"]
 
 
 @dataclass
@@ -356,6 +83,7 @@ class Runner:
         self.batch_size, self.timing_examples = batch_size, timing_examples
         self.engine_name, self.engine = engine, make_engine(engine)
         self.store = ResultStore(output_dir, writer=f"{partition[0]}of{partition[1]}")
+        self.store.check_writable()
         self.limit, self.partition, self.device, self.progress, self.log = (
             limit,
             partition,
@@ -427,47 +155,20 @@ class Runner:
 
     def job(self, cfg: RunConfig, pending: list[Example]) -> _Job:
         pair, task = self.pair(cfg), self.task(cfg)
-        verifier = make_verifier(cfg.method, **cfg.params)
-        head = None
-        if verifier.needs_hidden:
-            head = required_head(cfg.head, cfg.method, pair.spec.name, pair.hidden_sizes, pair.device)
-        decoder = SpeculativeDecoder(
-            pair.target,
-            pair.draft,
-            verifier,
+        decoder = build_decoder(
+            pair,
+            cfg.method,
+            cfg.params,
+            head=cfg.head,
             draft_len=cfg.draft_len,
             sampling=Sampling(cfg.temperature),
-            eos_token_ids=pair.eos_token_ids,
-            head=head,
             engine=self.engine,
             draft_policy=cfg.draft_policy,
             trace=self.trace,
         )
         budget = cfg.max_new_tokens
-        self.store.write_manifest(
-            cfg.config_id,
-            {
-                "config_id": cfg.config_id,
-                "settings": asdict(cfg),
-                "label": cfg.label,
-                "limit": self.limit,
-                **environment(pair.device),
-            },
-        )
-        fixed = {
-            "config_id": cfg.config_id,
-            **{k: getattr(cfg, k) for k in SHARED_SETTINGS},
-            "task": task.name,
-            "pair": pair.spec.name,
-            "method": verifier_class(cfg.method).name,
-            "label": cfg.label,
-            "draft_len": cfg.draft_len,
-            **{k: cfg.params.get(k) for k in PARAM_COLUMNS},
-            "params": json.dumps(cfg.params, sort_keys=True),
-            "head": cfg.head,
-            "draft_policy": cfg.draft_policy,
-            "schema": SCHEMA,
-        }
+        write_manifest(self.store, cfg, pair.device, self.limit)
+        fixed = fixed_columns(cfg, pair.spec.name, task.name)
         fitted = self._prompts.pop(cfg.config_id, None) or self.prompts(cfg, pending)
         prompts = {example_id: ids for example_id, (ids, _) in fitted.items()}
         dropped = {example_id: n for example_id, (_, n) in fitted.items()}
@@ -484,7 +185,7 @@ class Runner:
         bos = getattr(pair.tokenizer, "bos_token_id", None)
         return {
             e.example_id: fit_prompt(
-                self.encode(pair, e.prompt, cfg.chat_template),
+                encode_prompt(pair, e.prompt, cfg.chat_template),
                 cfg.max_new_tokens,  # type: ignore[arg-type]
                 context,
                 cfg.truncate_prompt,
@@ -563,11 +264,14 @@ class Runner:
 
     def row(self, job: _Job, example: Example, gen: Generation) -> dict[str, Any]:
         completion = job.pair.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
-        row = {**job.fixed, "example_id": example.example_id, "completion": completion}
-        row.update(job.task.score(example.doc, completion))
-        row.update(stats_columns(gen.stats))
-        row["prompt_tokens_dropped"] = job.dropped[example.example_id]
-        return row
+        return row(
+            job.fixed,
+            example.example_id,
+            completion,
+            gen.stats,
+            **job.task.score(example.doc, completion),
+            prompt_tokens_dropped=job.dropped[example.example_id],
+        )
 
     def trace_frame(self, job: _Job, decoded: list[tuple[Example, Generation]]) -> pd.DataFrame | None:
         """The token traces of decoded examples, one row per token (None when not tracing)."""
@@ -584,19 +288,6 @@ class Runner:
             frame.insert(0, "config_id", job.cfg.config_id)
             frames.append(frame)
         return pd.concat(frames, ignore_index=True)
-
-    @staticmethod
-    def encode(pair: Pair, prompt: str, chat_template: bool) -> list[int]:
-        if chat_template:
-            if not getattr(pair.tokenizer, "chat_template", None):
-                raise BenchError(
-                    f"pair {pair.spec.name}: the tokenizer has no chat template; drop --chat-template"
-                )
-            text = pair.tokenizer.apply_chat_template(
-                [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
-            )
-            return list(pair.tokenizer(text, add_special_tokens=False).input_ids)
-        return list(pair.tokenizer(prompt).input_ids)
 
     def _progress(self, total: int, desc: str) -> Progress:
         return Progress(total, desc, self.log, quiet=not self.progress)

@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from bench.decoding import SpeculativeDecoder
+
+from bench.build import build_decoder
 from bench.distributions import Sampling
 from bench.engines import CompiledEngine, EagerEngine, EngineFactory, ModelEngine
 from bench.pairs import Pair
-from bench.verifiers import make_verifier
 
 GREEDY = Sampling(temperature=0.0)
 
@@ -57,15 +57,7 @@ def run_harness(
     engine: EngineFactory = EagerEngine,
     **params: Any,
 ) -> Timed:
-    decoder = SpeculativeDecoder(
-        pair.target,
-        pair.draft,
-        make_verifier(method, **params),
-        draft_len=n,
-        sampling=GREEDY,
-        eos_token_ids=pair.eos_token_ids,
-        engine=engine,
-    )
+    decoder = build_decoder(pair, method, params, draft_len=n, sampling=GREEDY, engine=engine)
     timed = Timed([], 0.0)
     for prompt in prompts:
         gen = decoder.generate(prompt, max_new)
@@ -433,15 +425,7 @@ def throughput(
     seeds = list(range(len(prompts)))
     rows, same = [], True
     for method in ("ar", "sd"):
-        decoder = SpeculativeDecoder(
-            pair.target,
-            pair.draft,
-            make_verifier(method),
-            draft_len=draft_len,
-            sampling=Sampling(temperature),
-            eos_token_ids=pair.eos_token_ids,
-            engine=engine,
-        )
+        decoder = build_decoder(pair, method, draft_len=draft_len, sampling=Sampling(temperature), engine=engine)
         decoder.generate_batch(prompts[:2], 8, seeds[:2])  # warm-up
         seconds: dict[int, list[float]] = {b: [] for b in batch_sizes}
         outputs: dict[int, list[list[int]]] = {}

@@ -42,8 +42,11 @@ SHARED_SETTINGS = (
     "engine",
     "truncate_prompt",
 )
-# Version of the rows' columns and of the configuration ids; results of another are refused.
-SCHEMA = 3
+# Version of the rows' columns and of the configuration ids. Reports read the versions in
+# ``READ_SCHEMAS``; a run adds rows only to a directory of its own version (another version's ids
+# differ, so its configurations would run again beside the old ones).
+SCHEMA = 4
+READ_SCHEMAS = (3, 4)
 # Rows of schema 2 and older on Gemma 3 came from engines that attended over the whole context on
 # its sliding-window layers: their numbers are wrong, and the refusal says so.
 FULL_WINDOW_SCHEMAS = (1, 2)
@@ -70,6 +73,21 @@ class ResultStore:
 
     def _parts(self, config_id: str) -> Path:
         return self.root / "parts" / config_id / self.writer
+
+    def check_writable(self) -> None:
+        """Refuse to add rows beside rows of an older version: its configuration ids differ, so the
+        same configurations would run again next to the old ones."""
+        for f in sorted(self.root.glob("*.parquet")) + sorted(self.root.glob("parts/*/*/*.parquet")):
+            try:
+                found = set(pd.read_parquet(f, columns=["schema"])["schema"].unique().tolist())
+            except Exception:  # not ours or unreadable: the readers say so with the reason
+                continue
+            if found != {SCHEMA}:
+                raise BenchError(
+                    f"{self.root} holds rows of an older diversed-bench version (schema "
+                    f"{', '.join(map(str, sorted(found)))}; this one writes {SCHEMA}): reports still read them, "
+                    "but run into a new --output-dir"
+                )
 
     def done_ids(self, config_id: str) -> set[str]:
         """Example ids already written for a configuration, by any writer."""
@@ -188,7 +206,7 @@ def _read_rows(path: Path) -> pd.DataFrame:
             f"{path} is not a readable parquet file ({type(exc).__name__}); move it out of the results directory"
         ) from None
     schema = frame["schema"].unique().tolist() if "schema" in frame else []
-    if schema != [SCHEMA]:
+    if not schema or not set(schema) <= set(READ_SCHEMAS):
         found = "no schema column" if not schema else f"schema {schema}"
         if set(schema) & set(FULL_WINDOW_SCHEMAS) and _holds_gemma3(frame):
             raise BenchError(
@@ -196,7 +214,8 @@ def _read_rows(path: Path) -> pd.DataFrame:
                 f"({found}): their numbers are wrong; re-run them into a new --output-dir"
             )
         raise BenchError(
-            f"{path} holds rows of another diversed-bench version ({found}, this one reads schema {SCHEMA}: "
+            f"{path} holds rows of another diversed-bench version ({found}, this one reads schemas "
+            f"{', '.join(map(str, READ_SCHEMAS))}: "
             "configuration ids and columns differ, see docs/results-schema.md); re-run into a new --output-dir"
         )
     return frame

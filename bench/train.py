@@ -24,6 +24,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
+from bench.build import encode_prompt
 from bench.context import Context, check_truncation, fit_prompt
 from bench.distributions import Sampling, process, sample, tv
 from bench.engines import EagerEngine, EngineFactory
@@ -52,6 +53,7 @@ class TrainConfig:
     baseline_decay: float = 0.9  # running-mean baseline (ROUGE rewards)
     seed: int = 0
     truncate_prompt: str = "none"  # none: refuse prompt + rollout past a model's context; left: cut
+    chat_template: bool = False  # prompts as the user turn of the pair's chat template, as `run` does
 
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS:
@@ -235,7 +237,8 @@ class Trainer:
         self.ckpt = output / "checkpoint.pt"
         if self.ckpt.exists():
             state = torch.load(self.ckpt, map_location=pair.device)
-            if state["config"] != asdict(cfg):
+            # A checkpoint written before a setting existed ran that setting's default.
+            if {**asdict(TrainConfig()), **state["config"]} != asdict(cfg):
                 raise BenchError(
                     f"{self.ckpt} was written with other settings; use another --output-dir or delete it"
                 )
@@ -263,7 +266,7 @@ class Trainer:
         tok, context = self.pair.tokenizer, Context.of(self.pair.target, self.pair.draft)
         return {
             e.example_id: fit_prompt(
-                list(tok(e.prompt).input_ids),
+                encode_prompt(self.pair, e.prompt, self.cfg.chat_template),
                 self.cfg.rollout_tokens,
                 context,
                 self.cfg.truncate_prompt,

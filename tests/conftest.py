@@ -74,30 +74,28 @@ def demo_results(tmp_path_factory) -> Path:
     """The demo grid's comparison on the shipped reference pair, traced: the static-ensemble
     weight sweep and the shipped DIVERSED head (ar, sd, lossy and cascade left out to keep it
     cheap), decoded once for the compare and report tests."""
-    from bench.grid import configs_from_flags, load_grid
-    from bench.runner import Runner
+    from bench import api
+    from bench.grid import load_grid
 
     grid = load_grid("demo")
     out = tmp_path_factory.mktemp("demo") / "results"
-    configs = configs_from_flags(
+    api.run(
         tasks=["arith"],
         pairs=["ref"],
         methods=["ensemble", "diversed"],
-        target_weights=grid["target_weight"],
+        params={"target_weight": grid["params"]["target_weight"]},
         heads=[grid["head"]],
         seed=grid["seed"],
         draft_len=grid["draft_len"],
         temperature=grid["temperature"],
         device="cpu",
-    )
-    runner = Runner(
-        out,
         limit=DEMO_EXAMPLES,
         batch_size=DEMO_EXAMPLES,
         timing_examples=0,
+        output_dir=out,
         progress=False,
+        report=False,
         log=lambda m: None,
         trace=True,
     )
-    runner.run(configs)
     return out

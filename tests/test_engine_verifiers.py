@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from bench.distributions import Sampling
 from bench.errors import BenchError
-from bench.runner import expand_methods, parse_params
+from bench.config import expand_methods, parse_params
 from bench.verifiers import Round, make_verifier, verify
 
 DRAWS = 200_000
@@ -294,7 +294,6 @@ def test_param_option_reaches_every_rule():
         (["relaxed"], ["relaxed_topk=2.5"], "relaxed_topk takes an integer"),
         (["relaxed"], ["relaxed_delta=-0.5"], "relaxed_delta must be >= 0"),
         (["sd", "relaxed"], ["posterior_alpha=0.3"], "no selected method takes it"),
-        (["ensemble"], ["target_weight=0.5"], "use --target-weight"),
         (["relaxed"], ["relaxed_topk"], "name=value"),
     ],
 )

@@ -25,7 +25,7 @@ from bench.decoding import SpeculativeDecoder
 from bench.distributions import Sampling
 from bench.engines import make_engine
 from bench.pairs import load_pair
-from bench.runner import Runner
+from bench.build import encode_prompt
 from bench.tasks import Task, resolve_task
 from bench.verifiers import make_verifier
 from hub_checkpoints import FAMILIES, WINDOW, build_family
@@ -70,7 +70,7 @@ def texts():
 @pytest.fixture(scope="module")
 def prompts(pairs, texts):
     """The ids the runner decodes for each pair (chat template on, as for the -it models)."""
-    return {name: [Runner.encode(pair, t, chat_template=True) for t in texts] for name, pair in pairs.items()}
+    return {name: [encode_prompt(pair, t, chat_template=True) for t in texts] for name, pair in pairs.items()}
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +120,7 @@ def test_prompt_ids_are_the_tokenizers_ids_of_the_task_text(name, pairs, prompts
             [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True, return_dict=False
         )
         assert ids == list(templated)
-        assert Runner.encode(pairs[name], text, chat_template=False) == tok(text).input_ids
+        assert encode_prompt(pairs[name], text, chat_template=False) == tok(text).input_ids
         if tok.bos_token_id is not None:
             assert ids.count(tok.bos_token_id) == 1 and ids[0] == tok.bos_token_id
     assert tok.decode(prompts[name][0]).endswith(

@@ -21,7 +21,8 @@ from bench.distributions import Sampling
 from bench.errors import BenchError
 from bench.lm_eval_model import DiversedLM
 from bench.reports.summary import summarise
-from bench.runner import Runner, example_seed
+from bench.build import encode_prompt
+from bench.config import example_seed
 from bench.store import load_results
 from bench.verifiers import make_verifier
 
@@ -76,7 +77,7 @@ def test_ar_sd_ensemble_end_to_end_and_greedy_sd_equals_ar(task_manager, tmp_pat
         else:
             assert 0 < tally["acceptance_rate"] <= 1 and tally["acceptance_length"] > 1
             assert len(tally["acceptance_rate_per_position"]) == 5
-    assert set(rows["target_weight"]) == {0.7}
+    assert {json.loads(p)["target_weight"] for p in rows["params"]} == {0.7}
     with pytest.raises(BenchError, match="scored by lm-eval"):  # our tables need our quality scores
         summarise(rows)
     assert "acc,none" in runs["sd"]["results"]["choice_local"]  # multiple choice ran (loglikelihood)
@@ -116,7 +117,7 @@ def test_sampling_follows_temperature_budget_and_per_request_seeds(sd_lm, tmp_pa
     )
     for i, prompt in enumerate(PROMPTS):
         gen = decoder.generate(
-            Runner.encode(pair, prompt, False), 12, seed=example_seed(7, rows.loc[i, "example_id"])
+            encode_prompt(pair, prompt, False), 12, seed=example_seed(7, rows.loc[i, "example_id"])
         )
         assert pair.tokenizer.decode(gen.token_ids, skip_special_tokens=True) == rows.loc[i, "completion"]
         assert first[i] == rows.loc[i, "completion"]

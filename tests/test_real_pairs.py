@@ -17,13 +17,13 @@ PROBE = textwrap.dedent(
     from bench.decoding import SpeculativeDecoder
     from bench.distributions import Sampling
     from bench.pairs import load_pair
-    from bench.runner import Runner
+    from bench.build import encode_prompt
     from bench.verifiers import make_verifier
 
     out = {}
     for name in sys.argv[1:]:
         pair = load_pair(name, device="cpu")
-        prompt = Runner.encode(pair, "Question: what is 12 + 7?", chat_template=True)
+        prompt = encode_prompt(pair, "Question: what is 12 + 7?", chat_template=True)
         greedy = Sampling(0.0)
         ar = SpeculativeDecoder(pair.target, None, make_verifier("ar"), sampling=greedy)
         sd = SpeculativeDecoder(pair.target, pair.draft, make_verifier("sd"), draft_len=3, sampling=greedy)

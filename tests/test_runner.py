@@ -24,10 +24,6 @@ REQUIRED = [
     "method",
     "draft_len",
     "temperature",
-    "target_weight",
-    "lenience",
-    "cascade_rule",
-    "cascade_alpha",
     "head",
     "seed",
     "example_id",
@@ -43,6 +39,8 @@ REQUIRED = [
     "bias",
     "wall_time_s",
     "prefill_time_s",
+    "params",
+    "method_info",
     "completion",
     "completion_cut",
     "quality",
@@ -50,7 +48,8 @@ REQUIRED = [
 
 
 def configs(tasks, methods, **kw):
-    settings = dict(pairs=["tiny"], heads=["init"], target_weights=[0.3, 0.9], draft_len=4, max_new_tokens=32)
+    weights = {"target_weight": [0.3, 0.9]} if "ensemble" in methods else {}
+    settings = dict(pairs=["tiny"], heads=["init"], params=weights, draft_len=4, max_new_tokens=32)
     return configs_from_flags(tasks=tasks, methods=methods, device="cpu", **{**settings, **kw})
 
 
@@ -83,7 +82,7 @@ def test_table_is_sane(full_run):
     assert np.allclose(ar["normalised_time"], 1.0)
     ens = summary[summary["method"] == "ensemble"]
     for task, g in ens.groupby("task"):
-        by_w = g.set_index("target_weight")["acceptance_rate"]
+        by_w = dict(zip([p["target_weight"] for p in g["params"]], g["acceptance_rate"]))
         assert by_w[0.3] > by_w[0.9], f"{task}: acceptance must rise as the weight falls"
     spec = summary[summary["method"] != "ar"]
     assert spec["acceptance_rate"].between(0, 1).all()
@@ -202,7 +201,7 @@ def test_paper_grid_ships_and_expands():
     assert grid["pairs"] == ["llama3", "qwen3", "gemma3"] and grid["limit"] == 200
     from bench.grid import configs_from_grid
 
-    cfgs, limit = configs_from_grid("paper", device="cuda", dtype=None, limit=None)
+    cfgs, limit = configs_from_grid("paper", device="cuda")
     # per task and pair: ar, sd, lossy, cascade, 5 ensemble weights, diversed
     assert len(cfgs) == 3 * 4 * 10 and limit == 200
     assert {c.head for c in cfgs if c.method == "diversed"} >= {"heads/gsm8k-llama3"}
@@ -235,7 +234,8 @@ def test_bad_cli_input_is_one_line(tmp_path):
         (["--pair", "mistral"], "unknown pair"),
         (["--method", "ensemble", "--target-weight", "1.5"], "(0, 1]"),
         (["--method", "diversed", "--head", str(tmp_path / "nohead")], "no head at"),
-        (["--grid", "tiny", "--max-new-tokens", "8"], "drop --max-new-tokens"),
+        (["--grid", "tiny", "--seed", "3"], "drop --seed"),
+        (["--grid", "demo", "--target-weight", "0.7"], "drop --target-weight"),
         (["--task", "gsm8k", "--method", "ar", "--chat-template"], "no chat template"),
     )
     for i, (argv, needle) in enumerate(cases):

@@ -14,7 +14,8 @@ import pytest
 from conftest import cli_error
 from typer.testing import CliRunner
 
-from bench.cli import _generate_prompt, app
+from bench.api import generate_prompt as _generate_prompt
+from bench.cli import app
 from bench.decoding import DecodeStats
 from bench.errors import BenchError
 from bench.grid import configs_from_flags
@@ -49,7 +50,7 @@ def test_verifier_from_a_file_runs_without_pythonpath(tmp_path, monkeypatch):
     Runner(out, limit=1, progress=False, log=lambda m: None).run(run)
     rows = load_results(out)
     assert rows["method"].tolist() == ["confidence"] and "/" not in rows["config_id"].iloc[0]
-    assert rows["label"].tolist() == ["confidence"]  # its name in tables and plots, not its path
+    assert rows["label"].tolist() == ["confidence (floor=0.2)"]  # its name in tables and plots, not its path
     assert "does not exist" in cli_error("run", "--method", "elsewhere/missing.py:X", "--task", "arith")
 
 
@@ -174,10 +175,7 @@ def _rows(times: dict[str, list[float]]) -> pd.DataFrame:
                     "method": method,
                     "example_id": str(i),
                     "draft_len": 0 if method == "ar" else 5,
-                    "target_weight": np.nan,
-                    "lenience": np.nan,
-                    "cascade_rule": None,
-                    "cascade_alpha": np.nan,
+                    "params": "{}",
                     "head": None,
                     "schema": SCHEMA,
                     "drafted_tokens": 0 if method == "ar" else 10,
@@ -254,7 +252,10 @@ def test_pareto_draws_a_users_verifier_and_labels_each_sweep_point_once(tmp_path
 
     rows = _rows({"ar": [1.0] * 4, "confidence": [0.5] * 4, "lossy": [0.6] * 4})
     lossy = rows[rows["method"] == "lossy"]
-    swept = [lossy.assign(label=f"lossy (l={v})", config_id=f"lossy-{v}", lenience=v) for v in (0.3, 0.6)]
+    swept = [
+        lossy.assign(label=f"lossy (l={v})", config_id=f"lossy-{v}", params=json.dumps({"lenience": v}))
+        for v in (0.3, 0.6)
+    ]
     (panel,) = panels(summarise(pd.concat([rows[rows["method"] != "lossy"], *swept], ignore_index=True)))
     paths = plot_pareto(panel, {"gsm8k": "exact_flexible"}, tmp_path, "acceptance_rate")
     assert {p.suffix for p in paths} == {".png", ".pdf", ".svg", ".txt"}
@@ -328,7 +329,7 @@ def test_acceptance_figures_draw_their_95_percent_intervals(tmp_path, monkeypatc
     rows["accepted_per_position"] = per_position
     rows["drafted_per_position"] = [[0] * 5 if m == "ar" else [2] * 5 for m in rows["method"]]
     rows["accepted_tokens"] = [sum(a) for a in per_position]
-    rows.loc[rows["method"] == "ensemble", "target_weight"] = 0.7
+    rows.loc[rows["method"] == "ensemble", "params"] = '{"mix": "prob", "target_weight": 0.7}'
     (panel,) = panels(summarise(rows))
     figures = []
     monkeypatch.setattr(plots, "_save", lambda fig, *args: figures.append(fig) or [])

@@ -9,7 +9,6 @@ settings that produced it in a caption file (``<name>.txt``) rather than on the 
 from __future__ import annotations
 
 import itertools
-import re
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,6 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from bench.reports.summary import (  # noqa: E402
-    METHOD_ORDER,
     PERCENT_METRICS,
     SPREAD_LIMIT,
     TASK_ORDER,
@@ -39,19 +37,6 @@ from bench.reports.summary import (  # noqa: E402
 from bench.store import load_results  # noqa: E402
 
 FORMATS = ("png", "pdf", "svg")
-# One colour and one marker per method (Okabe-Ito colours: distinguishable in colour-blind vision
-# and, with the markers, in greyscale print).
-STYLE = {
-    "ar": dict(marker="s", color="#000000"),
-    "sd": dict(marker="o", color="#0072B2"),
-    "lossy": dict(marker="v", color="#E69F00"),
-    "cascade": dict(marker="D", color="#CC79A7"),
-    "ensemble": dict(marker="^", color="#009E73"),
-    "diversed": dict(marker="*", color="#D55E00", markersize=15, markeredgecolor="black", zorder=5),
-    "typical": dict(marker="P", color="#56B4E9"),
-    "threshold": dict(marker="X", color="#999999"),
-    "relaxed": dict(marker="h", color="#F0E442", markeredgecolor="black"),
-}
 # Further DIVERSED heads in one weights figure (the first has DIVERSED's colour); Okabe-Ito again.
 HEAD_COLOURS = ["#0072B2", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000"]
 QUALITY_LABELS = {
@@ -205,8 +190,8 @@ def _place_labels(ax: plt.Axes, points: list[tuple[float, float]], texts: list[s
         taken.append(best.get_window_extent(renderer))
 
 
-# Methods outside the built-in ones (a user's verifier): their own colours and markers, bold enough
-# to find a candidate among the baselines.
+# Methods whose class declares no style (a user's verifier): these in turn, bold enough to find a
+# candidate among the baselines.
 EXTRA_STYLES = [
     dict(marker="p", color="#7B2CBF", markersize=11, markeredgecolor="black", zorder=6),
     dict(marker="H", color="#1B9E77", markersize=10, markeredgecolor="black", zorder=6),
@@ -215,44 +200,25 @@ EXTRA_STYLES = [
 ]
 
 
-def method_style(method: str, methods: list[str]) -> dict[str, Any]:
-    """The method's colour and marker; methods without one take the extra styles in turn."""
-    if method in STYLE:
-        return STYLE[method]
-    extra = sorted(m for m in methods if m not in STYLE)
-    return EXTRA_STYLES[extra.index(method) % len(EXTRA_STYLES)]
+def method_styles(summary: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    """Each method's style as its class declares it; methods declaring none take the extra
+    styles in turn. Keys in the table's order of methods."""
+    declared = dict(zip(summary["method"], summary["style"]))
+    extra = sorted(m for m, style in declared.items() if not style)
+    return {m: dict(style) or EXTRA_STYLES[extra.index(m) % len(EXTRA_STYLES)] for m, style in declared.items()}
 
 
-def _methods(rows: pd.DataFrame) -> list[str]:
-    """Built-in methods in the table's order, then any others by name."""
-    found = list(dict.fromkeys(rows["method"]))
-    return [m for m in METHOD_ORDER if m in found] + sorted(m for m in found if m not in METHOD_ORDER)
-
-
-def _sweep(labels: list[str]) -> tuple[str, str, list[float], list[str]] | None:
-    """(the family's name, the swept parameter, its values, the point labels) when the labels of
-    one method differ only in one numeric ``name=value``, e.g. ``lossy (l=0.1)``, ``lossy (l=0.3)``;
-    None otherwise (heads, rules: points of their own)."""
-    parsed = [re.match(r"^(.*?) \((.*)\)$", label) for label in labels]
-    if len(labels) < 2 or not all(parsed):
+def _sweep(family: pd.DataFrame) -> tuple[str, list[str]] | None:
+    """(what is swept, one text per point) when the family's points differ in numeric swept
+    parameters, read from their ``params`` as the method's class names them; None otherwise
+    (a single point, or settings that are not a sweep)."""
+    info = family["method_info"].iloc[0]
+    varying = [k for k in info.swept if len({repr(p.get(k)) for p in family["params"]}) > 1]
+    numeric = all(isinstance(p.get(k), (int, float)) for p in family["params"] for k in varying)
+    if len(family) < 2 or not varying or not numeric:
         return None
-    parts = [m.group(2).split(", ") for m in parsed]  # type: ignore[union-attr]
-    if len({len(p) for p in parts}) != 1 or len({m.group(1) for m in parsed}) != 1:  # type: ignore[union-attr]
-        return None
-    varying = [i for i in range(len(parts[0])) if len({p[i] for p in parts}) > 1]
-    if len(varying) != 1:
-        return None
-    i = varying[0]
-    pairs = [p[i].split("=", 1) for p in parts]
-    if any(len(kv) != 2 for kv in pairs) or len({k for k, _ in pairs}) != 1:
-        return None
-    try:
-        values = [float(v) for _, v in pairs]
-    except ValueError:
-        return None
-    fixed = [part for j, part in enumerate(parts[0]) if j != i]
-    name = parsed[0].group(1) + (f" ({', '.join(fixed)})" if fixed else "")  # type: ignore[union-attr]
-    return name, pairs[0][0], values, [p[i] for p in parts]
+    texts = [", ".join(info.shown(k, p[k]) for k in varying) for p in family["params"]]
+    return ", ".join(info.shorthand.get(k) or k for k in varying), texts
 
 
 def _merge_coincident(
@@ -295,7 +261,7 @@ def plot_pareto(panel: Panel, qualities: dict[str, str], out: Path, x: str = "no
     part = panel.part
     name, title, x_label, x_scale = PARETO_AXES[x]
     tasks = _tasks(part)
-    methods = _methods(part)
+    styles = method_styles(part)
     fig, axes = _grid(len(tasks))
     sweeps: list[tuple[plt.Axes, list[tuple[float, float]], list[str], str]] = []
     drawn: list[str] = ["ar (target alone)"]  # legend order: the table's order of methods
@@ -306,23 +272,18 @@ def plot_pareto(panel: Panel, qualities: dict[str, str], out: Path, x: str = "no
         q_scale = _scale(metric)
         for _, r in rows[rows["method"] == "ar"].iterrows():  # the reference: a line, never hidden
             ax.axhline(r["quality"] * q_scale, color="black", ls="--", lw=0.9, label="ar (target alone)")
-        for method in [m for m in methods if m != "ar"]:
-            style = method_style(method, methods)
-            family = rows[(rows["method"] == method) & rows[x].notna()]  # not drawn: not in the legend
-            sweep = _sweep([_short(label) for label in family["label"]])
+        for family_name, family in rows[(rows["method"] != "ar") & rows[x].notna()].groupby("family", sort=False):
+            style = styles[family["method"].iloc[0]]
+            sweep = _sweep(family)  # rows not drawn (no time) are not in the legend either
             if sweep is not None:
-                family_name, key, values, texts = sweep
-                order = np.argsort(values)
-                family, texts = family.iloc[order], [texts[j] for j in order]
+                key, texts = sweep
                 xs, ys = family[x].to_numpy(float) * x_scale, family["quality"].to_numpy(float) * q_scale
-                label = (
-                    "static ensemble, weight sweep" if method == "ensemble" else f"{family_name}, {key} swept"
-                )
+                label = f"{family_name}, {key} swept"
                 ax.plot(xs, ys, "-", lw=1.2, label=label, **{**style, "markersize": 6})
                 drawn.append(label)
                 sweeps.append((ax, *_merge_coincident(list(zip(xs, ys)), texts), style["color"]))
             for _, r in family.iterrows():
-                drawn.append(_short(r["label"]))
+                drawn.append(r["legend"])
                 unsteady = x == "normalised_time" and r.get("time_spread", np.nan) > SPREAD_LIMIT
                 flagged |= bool(unsteady)
                 ax.errorbar(
@@ -334,7 +295,7 @@ def plot_pareto(panel: Panel, qualities: dict[str, str], out: Path, x: str = "no
                     ecolor=style["color"],
                     elinewidth=0.8,
                     capsize=2,
-                    label=None if sweep is not None else _short(r["label"]),
+                    label=None if sweep is not None else r["legend"],
                     **{
                         "markersize": 6 if sweep is not None else 8,
                         **style,
@@ -382,10 +343,12 @@ def plot_acceptance_vs_weight(rows: pd.DataFrame, panel: Panel, out: Path) -> li
     if not tasks:
         return []
     examples = _panel_rows(rows, panel)
+    styles = method_styles(part)
     fig, axes = _grid(len(tasks))
     for ax, task in zip(axes, tasks):
         rows = part[part["task"] == task]
-        ens = rows[rows["method"] == "ensemble"].sort_values("target_weight")
+        ens = rows[rows["method"] == "ensemble"]
+        ens = ens.assign(target_weight=[p["target_weight"] for p in ens["params"]]).sort_values("target_weight")
         runs = [examples[examples["config_id"] == c] for c in ens["config_id"]]
         err = np.hstack([_rate_err(g["accepted_tokens"], g["reached_per_position"].map(sum)) for g in runs])
         ax.errorbar(
@@ -397,7 +360,7 @@ def plot_acceptance_vs_weight(rows: pd.DataFrame, panel: Panel, out: Path) -> li
             elinewidth=0.8,
             capsize=2,
             label=MEASURED,
-            **STYLE["ensemble"],
+            **styles["ensemble"],
         )
         ax.plot(
             ens["target_weight"],
@@ -411,7 +374,7 @@ def plot_acceptance_vs_weight(rows: pd.DataFrame, panel: Panel, out: Path) -> li
         if len(sd):
             tv = 1 - float(sd["per_token_acceptance"].iloc[0])
             w = np.linspace(0, 1, 50)
-            ax.plot(w, (1 - w * tv) * 100, "--", color=STYLE["sd"]["color"], label=THEORY)
+            ax.plot(w, (1 - w * tv) * 100, "--", color=styles["sd"]["color"], label=THEORY)
             ax.text(0.03, 0.05, f"TV(p, q) = {tv:.3f} (from SD)", transform=ax.transAxes, fontsize=8)
         shown = np.concatenate(
             [
@@ -450,23 +413,26 @@ def plot_acceptance_per_position(rows: pd.DataFrame, panel: Panel, out: Path) ->
     if not tasks:
         return []
     fig, axes = _grid(len(tasks))
-    order = list(dict.fromkeys(panel.part["label"]))  # methods in the table's order, weights ascending
-    methods = _methods(part)
+    order = list(dict.fromkeys(panel.part["config_id"]))  # the table's order, sweeps ascending
+    styles = method_styles(panel.part)
+    params = dict(zip(panel.part["config_id"], panel.part["params"]))
+    legends = dict(zip(panel.part["config_id"], panel.part["legend"]))
     for ax, task in zip(axes, tasks):
-        groups = dict(list(part[part["task"] == task].groupby("label", sort=False)))
+        groups = dict(list(part[part["task"] == task].groupby("config_id", sort=False)))
         seen: dict[str, int] = {}
         seen_labels: list[str] = []
-        for label in [lb for lb in order if lb in groups]:
-            g = groups[label]
+        for config_id in [c for c in order if c in groups]:
+            g = groups[config_id]
+            label = legends[config_id]
             acc = np.stack(g["accepted_per_position"].to_numpy()).astype(float)
             drafted = np.stack(g["drafted_per_position"].to_numpy()).astype(float)
             rate = acc.sum(0) / np.maximum(drafted.sum(0), 1) * 100
             err = np.hstack([_rate_err(acc[:, i], drafted[:, i]) for i in range(len(rate))])
             method = g["method"].iloc[0]
-            style = {**method_style(method, methods), "markersize": 6}
+            style = {**styles[method], "markersize": 6}
             k = seen[method] = seen.get(method, -1) + 1
             if method == "ensemble":  # the sweep: darker green for more weight on the target
-                style["color"] = plt.cm.Greens(0.35 + 0.6 * float(g["target_weight"].iloc[0]))
+                style["color"] = plt.cm.Greens(0.35 + 0.6 * float(params[config_id]["target_weight"]))
             ls = ("-", "--", ":", "-.")[k % 4] if method != "ensemble" else "-"
             dodge = 0.04 * (len(seen_labels) - (len(groups) - 1) / 2)  # bars side by side, not on top
             seen_labels.append(label)
@@ -475,7 +441,7 @@ def plot_acceptance_per_position(rows: pd.DataFrame, panel: Panel, out: Path) ->
                 rate,
                 yerr=err,
                 ls=ls,
-                label=_short(label),
+                label=label,
                 lw=1,
                 elinewidth=0.7,
                 capsize=1.5,
@@ -501,15 +467,17 @@ def plot_weights(rows: pd.DataFrame, panel: Panel, out: Path) -> list[Path]:
     part = part[part["method"] == "diversed"]
     if part.empty:
         return []
+    part = part.assign(legend=part["config_id"].map(dict(zip(panel.part["config_id"], panel.part["legend"]))))
     tasks = _tasks(part)
     # One colour per head, the same in every panel; one head is drawn in DIVERSED's own colour.
-    heads = list(dict.fromkeys(part["label"]))
-    colours = dict(zip(heads, itertools.cycle([STYLE["diversed"]["color"], *HEAD_COLOURS])))
+    heads = list(dict.fromkeys(part["legend"]))
+    own = method_styles(panel.part).get("diversed", {}).get("color", HEAD_COLOURS[0])
+    colours = dict(zip(heads, itertools.cycle([own, *HEAD_COLOURS])))
     fig, axes = _grid(len(tasks))
     for ax, task in zip(axes, tasks):
-        for label, g in part[part["task"] == task].groupby("label", sort=False):
+        for label, g in part[part["task"] == task].groupby("legend", sort=False):
             w = np.concatenate([np.asarray(x, float) for x in g["weights"]])
-            ax.hist(w, bins=np.linspace(0, 1, 41), alpha=0.6, color=colours[label], label=_short(label))
+            ax.hist(w, bins=np.linspace(0, 1, 41), alpha=0.6, color=colours[label], label=label)
             # each panel's own mean, on the panel: a figure-wide legend entry would show one task's
             mean = float(w.mean())
             if len(heads) == 1:
@@ -537,11 +505,6 @@ def plot_weights(rows: pd.DataFrame, panel: Panel, out: Path) -> list[Path]:
         f"position; dashed: its mean. Settings: {panel.title}."
     )
     return _save(fig, out, f"diversed_weights_{panel.slug}", caption)
-
-
-def _short(label: str) -> str:
-    """A legend label: a head is named by its folder, not its whole path."""
-    return re.sub(r"head=[^,)]*[/:]([^/,)]+)", r"head=\1", label)
 
 
 def _legend(fig: plt.Figure, axes: list[plt.Axes], order: list[str] | None = None) -> None:

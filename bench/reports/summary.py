@@ -10,6 +10,7 @@ emitted token.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,8 +19,8 @@ import pandas as pd
 
 from bench.errors import BenchError
 from bench.store import SHARED_SETTINGS
+from bench.verifiers import VERIFIERS, MethodInfo
 
-METHOD_ORDER = ["ar", "sd", "lossy", "cascade", "ensemble", "diversed", "typical", "threshold", "relaxed"]
 PERCENT_METRICS = {"exact_flexible", "exact_strict", "pass@1"}
 TASK_ORDER = ["gsm8k", "cnndm", "xsum", "mbpp", "humaneval"]
 TASK_TITLES = {"gsm8k": "GSM8K", "cnndm": "CNNDM", "xsum": "XSum", "mbpp": "MBPP", "humaneval": "HumanEval"}
@@ -65,8 +66,51 @@ def _agrees(frame: pd.DataFrame, values: pd.Series) -> pd.Series:
     return ((part == values) | (part.isna() & values.isna())).all(axis=1)
 
 
+def row_info(row: pd.Series) -> MethodInfo:
+    """What a row's method declares: the ``method_info`` it was written with; rows of schema 3
+    (written before rows carried it) take a built-in's from the registry, and a plug-in's is
+    rebuilt from its parameters (every numeric one swept, as a class that declares no sweep)."""
+    text = row.get("method_info")
+    if isinstance(text, str) and text:
+        return MethodInfo.from_json(text)
+    method = str(row["method"])
+    if method in VERIFIERS:
+        return MethodInfo.of(VERIFIERS[method])
+    return MethodInfo(name=method, defaults=json.loads(row.get("params") or "{}"), sweep={})
+
+
+def structure(first: pd.Series) -> dict[str, Any]:
+    """A configuration's method as structure, from its row's ``params`` and ``method_info`` (never
+    from its label): every parameter's value, its family, its swept values and how to draw it."""
+    info = row_info(first)
+    params = info.full(json.loads(first.get("params") or "{}"))
+    head = first["head"] if isinstance(first.get("head"), str) else None
+    policy = first.get("draft_policy") if first["temperature"] != 0 else None
+    policy = policy if isinstance(policy, str) else None
+    return {
+        "params": params,
+        "family": info.family(params, head, policy),
+        # The label with a head named by its folder, not its whole path: for legends.
+        "legend": info.label(params, head.replace(":", "/").rstrip("/").rsplit("/", 1)[-1] if head else None, policy),
+        "swept": info.swept_text(params),
+        "sweep_key": info.sweep_key(params),
+        "baseline": info.baseline,
+        "order": info.order,
+        "style": info.style,
+        "method_info": info,
+    }
+
+
+def _sortable(values: tuple[Any, ...]) -> tuple[tuple[int, Any], ...]:
+    """Swept values in an order that compares numbers as numbers and anything else as text."""
+    return tuple(
+        (0, float(v)) if isinstance(v, (int, float)) and not isinstance(v, bool) else (1, str(v)) for v in values
+    )
+
+
 def summarise(rows: pd.DataFrame) -> pd.DataFrame:
-    """One row per configuration with its headline numbers and their intervals."""
+    """One row per configuration with its headline numbers and their intervals, and its method as
+    structure (``structure``: parameters, family, swept values, style, order)."""
     if rows.empty:
         raise BenchError("no rows to summarise")
     if "quality" not in rows:
@@ -91,13 +135,10 @@ def summarise(rows: pd.DataFrame) -> pd.DataFrame:
                     "method",
                     "label",
                     "draft_len",
-                    "target_weight",
-                    "lenience",
-                    "cascade_rule",
-                    "cascade_alpha",
                     "head",
                 ]
             },
+            **structure(first),
             "examples": len(g),
             "acceptance_rate": accepted.sum() / drafted.sum() if drafted.sum() else np.nan,
             "acceptance_rate_ci": bootstrap(_ratio, accepted, drafted) if drafted.sum() else (np.nan, np.nan),
@@ -144,10 +185,17 @@ def summarise(rows: pd.DataFrame) -> pd.DataFrame:
             rec.update(normalised_time=np.nan, normalised_time_ci=(np.nan, np.nan), speedup=np.nan)
         out.append(rec)
     summary = pd.DataFrame(out)
-    summary["_order"] = summary["method"].map(
-        lambda m: METHOD_ORDER.index(m) if m in METHOD_ORDER else len(METHOD_ORDER)
+    order = sorted(
+        range(len(summary)),
+        key=lambda i: (
+            summary["pair"].iat[i],
+            summary["order"].iat[i],
+            summary["family"].iat[i],
+            _sortable(summary["sweep_key"].iat[i]),
+            summary["label"].iat[i],
+        ),
     )
-    summary = summary.sort_values(["pair", "_order", "target_weight", "label"]).drop(columns="_order")
+    summary = summary.iloc[order]
     return summary.reset_index(drop=True)
 
 

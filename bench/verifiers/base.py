@@ -19,11 +19,13 @@ No models, tasks or I/O in this module.
 from __future__ import annotations
 
 import hashlib
+import json
 import importlib
 import importlib.util
 import sys
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, fields
+from collections.abc import Mapping, Sequence
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from functools import cached_property
 from pathlib import Path
 from typing import Any, ClassVar
@@ -90,13 +92,32 @@ class Verdict:
 
 
 class Verifier(ABC):
-    """Base class of all verifiers; subclasses are frozen dataclasses of their parameters."""
+    """Base class of all verifiers; subclasses are frozen dataclasses of their parameters.
+
+    The class is the one place that says what its method is: besides the rule, how runs sweep it,
+    how tables name and order it, how plots draw it and whether candidates are judged against it.
+    Runner, grids, CLI and reports read these fields (through ``MethodInfo``), so a plug-in that
+    declares them is swept, tabled, plotted and compared exactly like a built-in.
+    """
 
     name: ClassVar[str]
     uses_draft: ClassVar[bool] = True
     needs_hidden: ClassVar[bool] = False
     # How the engine a rule comes from drafts: "sample" (draw from q) or "greedy" (argmax of q).
     draft_policy: ClassVar[str] = "sample"
+    # The swept parameter(s) and their default sweep: the points of this method's family (what
+    # ``--grid baselines`` runs when no value is given) and what tells a family's points apart.
+    sweep: ClassVar[Mapping[str, Sequence[Any]]] = {}
+    # How a label names a parameter (``target_weight`` -> ``w``; "" shows the value alone). A
+    # parameter named here is always shown; others only when they differ from their default.
+    shorthand: ClassVar[Mapping[str, str]] = {}
+    # Matplotlib marker style of the method's points (marker, color, ...); empty: the plots give
+    # the method one of their spare styles, bold enough to find a candidate among the baselines.
+    style: ClassVar[Mapping[str, Any]] = {}
+    # A baseline family: a swept candidate is judged against its frontier.
+    baseline: ClassVar[bool] = False
+    # Position in tables and legends (lower first).
+    order: ClassVar[int] = 100
 
     @abstractmethod
     def rule(self, r: Round) -> tuple[Tensor, Tensor]:
@@ -226,3 +247,113 @@ def make_verifier(name: str, **params: Any) -> Verifier:
         allowed = ", ".join(sorted(known)) or "none"
         raise BenchError(f"{cls.name}: unknown parameter(s) {sorted(unknown)}; allowed: {allowed}")
     return cls(**params)
+
+
+# ---------------------------------------------------------------------------------------------
+# What a method is, as rows carry it
+
+
+@dataclass(frozen=True)
+class MethodInfo:
+    """A verifier class's declarations as plain data. Rows carry it (``method_info``), so a results
+    directory names, groups and draws its methods without importing a plug-in's file again."""
+
+    name: str
+    defaults: dict[str, Any]  # every parameter with its default
+    sweep: dict[str, list[Any]]  # swept parameter -> default sweep
+    shorthand: dict[str, str] = field(default_factory=dict)
+    style: dict[str, Any] = field(default_factory=dict)
+    baseline: bool = False
+    order: int = 100
+    uses_draft: bool = True
+    needs_hidden: bool = False
+    draft_policy: str = "sample"
+
+    @classmethod
+    def of(cls, verifier: type[Verifier]) -> MethodInfo:
+        defaults = {
+            f.name: f.default for f in fields(verifier) if f.default is not MISSING  # type: ignore[arg-type]
+        }
+        unknown = set(verifier.sweep) - {f.name for f in fields(verifier)}  # type: ignore[arg-type]
+        if unknown:
+            raise BenchError(f"{verifier.name}: sweep names {sorted(unknown)}, which are not its parameters")
+        return cls(
+            name=verifier.name,
+            defaults=defaults,
+            sweep={k: list(v) for k, v in verifier.sweep.items()},
+            shorthand=dict(verifier.shorthand),
+            style=dict(verifier.style),
+            baseline=verifier.baseline,
+            order=verifier.order,
+            uses_draft=verifier.uses_draft,
+            needs_hidden=verifier.needs_hidden,
+            draft_policy=verifier.draft_policy,
+        )
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True, default=str)
+
+    @classmethod
+    def from_json(cls, text: str) -> MethodInfo:
+        return cls(**json.loads(text))
+
+    @property
+    def swept(self) -> tuple[str, ...]:
+        """The parameters whose values are a family's points: the declared sweep, or, for a class
+        that declares none, every numeric parameter (any of them may be swept with --param)."""
+        if self.sweep:
+            return tuple(self.sweep)
+        return tuple(
+            k for k, v in self.defaults.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+        )
+
+    def full(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """Every parameter's value: the defaults, overridden by those given."""
+        return {**self.defaults, **params}
+
+    def shown(self, name: str, value: Any) -> str:
+        """One parameter as labels show it (``w=0.2``; the value alone for an empty shorthand)."""
+        short = self.shorthand.get(name, name)
+        return f"{short}={value}" if short else str(value)
+
+    def swept_text(self, params: Mapping[str, Any]) -> str:
+        """The swept values, as a label shows them (``w=0.2``): what tells a family's points apart."""
+        full = self.full(params)
+        return ", ".join(self.shown(k, full[k]) for k in self.swept if k in full)
+
+    def _fixed_parts(self, params: Mapping[str, Any], head: str | None, draft_policy: str | None) -> list[str]:
+        full = self.full(params)
+        parts = [
+            self.shown(k, v)
+            for k, v in full.items()
+            if k not in self.swept and (k in self.shorthand or v != self.defaults.get(k, MISSING))
+        ]
+        if head:
+            parts.append(f"head={head}")
+        if draft_policy and draft_policy != self.draft_policy:
+            parts.append(f"{draft_policy} draft")
+        return parts
+
+    def family(self, params: Mapping[str, Any], head: str | None = None, draft_policy: str | None = None) -> str:
+        """The family a configuration belongs to: its method with every setting but the swept ones."""
+        parts = self._fixed_parts(params, head, draft_policy)
+        return self.name + (f" ({', '.join(parts)})" if parts else "")
+
+    def label(self, params: Mapping[str, Any], head: str | None = None, draft_policy: str | None = None) -> str:
+        """The display name of one configuration (only for display: reports group by ``family``):
+        bare fixed values first (a cascade rule), then the swept values, then the named others."""
+        fixed = self._fixed_parts(params, head, draft_policy)
+        bare = [p for p in fixed if "=" not in p and not p.endswith(" draft")]
+        parts = [*bare, self.swept_text(params), *(p for p in fixed if p not in bare)]
+        parts = [p for p in parts if p]
+        return self.name + (f" ({', '.join(parts)})" if parts else "")
+
+    def sweep_key(self, params: Mapping[str, Any]) -> tuple[Any, ...]:
+        """The swept values in order, for sorting a family's points."""
+        full = self.full(params)
+        return tuple(full.get(k) for k in self.swept)
+
+
+def method_info(method: str) -> MethodInfo:
+    """The declarations of a method named as ``--method`` takes it."""
+    return MethodInfo.of(verifier_class(method))

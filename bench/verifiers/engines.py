@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -45,6 +46,11 @@ class TypicalAcceptance(Verifier):
     """Medusa typical acceptance (vLLM V0): keep x iff p(x) > min(eps, alpha*exp(-H(p))), else argmax p."""
 
     name: ClassVar[str] = "typical"
+    sweep: ClassVar[Mapping[str, Sequence[Any]]] = {"posterior_alpha": (0.1, 0.3, 0.5, 0.7)}
+    shorthand: ClassVar[Mapping[str, str]] = {"posterior_threshold": "eps", "posterior_alpha": "alpha"}
+    style: ClassVar[Mapping[str, Any]] = {"marker": "P", "color": "#56B4E9"}
+    baseline: ClassVar[bool] = True
+    order: ClassVar[int] = 6
     posterior_threshold: float = 0.09
     posterior_alpha: float = 0.3
 
@@ -70,6 +76,14 @@ class ThresholdAcceptance(Verifier):
     """SGLang's thresholds: keep x iff p(x) >= single or u <= p(x)/acc; else sample p without x."""
 
     name: ClassVar[str] = "threshold"
+    sweep: ClassVar[Mapping[str, Sequence[Any]]] = {"speculative_accept_threshold_acc": (0.2, 0.4, 0.6, 0.8)}
+    shorthand: ClassVar[Mapping[str, str]] = {
+        "speculative_accept_threshold_single": "single",
+        "speculative_accept_threshold_acc": "acc",
+    }
+    style: ClassVar[Mapping[str, Any]] = {"marker": "X", "color": "#999999"}
+    baseline: ClassVar[bool] = True
+    order: ClassVar[int] = 7
     draft_policy: ClassVar[str] = "greedy"  # EAGLE drafts the top-k of the draft's softmax
     speculative_accept_threshold_single: float = 1.0
     speculative_accept_threshold_acc: float = 1.0
@@ -102,6 +116,11 @@ class RelaxedAcceptance(Verifier):
     with p(x) >= max p - relaxed_delta (temperature-1 p); else argmax p."""
 
     name: ClassVar[str] = "relaxed"
+    sweep: ClassVar[Mapping[str, Sequence[Any]]] = {"relaxed_topk": (4,), "relaxed_delta": (0.05, 0.1, 0.2, 0.4)}
+    shorthand: ClassVar[Mapping[str, str]] = {"relaxed_topk": "topk", "relaxed_delta": "delta"}
+    style: ClassVar[Mapping[str, Any]] = {"marker": "h", "color": "#F0E442", "markeredgecolor": "black"}
+    baseline: ClassVar[bool] = True
+    order: ClassVar[int] = 8
     draft_policy: ClassVar[str] = "greedy"  # MTP drafts the argmax of the draft's logits
     relaxed_topk: int = 1
     relaxed_delta: float = 0.0

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -57,6 +58,8 @@ class Autoregressive(MixtureVerifier):
 
     name: ClassVar[str] = "ar"
     uses_draft: ClassVar[bool] = False
+    style: ClassVar[Mapping[str, Any]] = {"marker": "s", "color": "#000000"}
+    order: ClassVar[int] = 0
 
     def pi(self, r: Round) -> Tensor:
         return r.p
@@ -67,6 +70,8 @@ class SpeculativeDecoding(MixtureVerifier):
     """Lossless speculative decoding (Leviathan et al. 2023): pi = p."""
 
     name: ClassVar[str] = "sd"
+    style: ClassVar[Mapping[str, Any]] = {"marker": "o", "color": "#0072B2"}
+    order: ClassVar[int] = 1
 
     def pi(self, r: Round) -> Tensor:
         return r.p
@@ -77,6 +82,11 @@ class LossySD(Verifier):
     """Leviathan's lenience: accept with min(1, p / (l q)), residual norm(max(0, p - q))."""
 
     name: ClassVar[str] = "lossy"
+    sweep: ClassVar[Mapping[str, Sequence[Any]]] = {"lenience": (0.1, 0.3, 0.6, 0.9)}
+    shorthand: ClassVar[Mapping[str, str]] = {"lenience": "l"}
+    style: ClassVar[Mapping[str, Any]] = {"marker": "v", "color": "#E69F00"}
+    baseline: ClassVar[bool] = True
+    order: ClassVar[int] = 2
     lenience: float = 0.5
 
     def __post_init__(self) -> None:
@@ -101,6 +111,11 @@ class SpecCascade(MixtureVerifier):
     """
 
     name: ClassVar[str] = "cascade"
+    sweep: ClassVar[Mapping[str, Sequence[Any]]] = {"cascade_alpha": (0.1, 0.3, 0.5, 0.7, 0.9)}
+    shorthand: ClassVar[Mapping[str, str]] = {"cascade_rule": "", "cascade_alpha": "a"}
+    style: ClassVar[Mapping[str, Any]] = {"marker": "D", "color": "#CC79A7"}
+    baseline: ClassVar[bool] = True
+    order: ClassVar[int] = 3
     cascade_rule: str = "opt"
     cascade_alpha: float = 0.5
 
@@ -137,6 +152,11 @@ class StaticEnsemble(MixtureVerifier):
     """Static ensemble: pi = w p + (1 - w) q. Acceptance 1 - w TV(p, q), bias (1 - w) TV(p, q)."""
 
     name: ClassVar[str] = "ensemble"
+    sweep: ClassVar[Mapping[str, Sequence[Any]]] = {"target_weight": (0.1, 0.3, 0.5, 0.7, 0.9)}
+    shorthand: ClassVar[Mapping[str, str]] = {"target_weight": "w"}
+    style: ClassVar[Mapping[str, Any]] = {"marker": "^", "color": "#009E73"}
+    baseline: ClassVar[bool] = True
+    order: ClassVar[int] = 4
     target_weight: float = 0.7
     mix: str = "prob"
 
@@ -158,6 +178,14 @@ class Diversed(MixtureVerifier):
 
     name: ClassVar[str] = "diversed"
     needs_hidden: ClassVar[bool] = True
+    style: ClassVar[Mapping[str, Any]] = {
+        "marker": "*",
+        "color": "#D55E00",
+        "markersize": 15,
+        "markeredgecolor": "black",
+        "zorder": 5,
+    }
+    order: ClassVar[int] = 5
     mix: str = "prob"
 
     def __post_init__(self) -> None:

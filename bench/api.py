@@ -1,0 +1,435 @@
+"""The Python API: what each command does, callable without the command line.
+
+``cli.py`` parses flags and calls one function here, as lm-evaluation-harness's CLI calls
+``simple_evaluate``. Tests and notebooks call the same functions::
+
+    from bench import api
+    api.run(grid="demo", output_dir="results")
+    api.compare("results", candidates=["diversed"])
+    api.report("results", "report.html", candidates=["diversed"])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.config import RunConfig
+from bench.errors import BenchError
+
+Log = Callable[[str], None]
+
+PAPER_TASKS = ("gsm8k", "cnndm", "xsum", "mbpp")
+ALL_METHODS = ("ar", "sd", "lossy", "cascade", "ensemble", "diversed")
+
+
+def configs(
+    *,
+    grid: str | None = None,
+    tasks: Sequence[str] | None = None,
+    pairs: Sequence[str] | None = None,
+    methods: Sequence[str] | None = None,
+    params: Mapping[str, Sequence[Any]] | None = None,
+    heads: Sequence[str] = (),
+    device: str = "auto",
+    dtype: str | None = None,
+    engine: str = "eager",
+    log: Log = print,
+    **settings: Any,
+) -> list[RunConfig]:
+    """The configurations a run decodes, from a grid or from flags. ``settings`` are RunConfig
+    fields the caller set (None: not set). With a grid, ``tasks``, ``pairs`` and ``methods`` fill
+    what a template grid leaves open, and a setting the grid fixes is refused."""
+    from bench.grid import configs_from_flags, configs_from_grid
+
+    settings = {k: v for k, v in settings.items() if v is not None}
+    if grid:
+        found, _ = configs_from_grid(
+            grid,
+            device=device,
+            dtype=dtype,
+            engine=engine,
+            tasks=tasks or (),
+            pairs=pairs or (),
+            candidates=methods or (),
+            heads=heads,
+            params=params,
+            settings=settings,
+        )
+        return found
+    chosen = list(methods or ALL_METHODS)
+    if "diversed" in chosen and not heads:
+        log(
+            "diversed: skipped, no --head given. Train one with `diversed-bench train --task TASK --pair PAIR`, "
+            "then pass --head PATH (or --head init for an untrained w = 0.5 head)."
+        )
+        chosen.remove("diversed")
+    return configs_from_flags(
+        tasks=list(tasks or PAPER_TASKS),
+        pairs=list(pairs or ["tiny"]),
+        methods=chosen,
+        heads=heads,
+        params=params,
+        device=device,
+        dtype=dtype,
+        engine=engine,
+        **settings,
+    )
+
+
+def grid_limit(grid: str | None) -> int | None:
+    from bench.grid import load_grid
+
+    return load_grid(grid).get("limit") if grid else None
+
+
+@dataclass
+class RunResult:
+    output_dir: Path
+    configs: list[RunConfig]
+    rows_written: int
+    table: str | None  # the printed table, when the run reported
+
+
+def run(
+    *,
+    grid: str | None = None,
+    tasks: Sequence[str] | None = None,
+    pairs: Sequence[str] | None = None,
+    methods: Sequence[str] | None = None,
+    params: Mapping[str, Sequence[Any]] | None = None,
+    heads: Sequence[str] = (),
+    limit: int | None = None,
+    output_dir: Path | str = "results",
+    plots_dir: Path | str | None = None,
+    device: str = "auto",
+    dtype: str | None = None,
+    engine: str = "eager",
+    shard: tuple[int, int] = (0, 1),
+    batch_size: int = 16,
+    timing_examples: int = 4,
+    progress: bool = True,
+    trace: bool = False,
+    report: bool = True,
+    log: Log = print,
+    **settings: Any,
+) -> RunResult:
+    """Decode every configuration's examples into ``output_dir`` (resuming what is there), then,
+    unless ``report`` is off or this is one share of several, write the table and the plots."""
+    from bench.distributed import Launch
+    from bench.runner import Runner
+
+    found = configs(
+        grid=grid,
+        tasks=tasks,
+        pairs=pairs,
+        methods=methods,
+        params=params,
+        heads=heads,
+        device=device,
+        dtype=dtype,
+        engine=engine,
+        log=log,
+        **settings,
+    )
+    output_dir = Path(output_dir)
+    launch = Launch.from_env(device)
+    index, count = shard
+    runner = Runner(
+        output_dir,
+        limit=limit if limit is not None else grid_limit(grid),
+        partition=(index * launch.world_size + launch.rank, count * launch.world_size),
+        device=launch.device,
+        batch_size=batch_size,
+        timing_examples=timing_examples,
+        engine=engine,
+        progress=progress and launch.rank == 0,
+        log=log,
+        trace=trace,
+    )
+    try:
+        runner.run(found)
+    except KeyboardInterrupt:
+        raise Interrupted(output_dir, runner.store.rows_written) from None
+    launch.finish()
+    text = None
+    if report and count == 1 and launch.rank == 0:
+        text = table_and_plots(output_dir, Path(plots_dir) if plots_dir else output_dir / "plots", log=log)
+    return RunResult(output_dir, found, runner.store.rows_written, text)
+
+
+class Interrupted(Exception):
+    """A run stopped by Ctrl-C; every finished example is already on disk."""
+
+    def __init__(self, output_dir: Path, rows_written: int) -> None:
+        super().__init__(f"{output_dir}/ holds every finished example ({rows_written} written by this run)")
+        self.output_dir, self.rows_written = output_dir, rows_written
+
+
+def table_and_plots(results: Path | str, plots_dir: Path | str, fmt: str = "markdown", log: Log = print) -> str:
+    """Write Table 1 and the figures of a results directory; return the table's text."""
+    from bench.reports.plots import write_plots
+    from bench.reports.table import write_table
+
+    text, path = write_table(Path(results), fmt)
+    log(text)
+    log(f"table written to {path}")
+    paths = write_plots(Path(results), Path(plots_dir))
+    log(f"{len(paths)} plot files written to {plots_dir}/: " + ", ".join(p.name for p in paths if p.suffix == ".png"))
+    return text
+
+
+def compare(results: Path | str, candidates: Sequence[str], fmt: str = "markdown") -> str:
+    """Every candidate's point and frontier verdicts against every baseline family, as text."""
+    from bench.reports.compare import write_compare
+
+    return write_compare(Path(results), list(candidates), fmt)
+
+
+def report(
+    results: Path | str, output: Path | str = "report.html", candidates: Sequence[str] = (), token_examples: int = 100
+) -> Path:
+    """One self-contained HTML page of a results directory."""
+    from bench.reports.html import write_report
+
+    return write_report(Path(results), Path(output), list(candidates), token_examples)
+
+
+@dataclass
+class Generated:
+    text: str
+    prompt: str
+    note: str  # where the prompt came from
+    prompt_tokens: int
+    dropped: int
+    stats: Any
+
+
+def generate(
+    prompt: str | None = None,
+    *,
+    task: str | None = None,
+    example: str | None = None,
+    data: str | None = None,
+    chat_template: bool = False,
+    pair: str = "tiny",
+    method: str = "sd",
+    params: Mapping[str, Any] | None = None,
+    head: str | None = None,
+    draft_len: int = 5,
+    temperature: float = 1.0,
+    max_new_tokens: int = 64,
+    seed: int = 0,
+    device: str = "auto",
+    dtype: str | None = None,
+    engine: str = "eager",
+    truncate_prompt: str = "none",
+    draft_policy: str | None = None,
+) -> Generated:
+    """Decode one prompt, raw or wrapped in a task's template, as ``run`` would."""
+    from bench.build import build_decoder, encode_prompt
+    from bench.context import Context, check_truncation, fit_prompt
+    from bench.distributions import Sampling
+    from bench.engines import make_engine
+    from bench.pairs import load_pair, resolve_pair
+
+    text, note = generate_prompt(prompt, task, example, data, resolve_pair(pair).kind)
+    check_truncation(truncate_prompt)
+    factory = make_engine(engine)
+    loaded = load_pair(pair, device=device, dtype=dtype)
+    decoder = build_decoder(
+        loaded,
+        method,
+        dict(params or {}),
+        head=head,
+        draft_len=draft_len,
+        sampling=Sampling(temperature),
+        engine=factory,
+        draft_policy=draft_policy,
+    )
+    ids, dropped = fit_prompt(
+        encode_prompt(loaded, text, chat_template),
+        max_new_tokens,
+        Context.of(loaded.target, loaded.draft if decoder.verifier.uses_draft else None),
+        truncate_prompt,
+        example="generate",
+        bos_token_id=getattr(loaded.tokenizer, "bos_token_id", None),
+    )
+    gen = decoder.generate(ids, max_new_tokens, seed=seed)
+    out = loaded.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
+    return Generated(out, text, note, len(ids), dropped, gen.stats)
+
+
+def generate_prompt(
+    prompt: str | None, task: str | None, example: str | None, data: str | None, pair_kind: str
+) -> tuple[str, str]:
+    """The text `generate` decodes, and a note saying where it came from."""
+    if task is None:
+        if prompt is None or example is not None or data is not None:
+            raise BenchError("give a PROMPT; --example and --data need --task T")
+        return prompt, "the raw text given (no task template: pass --task T to decode what `run` decodes)"
+    from bench.tasks import Task, default_data, resolve_task
+
+    spec = resolve_task(task)
+    bound = Task(spec, data or default_data(spec.name, pair_kind))
+    if (prompt is None) == (example is None):
+        raise BenchError(f"with --task {spec.name}, give either a PROMPT or --example ID, not both or neither")
+    text = bound.example(example).prompt if example is not None else bound.render_text(prompt or "")
+    shots = f"{bound.spec.num_fewshot}-shot from {bound.data}" if bound.spec.num_fewshot else "0-shot"
+    what = f"example {example}" if example is not None else "the text given"
+    return text, f"task {spec.name}'s template around {what}, {shots}"
+
+
+def train(
+    *,
+    task: str,
+    pair: str = "tiny",
+    data: str | None = None,
+    output_dir: Path | str | None = None,
+    device: str = "auto",
+    dtype: str | None = None,
+    engine: str = "eager",
+    log: Log = print,
+    **settings: Any,
+) -> Path:
+    """Train a DIVERSED weight head on ``task``'s train split (``settings``: TrainConfig fields);
+    resumes from the folder's checkpoint. Returns the head's folder."""
+    from bench.engines import make_engine
+    from bench.pairs import load_pair, resolve_pair
+    from bench.tasks import Task, default_data, resolve_task
+    from bench.train import TrainConfig, Trainer, describe
+
+    factory = make_engine(engine)
+    cfg = TrainConfig(**settings)
+    spec = resolve_task(task)
+    if "fewshot_split" not in spec.dataset:
+        raise BenchError(f"task {spec.name} has no train split to train a head on; pick another task")
+    source = data or default_data(spec.name, resolve_pair(pair).kind)
+    train_task = Task(spec, source, split=spec.dataset["fewshot_split"])
+    loaded = load_pair(pair, device=device, dtype=dtype)
+    folder = Path(output_dir) if output_dir else Path("heads") / f"{spec.name}-{loaded.spec.name}"
+    Trainer(loaded, train_task, cfg, folder, data=source, log=lambda r: log(describe(r)), engine=factory).train()
+    return folder
+
+
+def speed(
+    *,
+    pair: str = "tiny",
+    draft_lens: Sequence[int] = (1, 3, 5, 8),
+    methods: Sequence[str] = ("sd", "ensemble"),
+    target_weight: float = 0.7,
+    prompts: int = 8,
+    max_new_tokens: int = 64,
+    repeats: int = 3,
+    device: str = "auto",
+    dtype: str | None = None,
+    engines: Sequence[str] = ("eager",),
+    output_dir: Path | str = "results",
+    command: str = "",
+    log: Log = print,
+) -> tuple[str, list[Path]]:
+    """Time the harness against transformers' generate() and assisted generation (greedy, on the
+    shipped CNN/DM fixture articles); return the markdown and the files written."""
+    import json
+
+    from bench.engines import make_engine
+    from bench.pairs import load_pair
+    from bench.speed import markdown, measure, plot
+    from bench.tasks import Task, resolve_task
+
+    factories = {name: make_engine(name) for name in engines}
+    if not factories:
+        raise BenchError("--engine takes eager, compiled or eager,compiled")
+    if set(methods) - {"sd", "ensemble"} or "sd" not in methods:
+        raise BenchError(f"--method takes sd or sd,ensemble, got {','.join(methods)!r}")
+    loaded = load_pair(pair, device=device, dtype=dtype)
+    texts = [e.doc["article"] for e in Task(resolve_task("cnndm"), "fixture").examples()][:prompts]
+    encoded = [list(loaded.tokenizer(t).input_ids) for t in texts]
+    weight = target_weight if "ensemble" in methods else None
+    result = measure(loaded, encoded, list(draft_lens), max_new_tokens, repeats, weight, log=log, engines=factories)
+    stem = Path(output_dir) / f"speed_{loaded.spec.name}"
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    text = markdown(result, command)
+    stem.with_suffix(".md").write_text(text)
+    stem.with_suffix(".json").write_text(json.dumps(result, indent=2))
+    plot(result, stem.with_suffix(".png"))
+    return text, [stem.with_suffix(s) for s in (".md", ".json", ".png")]
+
+
+def throughput(
+    *,
+    pair: str = "tiny",
+    draft_len: int = 5,
+    batch_sizes: Sequence[int] = (1, 4, 16, 64),
+    examples: int = 64,
+    max_new_tokens: int = 64,
+    repeats: int = 3,
+    device: str = "auto",
+    dtype: str | None = None,
+    engine: str = "eager",
+    output_dir: Path | str = "results",
+    command: str = "",
+    log: Log = print,
+) -> tuple[str, list[Path]]:
+    """Examples/s and tokens/s of ar and sd per batch size; every batch size must give batch 1's
+    tokens. Returns the markdown and the files written."""
+    import json
+
+    from bench.engines import make_engine
+    from bench.pairs import load_pair
+    from bench.speed import throughput as measure_throughput
+    from bench.speed import throughput_markdown
+    from bench.tasks import Task, resolve_task
+
+    if examples < 1:
+        raise BenchError(f"--examples must be >= 1, got {examples}")
+    factory = make_engine(engine)
+    loaded = load_pair(pair, device=device, dtype=dtype)
+    texts = [e.doc["article"] for e in Task(resolve_task("cnndm"), "fixture").examples()]
+    encoded = [list(loaded.tokenizer(texts[i % len(texts)]).input_ids) for i in range(examples)]
+    result = measure_throughput(
+        loaded, encoded, list(batch_sizes), draft_len, max_new_tokens, repeats, log=log, engine=factory
+    )
+    stem = Path(output_dir) / f"speed_throughput_{loaded.spec.name}"
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    text = throughput_markdown(result, command)
+    stem.with_suffix(".md").write_text(text)
+    stem.with_suffix(".json").write_text(json.dumps(result, indent=2))
+    return text, [stem.with_suffix(".md"), stem.with_suffix(".json")]
+
+
+def registries() -> str:
+    """The tasks, pairs and methods (with their parameters, defaults and sweeps), as text."""
+    from dataclasses import MISSING, fields
+
+    from bench.pairs import pair_names, resolve_pair
+    from bench.tasks import resolve_task, task_names
+    from bench.verifiers import VERIFIERS
+
+    width = max(map(len, [*task_names(), *pair_names(), *VERIFIERS])) + 2
+    lines = ["tasks:"]
+    for name in task_names():
+        spec = resolve_task(name)
+        source = spec.dataset.get("path") or spec.dataset.get("loader")
+        lines.append(
+            f"  {name:<{width}}{source} [{spec.dataset['split']}], {spec.num_fewshot}-shot, quality {spec.quality}"
+        )
+    lines.append("pairs:")
+    for name in pair_names():
+        spec = resolve_pair(name)
+        what = {
+            "hub": f"{spec.target} / {spec.draft}",
+            "packaged": f"bench/{spec.target} / bench/{spec.draft}, shipped in the package, offline",
+        }.get(spec.kind, "built in code, offline")
+        lines.append(f"  {name:<{width}}{what}")
+    lines.append("methods (the rule; the parameters' defaults; the sweep --grid baselines runs):")
+    for name, cls in sorted(VERIFIERS.items(), key=lambda kv: kv[1].order):
+        params = ", ".join(f"{f.name}={f.default}" for f in fields(cls) if f.default is not MISSING)
+        extra = " (needs --head)" if cls.needs_hidden else ""
+        extra += " (drafts greedily)" if cls.uses_draft and cls.draft_policy == "greedy" else ""
+        sweep = "; ".join(f"{k}={','.join(map(str, v))}" for k, v in cls.sweep.items())
+        lines.append(f"  {name:<{width}}{(cls.__doc__ or '').strip().splitlines()[0]}")
+        lines.append(f"  {'':<{width}}{params or 'no parameters'}{extra}" + (f"; sweep {sweep}" if sweep else ""))
+    return "\n".join(lines)

@@ -1,0 +1,64 @@
+"""From a configuration and a loaded pair to what decodes it: the one place a decoder is built and
+a prompt is encoded, for ``run``, ``generate``, ``speed``, ``train`` and the lm-eval backend alike."""
+
+from __future__ import annotations
+
+from bench.decoding import SpeculativeDecoder
+from bench.distributions import Sampling
+from bench.engines import EagerEngine, EngineFactory
+from bench.errors import BenchError
+from bench.head import WeightHead, required_head
+from bench.pairs import Pair
+from bench.verifiers import Verifier, make_verifier
+
+
+def build_decoder(
+    pair: Pair,
+    method: str,
+    params: dict | None = None,
+    *,
+    head: str | WeightHead | None = None,
+    draft_len: int = 5,
+    sampling: Sampling = Sampling(),
+    engine: EngineFactory = EagerEngine,
+    draft_policy: str | None = None,
+    trace: bool = False,
+) -> SpeculativeDecoder:
+    """The decoder of one method on one pair. ``head`` is a head folder (or ``init``), loaded for
+    the pair, or a loaded head; a method that reads no head refuses one instead of ignoring it."""
+    verifier: Verifier = make_verifier(method, **(params or {}))
+    if head is not None and not verifier.needs_hidden:
+        raise BenchError(f"{verifier.name}: reads no weight head; drop the head or use --method diversed")
+    if isinstance(head, str) or (head is None and verifier.needs_hidden):
+        head = required_head(head, method, pair.spec.name, pair.hidden_sizes, pair.device)
+    return SpeculativeDecoder(
+        pair.target,
+        pair.draft,
+        verifier,
+        draft_len=draft_len,
+        sampling=sampling,
+        eos_token_ids=pair.eos_token_ids,
+        head=head,
+        engine=engine,
+        draft_policy=draft_policy,
+        trace=trace,
+    )
+
+
+def encode_prompt(pair: Pair, prompt: str, chat_template: bool) -> list[int]:
+    """A prompt's token ids: with ``chat_template``, the text as the user turn of the tokenizer's
+    chat template (its special tokens come from the template, none are added again)."""
+    if chat_template:
+        return list(pair.tokenizer(chat_text(pair, prompt), add_special_tokens=False).input_ids)
+    return list(pair.tokenizer(prompt).input_ids)
+
+
+def chat_text(pair: Pair, prompt: str | list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+    """A prompt (one user turn, or a whole chat history as lm-eval builds it) in the pair's chat
+    template, ready for the assistant's reply."""
+    if not getattr(pair.tokenizer, "chat_template", None):
+        raise BenchError(f"pair {pair.spec.name}: the tokenizer has no chat template; drop the chat template option")
+    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+    return pair.tokenizer.apply_chat_template(
+        messages, add_generation_prompt=add_generation_prompt, tokenize=False
+    )

@@ -1,0 +1,184 @@
+"""The command line's options, declared once: ``cli.py`` holds only the commands."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from bench.errors import BenchError
+
+
+def _opt(help: str, *names: str) -> Any:
+    return typer.Option(*names, help=help)
+
+
+# Options several commands share.
+Pair = Annotated[str, _opt("Pair name or pair YAML path.")]
+Device = Annotated[str, _opt("auto, cpu, cuda or cuda:N.")]
+Dtype = Annotated[Optional[str], _opt("float32, bfloat16 or float16 (default: the pair file's).")]
+Engine = Annotated[
+    str, _opt("eager (the reference) or compiled (static KV cache, torch.compile'd steps, CUDA graphs on GPU).")
+]
+Truncate = Annotated[
+    Optional[str],
+    _opt(
+        "none (default): refuse a prompt whose length + the token budget exceeds a model's context; "
+        "left: keep the prompt's last tokens (and its BOS) instead; rows record how many were dropped."
+    ),
+]
+DraftPolicy = Annotated[
+    Optional[str],
+    _opt(
+        "sample (draw drafts from q) or greedy (draft the argmax of q); default: what the method's "
+        "engine does (greedy for threshold and relaxed, sample for the others)."
+    ),
+]
+Threads = Annotated[
+    Optional[int],
+    _opt(
+        "CPU threads per operator (torch.set_num_threads; default: torch's). The kernels of a tiny "
+        "model are too small to split, so one thread is faster there; the results name the count."
+    ),
+]
+Param = Annotated[
+    Optional[list[str]],
+    _opt(
+        "Any method's parameter by its name (see `list`), name=value[,value...] sweeps; repeatable. "
+        "E.g. --param posterior_alpha=0.3,0.5 --param relaxed_topk=10.",
+        "--param",
+    ),
+]
+Sandbox = Annotated[str, _opt("Jail for generated code: bwrap, or guard (weaker; only where bwrap cannot run).")]
+Results = Annotated[Path, typer.Argument(help="Results directory.")]
+Candidates = Annotated[
+    Optional[list[str]], _opt("Method, family or label to judge against the baselines; repeatable.", "--candidate")
+]
+# Flags that stand for a verifier parameter: --target-weight 0.5,0.7 is --param target_weight=0.5,0.7.
+Alias = Annotated[Optional[str], _opt("Short for --param NAME=...; see `list`.")]
+
+
+
+# Options of one command each.
+Prompt = Annotated[Optional[str], typer.Argument(help="The raw prompt, or with --task what fills its query.")]
+TemplateTask = Annotated[Optional[str], _opt("Wrap PROMPT in this task's template and exemplars, as `run` does.")]
+ExampleId = Annotated[Optional[str], _opt("With --task: decode this example (its example_id) instead.")]
+ExampleData = Annotated[Optional[str], _opt("With --task: hub, fixture or a local path (default as in `run`).")]
+GenerateChat = Annotated[bool, _opt("Wrap the prompt in the tokenizer's chat template.")]
+OneMethod = Annotated[str, _opt("Method name, module:Class or path/to/file.py:Class.")]
+OneHead = Annotated[Optional[str], _opt("diversed: trained head folder, or 'init' (w = 0.5).")]
+OneDraftLen = Annotated[int, _opt("Drafted tokens per round.")]
+OneTemperature = Annotated[float, _opt("0 = greedy.")]
+OneBudget = Annotated[int, _opt("Token budget of the completion.")]
+OneSeed = Annotated[int, _opt("Seeds the sampler.")]
+Tasks = Annotated[Optional[str], _opt("Tasks (names or YAML paths), comma-separated; default: the paper's four.")]
+Pairs = Annotated[Optional[str], _opt("Pairs (names or YAML paths), comma-separated; default: tiny.")]
+Methods = Annotated[Optional[str], _opt("Methods (names, module:Class, file.py:Class), comma-separated.")]
+Heads = Annotated[Optional[str], _opt("diversed: trained head folder(s), or 'init' (untrained, w = 0.5).")]
+Grid = Annotated[Optional[str], _opt("A grid YAML or paper, tiny, demo, baselines (baselines: + --method CANDIDATE --task T --pair P).")]
+Data = Annotated[Optional[str], _opt("hub, fixture or a local path (default: fixture for tiny, hub otherwise).")]
+Limit = Annotated[Optional[int], _opt("First N examples of the seeded permutation (default: all, or the grid's).")]
+Seed = Annotated[Optional[int], _opt("Seeds the example subset and every sample (default 0).")]
+DraftLen = Annotated[Optional[int], _opt("Drafted tokens per round N (default 5).")]
+Temperature = Annotated[Optional[float], _opt("Sampling temperature; 0 = greedy (default 1).")]
+MaxNewTokens = Annotated[Optional[int], _opt("Token budget (default: the task file's).")]
+NumFewshot = Annotated[Optional[int], _opt("Override the task's number of exemplars.")]
+Split = Annotated[Optional[str], _opt("Evaluation split (default: the task file's).")]
+ChatTemplate = Annotated[Optional[bool], _opt("Wrap prompts in the tokenizer's chat template.", "--chat-template/--no-chat-template")]
+ResultsDir = Annotated[Path, _opt("Results directory (a parquet dataset).")]
+PlotsDir = Annotated[Optional[Path], _opt("Where the plots go (default: OUTPUT_DIR/plots).")]
+Shard = Annotated[str, _opt("Run only share i of k of every configuration's examples.")]
+BatchSize = Annotated[int, _opt("Examples decoded together; their rows carry no time.")]
+TimingExamples = Annotated[int, _opt("First K examples decoded alone and timed, methods interleaved.")]
+Report = Annotated[bool, _opt("Print the table and write the plots at the end.")]
+Progress = Annotated[bool, _opt("A bar on a terminal, one line per configuration in a log.")]
+Trace = Annotated[bool, _opt("Also store every token's fate, p, q and weight (for `report`).")]
+TableFormat = Annotated[str, _opt("markdown, latex or csv.", "--format")]
+TableFile = Annotated[Optional[Path], _opt("File to write (default: RESULTS/table.md|tex|csv).")]
+PlotDir = Annotated[Optional[Path], _opt("Folder for the PNG, PDF and SVG files (default: RESULTS/plots).")]
+CompareFormat = Annotated[str, _opt("markdown, csv, json or latex.", "--format")]
+HtmlFile = Annotated[Path, _opt("The HTML file to write.")]
+TokenExamples = Annotated[int, _opt("Examples whose token traces the page carries.")]
+TrainTask = Annotated[str, _opt("Task whose train split supplies prompts and reward.")]
+Algorithm = Annotated[str, _opt("reinforce or reinforce++.")]
+Lr = Annotated[float, _opt("AdamW learning rate.")]
+Rollouts = Annotated[int, _opt("Rollouts per update.")]
+Epochs = Annotated[int, _opt("Passes over the drawn prompts.")]
+NumPrompts = Annotated[int, _opt("Prompts drawn from the train split.")]
+RegWeight = Annotated[float, _opt("Weight of the expected-acceptance regulariser.")]
+RolloutTemperature = Annotated[float, _opt("Rollout temperature (> 0).")]
+RolloutTokens = Annotated[int, _opt("Tokens per rollout.")]
+TrainChat = Annotated[bool, _opt("Wrap prompts in the tokenizer's chat template, as `run` does.")]
+TrainData = Annotated[Optional[str], _opt("hub, fixture or a local folder with train.jsonl.")]
+HeadDir = Annotated[Optional[Path], _opt("Head folder (default: heads/TASK-PAIR); resumed if it holds a checkpoint.")]
+TrainSeed = Annotated[int, _opt("Seeds the prompts drawn and every rollout.")]
+SpeedPair = Annotated[str, _opt("Pair name or YAML (llama3-shapes: real 8B/1B shapes, random weights).")]
+DraftLens = Annotated[str, _opt("Draft lengths to measure, comma-separated.")]
+SpeedMethods = Annotated[str, _opt("sd, or sd,ensemble to also time the static ensemble.")]
+SpeedWeight = Annotated[float, _opt("Weight for the ensemble comparison.")]
+SpeedPrompts = Annotated[int, _opt("Number of prompts (fixture CNNDM articles).")]
+SpeedBudget = Annotated[int, _opt("Token budget of each completion.")]
+Repeats = Annotated[int, _opt("Repeats per measurement; the median is reported.")]
+SpeedDir = Annotated[Path, _opt("Where speed_PAIR.md/.json/.png go.")]
+Throughput = Annotated[bool, _opt("Instead: examples/s and tokens/s of ar and sd per batch size.")]
+BatchSizes = Annotated[str, _opt("--throughput: batch sizes, comma-separated.")]
+ThroughputExamples = Annotated[int, _opt("--throughput: examples decoded at every batch size.")]
+SpeedEngines = Annotated[str, _opt("eager, compiled, or eager,compiled to time both (ratios against the first).")]
+Sources = Annotated[list[Path], typer.Argument(help="Results directories to combine (e.g. one per job).")]
+MergedDir = Annotated[Path, _opt("The combined results directory.")]
+ScoreTask = Annotated[str, _opt("Task name or task YAML path.")]
+Predictions = Annotated[Path, _opt('JSONL: {"example_id": ..., "completion": ...} per line.')]
+ScoreData = Annotated[str, _opt("hub, fixture, or a local jsonl/parquet file or folder.")]
+ScoreSplit = Annotated[Optional[str], _opt("Dataset split (default: the task file's).")]
+ScoresFile = Annotated[Optional[Path], _opt("Per-example scores (default: PREDICTIONS.scores.jsonl).")]
+
+
+# Parsing what the options hold.
+
+
+def split_list(text: str | None) -> list[str]:
+    return [t.strip() for t in (text or "").split(",") if t.strip()]
+
+
+def positive(text: str, flag: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise BenchError(f"{flag}: {text!r} is not a positive integer")
+    return value
+
+
+def shard(text: str) -> tuple[int, int]:
+    try:
+        index, count = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise BenchError(f"--shard takes i/k (e.g. 0/4), got {text!r}") from None
+    if not 0 <= index < count:
+        raise BenchError(f"--shard {text}: need 0 <= i < k")
+    return index, count
+
+
+def set_threads(threads: Optional[int]) -> None:
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(positive(str(threads), "--threads"))
+
+
+def params(param: Optional[list[str]], **aliases: Optional[str]) -> dict[str, list[str]]:
+    """--param values with the alias flags folded in; a parameter given both ways is refused."""
+    from bench.config import parse_params
+
+    out = parse_params(param or [])
+    for name, text in aliases.items():
+        if text is None:
+            continue
+        if name in out:
+            flag = "--" + name.replace("_", "-")
+            raise BenchError(f"{name} given twice ({flag} and --param {name}=...); keep one")
+        out[name] = split_list(text)
+    return out
+

@@ -1,0 +1,187 @@
+"""What one run decodes: a configuration (``RunConfig``) and the expansion of methods and their
+parameter values into configurations.
+
+A configuration is everything that changes a row: task, pair, method and its parameters, draft
+length and draft policy, temperature, token budget, seed, data source, prompt options (prompt
+truncation included), device, dtype and engine. Its id is a hash of those settings as they ran
+(defaults made concrete), so re-running the same command resumes it, and raising ``--limit`` adds
+examples to it (the subset is a prefix of one seeded permutation).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import typing
+import zlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from bench.context import check_truncation
+from bench.decoding import check_draft_policy
+from bench.errors import BenchError
+from bench.pairs import pick_device, pick_dtype, resolve_pair
+from bench.store import SCHEMA
+from bench.tasks import default_data, resolve_task
+from bench.verifiers import MethodInfo, make_verifier, verifier_class
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One configuration: the unit that is resumed, skipped, compared and merged.
+
+    ``None`` fields take the task's, pair's or machine's default; ``resolve`` makes them concrete,
+    so that the id, the rows and the pairing with ``ar`` see the values that actually ran.
+    """
+
+    task: str
+    pair: str
+    method: str  # a registry name, module:Class or path/to/file.py:Class
+    params: dict[str, Any] = field(default_factory=dict)
+    head: str | None = None
+    draft_len: int = 5
+    temperature: float = 1.0
+    max_new_tokens: int | None = None  # None: the task file's
+    seed: int = 0
+    data: str | None = None  # None: fixtures for the tiny pair, the hub otherwise
+    num_fewshot: int | None = None  # None: the task file's
+    split: str | None = None  # None: the task file's evaluation split
+    chat_template: bool = False
+    device: str = "auto"
+    dtype: str | None = None  # None: the pair file's for the device
+    engine: str = "eager"  # how model steps run (bench/engines); it changes times, so ids see it
+    truncate_prompt: str = "none"  # none: refuse prompt + budget past a model's context; left: cut
+    draft_policy: str | None = None  # sample or greedy; None: what the method's engine does
+
+    def resolve(self) -> RunConfig:
+        """Defaults made concrete (every verifier parameter included), and settings the method
+        does not read dropped (``ar`` has no draft length; only head-reading methods have a head)."""
+        spec, pair = resolve_task(self.task), resolve_pair(self.pair)
+        device = pick_device(self.device)
+        cls = verifier_class(self.method)
+        if self.max_new_tokens is not None and self.max_new_tokens < 1:
+            raise BenchError(f"--max-new-tokens must be >= 1, got {self.max_new_tokens}")
+        if cls.uses_draft and self.draft_len < 1:
+            raise BenchError(f"--draft-len must be >= 1 for {cls.name}, got {self.draft_len}")
+        if self.temperature < 0:
+            raise BenchError(f"--temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        if self.seed < 0:
+            raise BenchError(f"--seed must be >= 0, got {self.seed}")
+        check_truncation(self.truncate_prompt)
+        # Under greedy decoding every draft is the argmax, whatever the policy.
+        policy = (
+            "greedy" if self.temperature == 0 else check_draft_policy(self.draft_policy or cls.draft_policy)
+        )
+        verifier = make_verifier(self.method, **self.params)
+        return replace(
+            self,
+            params={f.name: getattr(verifier, f.name) for f in fields(verifier)},  # type: ignore[arg-type]
+            draft_len=self.draft_len if cls.uses_draft else 0,
+            draft_policy=policy if cls.uses_draft else None,
+            head=self.head if cls.needs_hidden else None,
+            max_new_tokens=self.max_new_tokens or spec.max_new_tokens,
+            data=self.data or default_data(spec.name, pair.kind),
+            num_fewshot=spec.num_fewshot if self.num_fewshot is None else self.num_fewshot,
+            split=self.split or spec.dataset["split"],
+            device=device.type,
+            dtype=str(pick_dtype(pair, device, self.dtype)).removeprefix("torch."),
+        )
+
+    @property
+    def config_id(self) -> str:
+        """A hash of every setting (call on a resolved configuration)."""
+        settings = json.dumps(asdict(self), sort_keys=True, default=str)
+        digest = hashlib.sha1(f"{SCHEMA}|{settings}".encode()).hexdigest()[:10]
+        method = re.sub(r"[^A-Za-z0-9_.-]+", ".", self.method)  # module:Class, path/to/file.py:Class
+        return f"{Path(self.task).stem}-{Path(self.pair).stem}-{method}-{digest}"
+
+    @property
+    def info(self) -> MethodInfo:
+        """What the method's verifier class declares about it."""
+        return MethodInfo.of(verifier_class(self.method))
+
+    @property
+    def label(self) -> str:
+        """Display name: the method's name and its parameters, as its class names them."""
+        policy = self.draft_policy if self.temperature != 0 else None
+        return self.info.label(self.params, self.head, policy)
+
+
+def parse_params(texts: Iterable[str]) -> dict[str, list[str]]:
+    """``--param name=value[,value...]`` (repeatable) -> {name: [values]}."""
+    out: dict[str, list[str]] = {}
+    for text in texts:
+        name, sep, values = text.partition("=")
+        name = name.strip()
+        if not sep or not name or not values.strip():
+            raise BenchError(
+                f"--param takes name=value[,value...] (e.g. posterior_alpha=0.3,0.5), got {text!r}"
+            )
+        out.setdefault(name, []).extend(v.strip() for v in values.split(",") if v.strip())
+    return out
+
+
+def _coerce(method: str, name: str, kind: Any, raw: Any) -> Any:
+    """A --param value as the type the verifier's field declares."""
+    try:
+        if kind is int:
+            return int(str(raw))
+        if kind is float:
+            return float(raw)
+    except ValueError:
+        raise BenchError(
+            f"{method}: {name} takes {'an integer' if kind is int else 'a number'}, got {raw!r}"
+        ) from None
+    return raw
+
+
+def expand_methods(
+    methods: Iterable[str],
+    *,
+    params: Mapping[str, Sequence[Any]] | None = None,
+    heads: Iterable[str] = (),
+    sweep: bool = False,
+) -> list[tuple[str, dict[str, Any], str | None]]:
+    """(method, params, head) for every method and every combination of its parameters' values.
+
+    ``params`` ({name: values}, from ``--param`` and its aliases) reach every selected method that
+    has the parameter; a name that none has is refused. With ``sweep``, a method's swept
+    parameters that were given no values take the default sweep its class declares. A method
+    that reads a head runs once per head."""
+    methods = list(dict.fromkeys(methods))
+    params = params or {}
+    known = {f.name for m in methods for f in fields(verifier_class(m))}  # type: ignore[arg-type]
+    stray = sorted(set(params) - known)
+    if stray:
+        raise BenchError(
+            f"--param {', '.join(stray)}: no selected method takes it; their parameters: "
+            f"{', '.join(sorted(known)) or 'none'}"
+        )
+    heads = list(heads)
+    out: list[tuple[str, dict[str, Any], str | None]] = []
+    for m in methods:
+        cls = verifier_class(m)
+        kinds = typing.get_type_hints(cls)
+        values = {
+            f.name: list(params[f.name])
+            for f in fields(cls)  # type: ignore[arg-type]
+            if f.name in params
+        }
+        if sweep:
+            values = {**{k: list(v) for k, v in cls.sweep.items()}, **values}
+        combos: list[dict[str, Any]] = [{}]
+        for name, given in values.items():
+            typed = [_coerce(cls.name, name, kinds.get(name), v) for v in given]
+            combos = [{**c, name: v} for c in combos for v in typed]
+        for combo in combos:
+            make_verifier(m, **combo)  # validate every value before any model loads
+            out += [(m, combo, h) for h in heads] if cls.needs_hidden else [(m, combo, None)]
+    return out
+
+
+def example_seed(seed: int, example_id: str) -> int:
+    """Per-example seed: results do not depend on order, sharding or process count."""
+    return zlib.crc32(f"{seed}:{example_id}".encode())

@@ -1,0 +1,87 @@
+"""The Python API and the method declarations it reads: a plug-in verifier is configured like a
+built-in, grids never drop a flag, and a decoder is built in one place."""
+
+from pathlib import Path
+
+import pytest
+
+from bench.errors import BenchError
+from bench.grid import configs_from_grid
+from bench.verifiers import MethodInfo, verifier_class
+
+PLUGIN = str(Path(__file__).parent / "example_verifier.py") + ":ConfidenceEnsemble"
+
+
+def test_baselines_grid_sweeps_every_family_and_the_candidates_param():
+    configs, limit = configs_from_grid(
+        "baselines", tasks=["arith"], pairs=["ref"], candidates=[PLUGIN], params={"floor": ["0.1", "0.9"]}
+    )
+    by_method: dict[str, list] = {}
+    for c in configs:
+        by_method.setdefault(verifier_class(c.method).name, []).append(c.params)
+    # each baseline at the sweep its class declares, the candidate at the values given
+    for name in ("ensemble", "lossy", "cascade", "typical", "threshold", "relaxed"):
+        cls = verifier_class(name)
+        (swept,) = [k for k in cls.sweep if len(cls.sweep[k]) > 1]
+        assert [p[swept] for p in by_method[name]] == list(cls.sweep[swept])
+    assert by_method["confidence"] == [{"floor": 0.1}, {"floor": 0.9}]
+    assert by_method["ar"] == [{}] and by_method["sd"] == [{}] and limit == 200
+
+
+def test_baselines_grid_sweeps_a_candidate_over_its_declared_sweep():
+    configs, _ = configs_from_grid("baselines", tasks=["arith"], pairs=["ref"], candidates=[PLUGIN])
+    assert [c.params for c in configs if "Confidence" in c.method] == [{"floor": v} for v in (0.2, 0.5, 0.8)]
+
+
+def test_a_grid_refuses_what_it_sets_and_applies_what_it_leaves_open():
+    with pytest.raises(BenchError, match="drop --target-weight"):
+        configs_from_grid("demo", params={"target_weight": ["0.7"]})
+    with pytest.raises(BenchError, match="drop --seed"):
+        configs_from_grid("demo", settings={"seed": 3})
+    configs, _ = configs_from_grid("tiny", settings={"max_new_tokens": 8, "chat_template": True})
+    assert {(c.max_new_tokens, c.chat_template) for c in configs} == {(8, True)}
+    with pytest.raises(BenchError, match="goes to a candidate"):
+        configs_from_grid("baselines", tasks=["arith"], pairs=["ref"], params={"target_weight": ["0.5"]})
+
+
+def test_labels_and_families_come_from_the_class_declarations():
+    info = MethodInfo.of(verifier_class("cascade"))
+    params = {"cascade_rule": "opt", "cascade_alpha": 0.3}
+    assert info.label(params) == "cascade (opt, a=0.3)" and info.family(params) == "cascade (opt)"
+    ens = MethodInfo.of(verifier_class("ensemble"))
+    assert ens.label({"target_weight": 0.2, "mix": "logit"}) == "ensemble (w=0.2, mix=logit)"
+    assert ens.family({"target_weight": 0.2, "mix": "logit"}) == "ensemble (mix=logit)"
+    assert ens.family({"target_weight": 0.2}) == "ensemble"  # mix at its default is not named
+    plugin = MethodInfo.of(verifier_class(PLUGIN))
+    assert plugin.swept == ("floor",) and plugin.label({"floor": 0.5}) == "confidence (floor=0.5)"
+    assert MethodInfo.from_json(plugin.to_json()) == plugin  # rows carry it as JSON
+
+
+def test_a_sweep_that_names_no_parameter_is_refused():
+    from dataclasses import dataclass
+    from typing import ClassVar
+
+    from bench.verifiers import SpeculativeDecoding
+
+    @dataclass(frozen=True)
+    class Broken(SpeculativeDecoding):
+        name: ClassVar[str] = "broken"
+        sweep: ClassVar[dict] = {"weight": (0.1, 0.2)}
+
+    with pytest.raises(BenchError, match="not its parameters"):
+        MethodInfo.of(Broken)
+
+
+def test_a_decoder_is_constructed_in_one_place():
+    root = Path(__file__).resolve().parents[1] / "bench"
+    found = [p.relative_to(root).as_posix() for p in root.rglob("*.py") if "SpeculativeDecoder(" in p.read_text()]
+    assert found == ["build.py"]
+
+
+def test_a_resolved_configuration_names_every_parameter():
+    from bench.config import RunConfig
+
+    cfg = RunConfig(task="arith", pair="ref", method="ensemble", device="cpu").resolve()
+    assert cfg.params == {"target_weight": 0.7, "mix": "prob"}
+    same = RunConfig(task="arith", pair="ref", method="ensemble", params={"target_weight": 0.7}, device="cpu")
+    assert same.resolve().config_id == cfg.config_id  # a default given or left out is one configuration
