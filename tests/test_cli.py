@@ -1,9 +1,16 @@
-"""The command line: every command documents itself with an example; `list` shows the registries."""
+"""The command line: every command documents itself with an example; `list` shows the registries;
+bad input is one line; folders are spelled --output-dir; Ctrl-C says how to resume; plots follow
+the results folder."""
+
+import sys
 
 import pytest
 from typer.testing import CliRunner
 
-from bench.cli import app
+from bench.cli import app, main
+from bench.grid import configs_from_flags
+from bench.runner import Runner
+from bench.store import load_results
 
 COMMANDS = [
     "run",
@@ -62,3 +69,92 @@ def test_run_sets_and_records_the_cpu_threads(tmp_path):
     assert manifest["cpu_threads"] == 1
     bad = CliRunner().invoke(app, [*args, "--output-dir", str(tmp_path / "bad"), "--threads", "0"])
     assert isinstance(bad.exception, BenchError) and "--threads" in str(bad.exception)
+
+
+def run(out, methods=("ar", "sd"), **kw):
+    settings = dict(tasks=["gsm8k"], pairs=["tiny"], device="cpu", max_new_tokens=8)
+    configs = configs_from_flags(methods=list(methods), **{**settings, **kw})
+    Runner(out, limit=2, progress=False, log=lambda m: None).run(configs)
+    return load_results(out)
+
+
+def cli(capsys, *args):
+    """``diversed-bench ARGS`` in this process: (exit code, stderr lines)."""
+    saved = sys.argv
+    sys.argv = ["diversed-bench", *args]
+    try:
+        main()
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    finally:
+        sys.argv = saved
+    return code, capsys.readouterr().err.strip().splitlines()
+
+
+def test_bad_input_is_one_line(tmp_path, capsys):
+    results = tmp_path / "results"
+    run(results)
+    (results / "notes.parquet").write_text("not parquet")
+    broken = tmp_path / "preds.jsonl"
+    broken.write_text('{"example_id": "0", "completion": "#### 3"}\n{"example_id": "1", "compl\n')
+    head_file = tmp_path / "head" / "head.safetensors"
+    head_file.parent.mkdir()
+    head_file.write_bytes(b"")
+    run_args = [
+        "run",
+        "--task",
+        "gsm8k",
+        "--device",
+        "cpu",
+        "--no-report",
+        "--output-dir",
+        str(tmp_path / "r"),
+    ]
+    for args, needle in (
+        (["table", str(results)], "notes.parquet is not a readable parquet file"),
+        (
+            ["score", "--task", "gsm8k", "--data", "fixture", "--predictions", str(broken)],
+            "line 2: not valid JSON",
+        ),
+        ([*run_args, "--method", "sd", "--limit", "-3"], "--limit must be >= 1"),
+        ([*run_args, "--method", "sd", "--max-new-tokens", "0"], "--max-new-tokens must be >= 1"),
+        ([*run_args, "--method", "sd", "--draft-len", "0"], "--draft-len must be >= 1"),
+        ([*run_args, "--method", "sd", "--seed", "-1"], "--seed must be >= 0"),
+        ([*run_args, "--method", "diversed", "--head", str(head_file)], f"--head {head_file.parent}"),
+        (["table", str(broken)], "is a file"),
+    ):
+        code, err = cli(capsys, *args)
+        assert code == 2 and len(err) == 1, (args, err)
+        assert needle in err[0], (args, err)
+
+
+@pytest.mark.parametrize("command", ["train", "merge", "plot", "run", "speed"])
+def test_folders_are_spelled_output_dir(command):
+    from typer.testing import CliRunner
+
+    from bench.cli import app
+
+    out = CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "200"}).output
+    assert "--output-dir" in out and "--output " not in out
+
+
+def test_ctrl_c_prints_what_was_saved_and_the_command_that_resumes(tmp_path, monkeypatch):
+    def interrupted(self, configs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Runner, "run", interrupted)
+    argv = ["run", "--task", "arith", "--pair", "ref", "--method", "ar", "--output-dir", str(tmp_path / "r")]
+    monkeypatch.setattr(sys, "argv", ["diversed-bench", *argv])
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code == 130
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "interrupted" in lines[0] and str(tmp_path / "r") in lines[0]
+    assert lines[0].endswith("resume with: diversed-bench " + " ".join(argv))
+
+
+def test_plots_follow_the_results_folder(tmp_path, monkeypatch):
+    seen = []
+    monkeypatch.setattr("bench.reports.plots.write_plots", lambda results, out: seen.append(out) or [])
+    CliRunner().invoke(app, ["plot", str(tmp_path / "mine")])
+    assert seen == [tmp_path / "mine" / "plots"]

@@ -1,5 +1,6 @@
 """The docs hold together: every citation of a docs page from the code, the registries and the docs
-themselves names a page and a heading that exist, and the links between docs pages resolve.
+themselves names a page and a heading that exist, the links between docs pages resolve, docs/cli.md
+is generated from the app, and no page carries development history.
 
 Code cites the specification as ``docs/spec.md §N, <section title>`` and any page as
 ``docs/<page>.md#<anchor>``; anchors are GitHub's (lower case, punctuation dropped, spaces to hyphens)."""
@@ -8,6 +9,8 @@ import re
 from pathlib import Path
 
 import pytest
+
+from bench.cli import app
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs"
@@ -67,7 +70,7 @@ def spec_sections() -> dict[str, str]:
     }
 
 
-def _flat(text: str) -> str:
+def _flat(text: str) -> list[str]:
     """A citation's words with comment markers and line breaks folded into single spaces."""
     return " ".join(re.sub(r"^\s*#+", " ", line) for line in text.splitlines()).split()
 
@@ -142,3 +145,33 @@ def test_the_anchor_rules_are_githubs():
     assert _slug("Notation (used everywhere in these docs, the table and the plots)") == (
         "notation-used-everywhere-in-these-docs-the-table-and-the-plots"
     )
+
+
+# --- the docs agree with the code ----------------------------------------------------------------
+
+
+def test_cli_reference_is_generated_from_the_app_and_names_every_option():
+    import importlib.util
+
+    import typer
+
+    spec = importlib.util.spec_from_file_location("cli_reference", REPO / "scripts" / "cli_reference.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    page = (REPO / "docs" / "cli.md").read_text()
+    assert page == module.reference(), "docs/cli.md is stale: run python scripts/cli_reference.py"
+    for name, command in typer.main.get_command(app).commands.items():
+        section = page.split(f"## `diversed-bench {name}`", 1)[1].split("\n## ", 1)[0]
+        for param in command.params:
+            for opt in [*param.opts, *param.secondary_opts]:
+                assert (f"`{opt}`" if opt.startswith("-") else f"`{opt.upper()}`") in section, (name, opt)
+
+
+def test_docs_carry_no_development_history():
+    import re
+
+    history = re.compile(r"\bissues? \d|\bPR \d|available to this work|\bno longer\b|used to be")
+    for page in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        found = history.search(page.read_text())
+        assert found is None, (page.name, found and found.group())
+    assert len((REPO / "README.md").read_text().splitlines()) <= 250

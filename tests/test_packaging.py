@@ -1,8 +1,11 @@
-"""The installed package (not the source tree) carries its registries, fixtures and grids."""
+"""The installed package (not the source tree) carries its registries, fixtures and grids, and the
+lm-eval extra installs as documented."""
 
+import importlib.metadata
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 CHECK = """
 import bench
@@ -40,3 +43,13 @@ def test_installed_package_has_its_data_files(tmp_path):
         timeout=120,
     )
     assert cli.returncode == 0 and "humaneval" in cli.stdout
+
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_lm_eval_extra_installs_as_documented():
+    meta = importlib.metadata.metadata("diversed-bench")
+    assert "lm-eval" in meta.get_all("Provides-Extra")
+    assert any(r.startswith("lm-eval") and 'extra == "lm-eval"' in r for r in meta.get_all("Requires-Dist"))
+    assert 'pip install ".[lm-eval]"' in (REPO / "docs" / "lm-eval.md").read_text()

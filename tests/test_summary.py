@@ -1,16 +1,16 @@
-"""Results you can trust: ids hold only the method's own settings, every setting is in the rows,
-pairing and panels use all of them, and bad input gets one clear line."""
-
-import sys
+"""Summaries and the table (bench/reports/summary.py, table.py): ids hold only the method's own
+settings, every shared setting is in the rows, normalised time pairs a configuration with the
+`ar` run of the same settings, panels and their titles use all of them, intervals are printed as
+measured and spread timings are flagged."""
 
 import numpy as np
-import pytest
+import pandas as pd
+from result_rows import result_rows as _rows
 
-from bench.cli import main
 from bench.grid import configs_from_flags
 from bench.reports.summary import panels, summarise
-from bench.reports.table import write_table
-from bench.runner import Runner, RunConfig
+from bench.reports.table import render, write_table
+from bench.runner import RunConfig, Runner
 from bench.store import SHARED_SETTINGS, load_results
 
 
@@ -19,20 +19,6 @@ def run(out, methods=("ar", "sd"), **kw):
     configs = configs_from_flags(methods=list(methods), **{**settings, **kw})
     Runner(out, limit=2, progress=False, log=lambda m: None).run(configs)
     return load_results(out)
-
-
-def cli(capsys, *args):
-    """``diversed-bench ARGS`` in this process: (exit code, stderr lines)."""
-    saved = sys.argv
-    sys.argv = ["diversed-bench", *args]
-    try:
-        main()
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    finally:
-        sys.argv = saved
-    return code, capsys.readouterr().err.strip().splitlines()
 
 
 def test_ar_id_ignores_the_draft_length():
@@ -72,75 +58,31 @@ def test_pairing_needs_the_same_prompt_settings(tmp_path):
     assert np.isnan(summary[summary["method"] == "sd"]["normalised_time"].iloc[0])  # no ar at 4 shots
 
 
-def test_results_of_an_older_schema_are_refused(tmp_path, capsys):
-    rows = run(tmp_path / "new")
-    rows.drop(columns="schema").to_parquet(tmp_path / "old.parquet")
-    (tmp_path / "olddir").mkdir()
-    (tmp_path / "old.parquet").rename(tmp_path / "olddir" / "x.0of1.parquet")
-    code, err = cli(capsys, "table", str(tmp_path / "olddir"))
-    assert code == 2 and len(err) == 1 and "another diversed-bench version" in err[0]
-
-
-def test_gemma3_rows_of_the_full_window_engines_are_refused_for_that_reason(tmp_path, capsys):
-    rows = run(tmp_path / "new")
-    (tmp_path / "old").mkdir()
-    for pair, expected in (("gemma3", "Gemma 3 rows decoded with full attention"), ("tiny", "another")):
-        rows.assign(schema=2, pair=pair).to_parquet(tmp_path / "old" / "x.0of1.parquet")
-        code, err = cli(capsys, "table", str(tmp_path / "old"))
-        assert code == 2 and len(err) == 1 and expected in err[0], err
-
-
-def test_bad_input_is_one_line(tmp_path, capsys):
-    results = tmp_path / "results"
-    run(results)
-    (results / "notes.parquet").write_text("not parquet")
-    broken = tmp_path / "preds.jsonl"
-    broken.write_text('{"example_id": "0", "completion": "#### 3"}\n{"example_id": "1", "compl\n')
-    head_file = tmp_path / "head" / "head.safetensors"
-    head_file.parent.mkdir()
-    head_file.write_bytes(b"")
-    run_args = [
-        "run",
-        "--task",
-        "gsm8k",
-        "--device",
-        "cpu",
-        "--no-report",
-        "--output-dir",
-        str(tmp_path / "r"),
-    ]
-    for args, needle in (
-        (["table", str(results)], "notes.parquet is not a readable parquet file"),
-        (
-            ["score", "--task", "gsm8k", "--data", "fixture", "--predictions", str(broken)],
-            "line 2: not valid JSON",
-        ),
-        ([*run_args, "--method", "sd", "--limit", "-3"], "--limit must be >= 1"),
-        ([*run_args, "--method", "sd", "--max-new-tokens", "0"], "--max-new-tokens must be >= 1"),
-        ([*run_args, "--method", "sd", "--draft-len", "0"], "--draft-len must be >= 1"),
-        ([*run_args, "--method", "sd", "--seed", "-1"], "--seed must be >= 0"),
-        ([*run_args, "--method", "diversed", "--head", str(head_file)], f"--head {head_file.parent}"),
-        (["table", str(broken)], "is a file"),
-    ):
-        code, err = cli(capsys, *args)
-        assert code == 2 and len(err) == 1, (args, err)
-        assert needle in err[0], (args, err)
-
-
-def test_progress_is_a_line_per_configuration_off_a_terminal(tmp_path):
-    lines = []
-    configs = configs_from_flags(
-        tasks=["gsm8k"], pairs=["tiny"], methods=["ar", "sd"], device="cpu", max_new_tokens=8
+def test_table_prints_measured_intervals_and_flags_spread_timings():
+    metric = {"gsm8k": "exact_flexible"}
+    steady = render(
+        summarise(_rows({"ar": [1.0, 1.1, 0.9, 1.0], "sd": [0.5, 0.55, 0.5, 0.45]})), metric, "markdown"
     )
-    Runner(tmp_path, limit=2, progress=True, log=lines.append).run(configs)
-    assert len(lines) == 2 and all("2/2 examples" in line and "\r" not in line for line in lines)
+    sd_rows = [line for line in steady.splitlines() if line.startswith("| sd |")]
+    assert "±" not in steady and not any("not shown" in line for line in sd_rows)
+    assert "| 2.00 |" in sd_rows[1]  # the speedup of sd, printed
+    assert "| 50.0% [" in sd_rows[0]  # quality with its [low, high] interval
+    noisy = render(
+        summarise(_rows({"ar": [1.0, 1.1, 0.9, 1.0], "sd": [0.2, 0.55, 0.5, 2.0]})), metric, "markdown"
+    )
+    sd_speed = [line for line in noisy.splitlines() if line.startswith("| sd |")][1]
+    assert "not shown: times vary 10.0x" in sd_speed and "(times vary 10.0x)" in sd_speed
 
 
-@pytest.mark.parametrize("command", ["train", "merge", "plot", "run", "speed"])
-def test_folders_are_spelled_output_dir(command):
-    from typer.testing import CliRunner
+def test_tasks_with_their_own_exemplar_counts_share_one_panel():
+    from bench.reports.summary import panels
 
-    from bench.cli import app
-
-    out = CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "200"}).output
-    assert "--output-dir" in out and "--output " not in out
+    times = {"ar": [1.0, 1.0, 1.0, 1.0], "sd": [0.5, 0.5, 0.5, 0.5]}
+    gsm8k = _rows(times).assign(num_fewshot=4)
+    cnndm = _rows(times).assign(task="cnndm", num_fewshot=1, config_id=lambda f: f["config_id"] + "-c")
+    (panel,) = panels(summarise(pd.concat([gsm8k, cnndm], ignore_index=True)))
+    assert set(panel.part["task"]) == {"gsm8k", "cnndm"}
+    assert "cnndm test 1-shot, gsm8k test 4-shot" in panel.title
+    again = _rows(times).assign(num_fewshot=0, config_id=lambda f: f["config_id"] + "-0")
+    split = panels(summarise(pd.concat([gsm8k, again], ignore_index=True)))  # one task, two counts
+    assert sorted(len(p.part) for p in split) == [2, 2] and len({p.slug for p in split}) == 2

@@ -1,11 +1,14 @@
-"""Tasks: fixtures in the hub's schema, prompts, cutting, metrics, data sources, scoring."""
+"""Tasks: fixtures in the hub's schema, prompts, cutting, metrics, data sources, scoring, and task
+files of the user's own (local data files, a broken file in one line)."""
 
 import json
 import os
 import time
+from pathlib import Path
 
+import pandas as pd
 import pytest
-from conftest import bench_cli
+from conftest import bench_cli, cli_error
 
 from bench.data import fixture_dir, read_table
 from bench.errors import BenchError
@@ -205,3 +208,53 @@ def test_rouge_equals_evaluates_rouge_with_the_stemmer(shared_data):
         ours = rouge(p, {"reference": t}, None)
         for key in ("rouge1", "rouge2", "rougeL"):
             assert ours[key] == pytest.approx(100 * theirs[key][i], abs=1e-9)
+
+
+# --- a task file of the user's own ------------------------------------------------------------
+
+
+def _task_file(folder: Path, data_files: str) -> Path:
+    (folder / "data").mkdir(parents=True)
+    (folder / "data" / "test.jsonl").write_text(
+        "\n".join(json.dumps({"question": f"{a} + 1", "answer": f"#### {a + 1}"}) for a in range(5))
+    )
+    (folder / "data" / "train.json").write_text(json.dumps([{"question": "1 + 1", "answer": "#### 2"}]))
+    pd.DataFrame([{"question": "9 + 9", "answer": "#### 18"}]).to_parquet(folder / "data" / "extra.parquet")
+    path = folder / "my_task.yaml"
+    path.write_text(
+        "name: my_task\n"
+        f"dataset: {{data_files: {data_files}, split: test, fewshot_split: train}}\n"
+        "num_fewshot: 1\n"
+        'exemplar: "Q: {question}\\nA: {answer}"\n'
+        'query: "Q: {question}\\nA: "\n'
+        "metric: gsm8k\nreference_field: answer\nquality: exact_flexible\n"
+    )
+    return path
+
+
+def test_task_yaml_reads_local_files_relative_or_absolute(tmp_path):
+    path = _task_file(tmp_path / "t", "{test: data/test.jsonl, train: data/train.json}")
+    task = Task(resolve_task(str(path)), "hub")
+    examples = task.examples()
+    assert len(examples) == 5 and examples[0].prompt.startswith("Q: 1 + 1\nA: #### 2\n\nQ: ")
+    absolute = tmp_path / "t" / "data" / "extra.parquet"
+    other = tmp_path / "u" / "task.yaml"
+    other.parent.mkdir()
+    other.write_text(
+        path.read_text().replace("{test: data/test.jsonl, train: data/train.json}", str(absolute))
+    )
+    assert [e.doc["question"] for e in Task(resolve_task(str(other)), "hub", num_fewshot=0).examples()] == [
+        "9 + 9"
+    ]
+    other.write_text(path.read_text().replace("data/test.jsonl", "data/nope.jsonl"))
+    with pytest.raises(BenchError, match="no file .*nope.jsonl"):
+        resolve_task(str(other))
+
+
+def test_broken_task_yaml_is_one_line_with_file_and_line(tmp_path):
+    path = tmp_path / "broken.yaml"
+    path.write_text('name: broken\ndataset: {path: x, split: test\nquery: "{q}"\n')
+    message = cli_error("run", "--task", str(path), "--pair", "tiny")
+    assert str(path) in message and "line 3" in message
+    path.write_text("- just\n- a list\n")
+    assert "expected a mapping" in cli_error("run", "--task", str(path))
