@@ -88,13 +88,33 @@ def rouge(completion: str, doc: dict[str, Any], reference_field: str | None) -> 
 
 # --- Code ------------------------------------------------------------------------------------
 
-_FENCE = re.compile(r"```(?:python|py)?\n(.*?)(?:```|$)", re.DOTALL)
+FENCE = re.compile(r"```(?:python|py)?\n(.*?)(?:```|$)", re.DOTALL)
 
 
-def extract_code(completion: str) -> str:
-    """The first fenced code block if the model wrote one, else the completion itself."""
-    match = _FENCE.search(completion)
-    return match.group(1) if match else completion
+def extract_code(completion: str, prefix: str = "") -> str:
+    """The first fenced code block if the model wrote one, else the completion itself; but code
+    before the first fence is the answer (code, then a fence it closes or a usage example): text
+    before it that is Python after ``prefix`` (HumanEval's prompt) is taken, prose is not."""
+    match = FENCE.search(completion)
+    if match is None:
+        return completion
+    before = completion[: match.start()]
+    return before if _is_code(prefix + before, prefix.count("\n")) else match.group(1)
+
+
+def _is_code(text: str, after_line: int) -> bool:
+    """Whether ``text`` parses as Python with a statement past line ``after_line`` that is more than
+    a bare word (a line of prose such as ``Sure`` parses too)."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):  # ValueError: a null byte
+        return False
+    return any(
+        isinstance(n, ast.stmt)
+        and n.lineno > after_line
+        and not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Name))
+        for n in ast.walk(tree)
+    )
 
 
 def defined_names(code: str) -> set[str]:
@@ -128,7 +148,9 @@ def mbpp(completion: str, doc: dict[str, Any], reference_field: str | None) -> d
 def humaneval(completion: str, doc: dict[str, Any], reference_field: str | None) -> dict[str, float | str]:
     # The prompt's helpers (``poly``, ``encode_cyclic``) run on the trusted side, as the prompt wrote
     # them: the completion can neither redefine them nor rebind what they use.
+    # A chat model's fenced answer restates the signature: its code follows the prompt and redefines it.
+    code = extract_code(completion, prefix=doc["prompt"])
     outcome = run_tests(
-        doc["prompt"] + completion, humaneval_tests(doc), {doc["entry_point"]}, trusted=doc["prompt"]
+        doc["prompt"] + code, humaneval_tests(doc), {doc["entry_point"]}, trusted=doc["prompt"]
     )
     return {"pass@1": float(outcome.passed), "sandbox": outcome.sandbox}

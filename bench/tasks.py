@@ -16,7 +16,7 @@ import numpy as np
 from bench.data import has_fixture, load_rows
 from bench.errors import BenchError
 from bench.registry import entries, find, load_yaml
-from bench.metrics import get_metric
+from bench.metrics import FENCE, get_metric
 
 
 @dataclass(frozen=True)
@@ -188,8 +188,17 @@ class Task:
         return {self.example_id(i, doc): doc for i, doc in enumerate(self.rows())}
 
     def cut(self, completion: str) -> str:
-        """The completion up to the earliest stop string."""
-        ends = [i for i in (completion.find(s) for s in self.spec.stop) if i >= 0]
+        """The completion up to the earliest stop string outside the first fenced code block: a chat
+        model's answer opens its code there with the ``def`` that HumanEval's ``\\ndef `` stop is for."""
+        block = FENCE.search(completion)
+        inside = range(*block.span()) if block else range(0)
+        ends = []
+        for stop in self.spec.stop:
+            i = completion.find(stop)
+            if i in inside:
+                i = completion.find(stop, inside.stop)
+            if i >= 0:
+                ends.append(i)
         return completion[: min(ends)] if ends else completion
 
     def score(self, doc: dict[str, Any], completion: str) -> dict[str, Any]:
