@@ -95,7 +95,8 @@ class RunConfig:
         """A hash of every setting (call on a resolved configuration)."""
         settings = json.dumps(asdict(self), sort_keys=True, default=str)
         digest = hashlib.sha1(f"{SCHEMA}|{settings}".encode()).hexdigest()[:10]
-        method = re.sub(r"[^A-Za-z0-9_.-]+", ".", self.method)  # module:Class, path/to/file.py:Class
+        # A plug-in is named by its name, not by the path or module it was loaded from.
+        method = re.sub(r"[^A-Za-z0-9_.-]+", ".", verifier_class(self.method).name)
         return f"{Path(self.task).stem}-{Path(self.pair).stem}-{method}-{digest}"
 
     @property

@@ -139,9 +139,10 @@ def humaneval_tests(doc: dict[str, Any]) -> str:
 
 @metric("mbpp")
 def mbpp(completion: str, doc: dict[str, Any], reference_field: str | None) -> dict[str, float | str]:
-    """pass@1, and the ``sandbox`` that ran the code (a text column, left out of means)."""
+    """pass@1, the ``sandbox`` that ran the code and what its judge discarded on the way (output past
+    its cap: ``sandbox_note``; text columns, left out of means)."""
     outcome = run_tests(extract_code(completion), mbpp_tests(doc), defined_names(doc["code"]))
-    return {"pass@1": float(outcome.passed), "sandbox": outcome.sandbox}
+    return {"pass@1": float(outcome.passed), "sandbox": outcome.sandbox, "sandbox_note": outcome.note}
 
 
 @metric("humaneval")
@@ -153,4 +154,4 @@ def humaneval(completion: str, doc: dict[str, Any], reference_field: str | None)
     outcome = run_tests(
         doc["prompt"] + code, humaneval_tests(doc), {doc["entry_point"]}, trusted=doc["prompt"]
     )
-    return {"pass@1": float(outcome.passed), "sandbox": outcome.sandbox}
+    return {"pass@1": float(outcome.passed), "sandbox": outcome.sandbox, "sandbox_note": outcome.note}

@@ -85,3 +85,58 @@ def test_a_resolved_configuration_names_every_parameter():
     assert cfg.params == {"target_weight": 0.7, "mix": "prob"}
     same = RunConfig(task="arith", pair="ref", method="ensemble", params={"target_weight": 0.7}, device="cpu")
     assert same.resolve().config_id == cfg.config_id  # a default given or left out is one configuration
+
+
+PLUGIN_FILE = """
+from dataclasses import dataclass
+from typing import ClassVar
+
+from bench.verifiers import MixtureVerifier
+
+
+@dataclass(frozen=True)
+class ScaledConfidence(MixtureVerifier):
+    name: ClassVar[str] = "scaled"
+    sweep: ClassVar[dict] = {"scale": (0.2, 0.5, 0.8)}
+    shorthand: ClassVar[dict] = {"scale": "s"}
+    style: ClassVar[dict] = {"marker": "P", "color": "#123456"}
+    scale: float = 0.5
+
+    def pi(self, r):
+        w = self.scale * r.p.max(-1, keepdim=True).values
+        return w * r.p + (1 - w) * r.q
+"""
+
+
+@pytest.mark.slow
+def test_a_plugin_that_declares_its_sweep_is_reported_like_a_builtin(tmp_path):
+    """A user's verifier in a file of its own, swept as it declares, beside the ensemble's sweep:
+    table, plots, point and frontier verdicts and the HTML page name it and draw it in its style,
+    with no edit anywhere else."""
+    import json
+
+    from bench import api
+
+    (tmp_path / "scaled.py").write_text(PLUGIN_FILE)
+    grid = tmp_path / "grid.yaml"  # baselines.yaml, cut to one family to stay cheap
+    grid.write_text("methods: [ar, sd, ensemble]\nsweep: true\nlimit: 24\nseed: 0\ntemperature: 1.0\ndraft_len: 5\n")
+    out = tmp_path / "results"
+    result = api.run(
+        grid=str(grid), tasks=["arith"], pairs=["ref"], methods=[f"{tmp_path}/scaled.py:ScaledConfidence"],
+        device="cpu", output_dir=out, batch_size=24, timing_examples=0, progress=False, log=lambda m: None,
+    )  # fmt: skip
+    labels = [c.label for c in result.configs]
+    assert labels[-3:] == ["scaled (s=0.2)", "scaled (s=0.5)", "scaled (s=0.8)"]
+    assert all(label in result.table for label in labels)
+    svg = (out / "plots" / "pareto_acceptance_ref.svg").read_text()
+    assert "scaled, s swept" in svg and "ensemble, w swept" in svg and "#123456" in svg
+    verdicts = json.loads(api.compare(out, ["scaled"], "json"))
+    points, frontiers = verdicts["points"], verdicts["frontiers"]
+    assert {p["candidate"] for p in points} == set(labels[-3:])
+    assert {p["family"] for p in points} == {"ensemble"}  # judged against the baseline, never itself
+    (frontier,) = frontiers
+    assert frontier["family"] == "ensemble" and frontier["verdict"] in {
+        "dominates", "dominated", "crosses", "indistinguishable"
+    }  # fmt: skip
+    page = api.report(out, tmp_path / "report.html", ["scaled"]).read_text()
+    assert "scaled (s=0.5)" in page and frontier["verdict"] in page
