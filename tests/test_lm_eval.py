@@ -50,6 +50,7 @@ def responses(results, task="arith_local") -> dict[int, str]:
     return {s["doc_id"]: s["resps"][0][0] for s in results["samples"][task]}
 
 
+@pytest.mark.slow
 def test_ar_sd_ensemble_end_to_end_and_greedy_sd_equals_ar(task_manager, tmp_path):
     runs = {
         "ar": evaluate(task_manager, tmp_path / "ar", method="ar"),
@@ -200,11 +201,23 @@ def test_custom_verifier_and_diversed_head_through_model_args(tmp_path):
         ({"method": "sd", "temperature": 1.0}, "--gen_kwargs"),
         ({"method": "sd", "batch_size": "auto"}, "fixed batch size"),
         ({"pair": "nope"}, "unknown pair 'nope'"),
+        ({"method": "sd", "engine": "turbo"}, "engine='turbo'; use engine=eager or engine=compiled"),
     ],
 )
 def test_bad_model_args_are_one_clear_error(args, message, tmp_path):
     with pytest.raises(BenchError, match=message):
         DiversedLM(**{"device": "cpu", "output_dir": str(tmp_path), **args})
+
+
+def test_the_backend_decodes_on_the_engine_it_is_given_and_its_rows_say_so(tmp_path):
+    from bench.engines import CompiledEngine, EagerEngine
+    from bench.store import load_results
+
+    for name, kind in (("eager", EagerEngine), ("compiled", CompiledEngine)):
+        lm = DiversedLM(pair="tiny", method="sd", engine=name, device="cpu", output_dir=str(tmp_path / name))
+        assert all(isinstance(e, kind) for e in lm.decoder(Sampling(0.0)).engines)
+        lm.generate_until([request("Hi", max_gen_toks=3)])
+        assert set(load_results(tmp_path / name)["engine"]) == {name}
 
 
 def test_unsupported_requests_are_refused(sd_lm):
@@ -241,6 +254,7 @@ def test_command_registers_the_backend_and_refuses_bad_args_in_one_line():
     assert "Traceback" not in bad.stderr
 
 
+@pytest.mark.slow
 def test_core_cli_does_not_import_lm_eval():
     code = "import sys, bench.cli, bench.runner; print(sorted(m for m in sys.modules if m.startswith('lm_eval')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
