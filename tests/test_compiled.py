@@ -97,6 +97,7 @@ def same_stats(a, b) -> None:
             assert da[key] == db[key], key
 
 
+@pytest.mark.slow
 def test_batched_rows_equal_eager(pairs, compiled):
     """Rows finish at different rounds: the static cache compacts them in place. Runs first: the
     batch-1 decodes below reuse its three-row graphs (two rows idle), so they compile nothing."""
@@ -110,6 +111,7 @@ def test_batched_rows_equal_eager(pairs, compiled):
         same_stats(g.stats, w.stats)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["tiny", "qwen3", "gemma3"])
 def test_greedy_outputs_and_counters_equal_eager(name, pairs, compiled):
     pair = pairs[name]
@@ -123,6 +125,7 @@ def test_greedy_outputs_and_counters_equal_eager(name, pairs, compiled):
             assert got.stats.wall_time_s > 0 and not math.isnan(got.stats.wall_time_s)
 
 
+@pytest.mark.slow
 def test_sampled_outputs_equal_eager(pairs, compiled):
     """Same seeds, same draws: each row's generator is consumed in the same order and shapes."""
     pair, hot = pairs["tiny"], Sampling(temperature=1.0)
@@ -134,6 +137,7 @@ def test_sampled_outputs_equal_eager(pairs, compiled):
             same_stats(got.stats, want.stats)
 
 
+@pytest.mark.slow
 def test_sampled_sd_first_token_follows_the_target(pairs, compiled):
     """Lossless under sampling: sd's first emitted token is distributed as p(. | prompt)."""
     target, _, _ = pair = pairs["tiny"]
@@ -156,6 +160,7 @@ def test_sampled_sd_first_token_follows_the_target(pairs, compiled):
     assert chisquare(observed.numpy(), (expected / expected.sum() * len(draws)).numpy()).pvalue > 1e-3
 
 
+@pytest.mark.slow
 def test_training_rollouts_equal_eager(tiny_pair, compiled):
     """`train --engine compiled` samples its rollouts on the same engines: same seeds, same tokens
     and the same per-token quantities as the eager reference."""
@@ -223,6 +228,7 @@ def test_a_model_that_does_not_trace_is_refused():
         fast.generate([1, 2, 3], 4)
 
 
+@pytest.mark.slow
 def test_cli_refuses_an_unknown_engine_in_one_line():
     out = bench_cli("generate", "Question: 2 + 3?", "--engine", "nosuch", "--max-new-tokens", "2")
     assert out.returncode == 2

@@ -37,6 +37,7 @@ def decoder(pair, method, draft_len=5, sampling=GREEDY, eos=True, **params):
     )
 
 
+@pytest.mark.slow
 def test_greedy_sd_equals_ar_token_for_token(tiny_pair):
     ar = decoder(tiny_pair, "ar", eos=False)
     refs = [ar.generate(p, 64).token_ids for p in prompts(tiny_pair.tokenizer)]
@@ -87,6 +88,7 @@ def assistant_settings(tiny_pair):
         setattr(config, key, saved.get(key))
 
 
+@pytest.mark.slow
 def test_greedy_ensemble_matches_transformers_assisted_generation(tiny_pair, assistant_settings):
     n = 4
     assistant_settings.num_assistant_tokens = n

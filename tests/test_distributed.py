@@ -82,6 +82,7 @@ def single(tmp_path_factory):
     return rows(out)
 
 
+@pytest.mark.slow
 def test_shard_jobs_merge_to_the_single_run(tmp_path, single):
     jobs = run_all(
         [
@@ -97,6 +98,7 @@ def test_shard_jobs_merge_to_the_single_run(tmp_path, single):
     pd.testing.assert_frame_equal(rows(tmp_path / "merged"), single)
 
 
+@pytest.mark.slow
 def test_two_torchrun_processes_equal_one(tmp_path, single):
     out = subprocess.run(
         [
@@ -121,6 +123,7 @@ def test_two_torchrun_processes_equal_one(tmp_path, single):
     pd.testing.assert_frame_equal(rows(tmp_path / "ranks"), single)
 
 
+@pytest.mark.slow
 def test_mixed_settings_are_refused(tmp_path):
     base = [
         sys.executable,

@@ -31,7 +31,7 @@ from bench.verifiers import make_verifier
 from hub_checkpoints import FAMILIES, WINDOW, build_family
 
 ARCHITECTURES = ("llama3", "qwen3", "gemma3")
-ENGINES = ("eager", "compiled")
+ENGINES = ("eager", pytest.param("compiled", marks=pytest.mark.slow))  # compiling: about a minute a pair
 GREEDY = Sampling(temperature=0.0)
 N = 3  # draft length: the target verifies N + 1 tokens a step
 BUDGET = 16

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 CHECK = """
 import bench
 from bench.data import fixture_dir
@@ -28,6 +30,7 @@ print(bench.__file__)
 """
 
 
+@pytest.mark.slow
 def test_installed_package_has_its_data_files(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     out = subprocess.run(

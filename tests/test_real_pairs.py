@@ -62,12 +62,14 @@ def probe(cache, *pairs):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_a_padded_target_vocabulary_is_compared_on_the_shared_rows(tmp_path):
     build_family(tmp_path, "qwen3", target_vocab_padding=24)  # like Qwen2.5-7B's 152064 vs 151936 rows
     got = probe(tmp_path, "qwen3")["qwen3"]
     assert got["logits"] == got["vocab"] and got["equal"]
 
 
+@pytest.mark.slow
 def test_a_pair_file_can_spread_the_target_with_device_map_auto(hub_cache, tmp_path):
     from bench.pairs import resolve_pair
 

@@ -69,6 +69,7 @@ def test_packaged_pair_shares_one_tokenizer_and_the_draft_is_smaller(ref_pair):
     assert ref_pair.target.config.vocab_size == ref_pair.draft.config.vocab_size == len(ref_pair.tokenizer)
 
 
+@pytest.mark.slow
 def test_shipped_target_is_accurate_and_the_draft_clearly_weaker(ref_pair, arith_task):
     examples = arith_task.examples(SUBSET, seed=0)
     target_greedy = accuracy(ref_pair, arith_task, examples, decode(ref_pair, "ar", examples, 0.0))
@@ -85,6 +86,7 @@ def test_greedy_sd_equals_ar_on_the_reference_pair(ref_pair, arith_task):
     assert decode(ref_pair, "sd", examples, 0.0) == decode(ref_pair, "ar", examples, 0.0)
 
 
+@pytest.mark.slow
 def test_training_script_runs_and_writes_a_loadable_pair(tmp_path):
     from bench.pairs import PairSpec
     from bench.reference.train import main

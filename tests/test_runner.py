@@ -62,6 +62,7 @@ def full_run(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_all_methods_on_all_tasks(full_run):
     rows = load_results(full_run)
     assert set(REQUIRED) <= set(rows.columns)
@@ -76,6 +77,7 @@ def test_all_methods_on_all_tasks(full_run):
     assert rows[rows["method"] == "diversed"]["weight_mean"].eq(0.5).all()
 
 
+@pytest.mark.slow
 def test_table_is_sane(full_run):
     summary = summarise(load_results(full_run))
     ar = summary[summary["method"] == "ar"]
@@ -98,6 +100,7 @@ def test_table_is_sane(full_run):
     assert "GSM8K accept rate" in text and "MBPP pass@1" in text and "ensemble (w=0.3)" in text
 
 
+@pytest.mark.slow
 def test_plots_are_written(full_run, tmp_path):
     from bench.reports.plots import write_plots
 
@@ -119,6 +122,7 @@ def test_plots_are_written(full_run, tmp_path):
     assert "temperature 1" in (tmp_path / "pareto_acceptance_tiny.txt").read_text()
 
 
+@pytest.mark.slow
 def test_finished_configurations_are_skipped(full_run):
     before = {p: p.stat().st_mtime_ns for p in full_run.glob("*.parquet")}
     messages = []
@@ -127,6 +131,7 @@ def test_finished_configurations_are_skipped(full_run):
     assert {p: p.stat().st_mtime_ns for p in full_run.glob("*.parquet")} == before
 
 
+@pytest.mark.slow
 def test_same_seed_twice_gives_identical_rows(tmp_path):
     frames = []
     for name in ("a", "b"):
@@ -149,6 +154,7 @@ def test_a_batch_is_written_in_one_file(tmp_path):
     assert store.done_ids("c") == {"0", "1", "2"} and not list(tmp_path.glob("parts/c/*/*.parquet"))
 
 
+@pytest.mark.slow
 def test_kill_and_resume(tmp_path):
     args = [
         sys.executable,
@@ -207,6 +213,7 @@ def test_paper_grid_ships_and_expands():
     assert {c.head for c in cfgs if c.method == "diversed"} >= {"heads/gsm8k-llama3"}
 
 
+@pytest.mark.slow
 def test_diversed_without_head_is_loud(tmp_path):
     out = bench_cli(
         "run",
@@ -228,6 +235,7 @@ def test_diversed_without_head_is_loud(tmp_path):
     assert set(load_results(tmp_path)["method"]) == {"ar"}
 
 
+@pytest.mark.slow
 def test_bad_cli_input_is_one_line(tmp_path):
     run = ["run", "--limit", "1", "--no-report", "--no-progress"]
     cases = (
