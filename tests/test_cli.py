@@ -23,6 +23,7 @@ COMMANDS = [
     "train",
     "speed",
     "merge",
+    "fetch",
     "generate",
 ]
 
