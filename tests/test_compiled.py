@@ -137,7 +137,6 @@ def test_sampled_outputs_equal_eager(pairs, compiled):
             same_stats(got.stats, want.stats)
 
 
-@pytest.mark.slow
 def test_sampled_sd_first_token_follows_the_target(pairs, compiled):
     """Lossless under sampling: sd's first emitted token is distributed as p(. | prompt)."""
     target, _, _ = pair = pairs["tiny"]
