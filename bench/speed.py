@@ -37,6 +37,28 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def memory_bandwidth(device: torch.device, megabytes: int = 512, repeats: int = 7) -> float:
+    """Bytes per second a copy of a buffer much larger than any cache moves (read + write), median
+    of ``repeats``, with this process's thread count: what a batch-1 decode step, which reads every
+    weight once, can be bounded by on this machine."""
+    n = megabytes * 2**20 // 4
+    src, dst = torch.ones(n, device=device), torch.empty(n, device=device)
+    dst.copy_(src)  # first touch of the pages, untimed
+    times = []
+    for _ in range(repeats):
+        _sync(device)
+        tick = time.perf_counter()
+        dst.copy_(src)
+        _sync(device)
+        times.append(time.perf_counter() - tick)
+    return 2 * n * 4 / statistics.median(times)
+
+
+def weight_bytes(model: torch.nn.Module) -> int:
+    """Bytes of a model's parameters, a tied embedding counted once: what one step reads."""
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
 @dataclass
 class Timed:
     outputs: list[list[int]]
@@ -175,6 +197,11 @@ def per_token_ratio(got: dict[str, list[Timed]], a: str, b: str) -> float:
     return ratio(got, a, b) * tokens
 
 
+def per_token_ms(runs: list[Timed]) -> float:
+    """Median over repeats of wall time per emitted token, prompts' prefill included."""
+    return statistics.median(1e3 * t.seconds / max(sum(map(len, t.outputs)), 1) for t in runs)
+
+
 def bound(sd_clock: Timed, ar_clock: Timed, alpha: float, n: int) -> dict[str, float]:
     """One repeat's step costs (median draft step of ``sd``, median single-token target step of
     ``ar``, median verification of ``sd``), c, the ideal speedup S and the share of the ``sd`` time
@@ -208,6 +235,7 @@ def measure(
     untimed run per engine and are reported on their own."""
     engines = engines or {"eager": EagerEngine}
     first = next(iter(engines))
+    bandwidth = [memory_bandwidth(pair.device)]  # measured again at the end: the machine drifts
     setups: dict[str, dict[str, float]] = {}
     for name, engine in engines.items():
         tick = time.perf_counter()
@@ -285,10 +313,14 @@ def measure(
                 + (f", sd time per token vs {first} {row['sd_vs_first']:.2f}" if name != first else "")
             )
             rows.append(row)
+    bandwidth.append(memory_bandwidth(pair.device))
+    weights = weight_bytes(pair.target)
+    floor_ms = 1e3 * weights / statistics.mean(bandwidth)
     for name, engine in engines.items():  # graphs for longer examples compile in later untimed starts
         t_draft = statistics.median(b["t_draft_ms"] for b in bounds[name])
         t_target = statistics.median(b["t_target_ms"] for b in bounds[name])
         setups[name].update(
+            target_vs_floor=t_target / floor_ms,
             t_draft_ms=t_draft,
             t_target_ms=t_target,
             c=t_draft / t_target,
@@ -307,6 +339,11 @@ def measure(
         "engines": setups,
         "ar_vs_hf": ratio(base, "ar", "hf"),
         "ar_equals_hf": base["ar"][0].outputs == base["hf"][0].outputs,
+        "ar_ms_per_token": per_token_ms(base["ar"]),
+        "hf_ms_per_token": per_token_ms(base["hf"]),
+        "bandwidth_gb_s": [b / 1e9 for b in bandwidth],
+        "target_weight_bytes": weights,
+        "floor_ms": floor_ms,
         "rows": rows,
     }
 
@@ -323,18 +360,24 @@ def markdown(result: dict[str, Any], command: str) -> str:
         f"{r['prompts']} prompts x {r['max_new_tokens']} new tokens, greedy. Ratios are medians over {r['repeats']} "
         "repeats of runs made back to back (engines alternating within each repeat).",
         "",
-        "| engine | draft step ms | target step ms | c | compile s | warm-up s |",
-        "|---|---|---|---|---|---|",
+        f"Memory bandwidth (a {r['threads']}-thread copy, read + write, before and after): "
+        + ", ".join(f"{b:.1f}" for b in r["bandwidth_gb_s"])
+        + f" GB/s; target weights {r['target_weight_bytes'] / 1e6:.0f} MB: the floor of a batch-1 target step "
+        f"(weights / bandwidth) is **{r['floor_ms']:.2f} ms**.",
+        "",
+        "| engine | draft step ms | target step ms | target step / floor | c | compile s | warm-up s |",
+        "|---|---|---|---|---|---|---|",
     ]
     for name, e in r["engines"].items():
         lines.append(
-            f"| {name} | {e['t_draft_ms']:.3f} | {e['t_target_ms']:.3f} | {e['c']:.3f} | "
+            f"| {name} | {e['t_draft_ms']:.3f} | {e['t_target_ms']:.3f} | {e['target_vs_floor']:.2f} | {e['c']:.3f} | "
             f"{e['compile_s']:.1f} | {e['warmup_s']:.1f} |"
         )
     lines += [
         "",
         f"`ar` ({first}): harness / transformers generate() = **{r['ar_vs_hf']:.2f}** "
-        f"(outputs equal: {r['ar_equals_hf']})",
+        f"(outputs equal: {r['ar_equals_hf']}); {r['ar_ms_per_token']:.2f} vs {r['hf_ms_per_token']:.2f} ms per "
+        f"token, prompts included ({r['ar_ms_per_token'] / r['floor_ms']:.2f}x the floor)",
         "",
         "| engine | N | alpha | c | sd / HF assisted | outputs equal HF | equal ar | speedup | rounds' speedup | ideal S "
         "| efficiency "
