@@ -7,10 +7,9 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from bench.cli import app, main
-from bench.grid import configs_from_flags
+from bench.cli import app
 from bench.runner import Runner
-from bench.store import load_results
+from small_runs import cli, tiny_run
 
 COMMANDS = [
     "run",
@@ -72,30 +71,9 @@ def test_run_sets_and_records_the_cpu_threads(tmp_path):
     assert isinstance(bad.exception, BenchError) and "--threads" in str(bad.exception)
 
 
-def run(out, methods=("ar", "sd"), **kw):
-    settings = dict(tasks=["gsm8k"], pairs=["tiny"], device="cpu", max_new_tokens=8)
-    configs = configs_from_flags(methods=list(methods), **{**settings, **kw})
-    Runner(out, limit=2, progress=False, log=lambda m: None).run(configs)
-    return load_results(out)
-
-
-def cli(capsys, *args):
-    """``diversed-bench ARGS`` in this process: (exit code, stderr lines)."""
-    saved = sys.argv
-    sys.argv = ["diversed-bench", *args]
-    try:
-        main()
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    finally:
-        sys.argv = saved
-    return code, capsys.readouterr().err.strip().splitlines()
-
-
 def test_bad_input_is_one_line(tmp_path, capsys):
     results = tmp_path / "results"
-    run(results)
+    tiny_run(results)
     (results / "notes.parquet").write_text("not parquet")
     broken = tmp_path / "preds.jsonl"
     broken.write_text('{"example_id": "0", "completion": "#### 3"}\n{"example_id": "1", "compl\n')
