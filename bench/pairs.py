@@ -1,7 +1,7 @@
 """Model pairs: a YAML file per draft/target pair (``pairs/``), and the code that loads one.
 
-A pair is named by its registry name (``tiny``, ``llama3``, ``qwen3``, ``gemma3``) or by a path
-to a user's own YAML file with the same fields.
+A pair is named by its registry name (``tiny``, ``llama3``, ``qwen3``, ``gemma3``, ``smollm2``, ...)
+or by a path to a user's own YAML file with the same fields.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from bench.errors import BenchError
 from bench.registry import entries, find, load_yaml
 from bench.tiny import TinyConfig, build_synthetic_pair, build_tiny_pair
 
-PAIR_KINDS = ("tiny", "hub", "synthetic", "packaged")
+PAIR_KINDS = ("tiny", "hub", "synthetic", "packaged", "fetched")
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,9 @@ class PairSpec:
     device_map: dict[str, Any] | str | None = None
     tiny: dict[str, Any] = field(default_factory=dict)
     synthetic: dict[str, Any] = field(default_factory=dict)
+    # fetched pairs: the wheel and model file the target comes from (bench.fetch.FetchSource); the
+    # draft is an early-exit draft built from the target and the package folder `draft` names.
+    fetch: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.kind not in PAIR_KINDS:
@@ -45,6 +48,11 @@ class PairSpec:
             )
         if self.kind in ("hub", "packaged") and not (self.target and self.draft):
             raise BenchError(f"pair {self.name}: a {self.kind} pair needs both `target` and `draft` models")
+        if self.kind == "fetched" and not (self.fetch and self.draft):
+            raise BenchError(
+                f"pair {self.name}: a fetched pair needs a `fetch` section and a `draft` folder; "
+                "see pairs/smollm2.yaml"
+            )
 
     @classmethod
     def from_file(cls, path: Path | Any) -> PairSpec:
@@ -225,6 +233,24 @@ def _load_packaged_pair(spec: PairSpec, device: torch.device, dtype: torch.dtype
     return Pair(spec, target, draft, tok)
 
 
+def _load_fetched_pair(spec: PairSpec, device: torch.device, dtype: torch.dtype) -> Pair:
+    """The target from the fetch cache (``bench.fetch``), the draft built from its first layers
+    and the fitted correction shipped in the package (``bench.early_exit``)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from bench.early_exit import load_early_exit_draft
+    from bench.fetch import FetchSource, fetched_model
+
+    source = FetchSource.of(spec.name, spec.fetch)
+    folder = fetched_model(spec.name, source)
+    tok = AutoTokenizer.from_pretrained(folder)
+    target = AutoModelForCausalLM.from_pretrained(
+        folder, dtype=dtype, attn_implementation=spec.attn_implementation, device_map=device
+    ).eval()
+    draft = load_early_exit_draft(target, spec.draft, source.member_sha256, spec.name)  # type: ignore[arg-type]
+    return Pair(spec, target, draft, tok)
+
+
 def load_pair(name_or_spec: str | PairSpec, device: str = "auto", dtype: str | None = None) -> Pair:
     """Resolve and load a pair onto a device, in the pair's dtype unless one is given. A model whose
     attention the engines would not reproduce exactly is refused here, before anything runs."""
@@ -255,4 +281,6 @@ def _load(spec: PairSpec, dev: torch.device, torch_dtype: torch.dtype) -> Pair:
         return Pair(spec, target, draft, SyntheticTokenizer(target.config.vocab_size))
     if spec.kind == "packaged":
         return _load_packaged_pair(spec, dev, torch_dtype)
+    if spec.kind == "fetched":
+        return _load_fetched_pair(spec, dev, torch_dtype)
     return _load_hub_pair(spec, dev, torch_dtype)

@@ -99,3 +99,16 @@ def demo_results(tmp_path_factory) -> Path:
         trace=True,
     )
     return out
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """The real smollm2 pair (fp32, CPU), loaded once per session or xdist worker. Where it was
+    never fetched (no package index), the tests using it skip, naming the command that fetches
+    it; a cache that exists but is wrong fails them."""
+    from bench.fetch import MANIFEST, cache_dir, fetch_command
+    from bench.pairs import load_pair
+
+    if not (cache_dir("smollm2") / MANIFEST).is_file():
+        pytest.skip(f"pair smollm2 is not fetched ({cache_dir('smollm2')}): run `{fetch_command('smollm2')}`")
+    return load_pair("smollm2", device="cpu")

@@ -18,7 +18,7 @@ HUB_IDS = {
 
 
 def test_registry_holds_the_paper_pairs_and_tiny():
-    assert pair_names() == ["gemma3", "llama3", "llama3-shapes", "qwen3", "ref", "ref-draft", "tiny"]
+    assert pair_names() == ["gemma3", "llama3", "llama3-shapes", "qwen3", "ref", "ref-draft", "smollm2", "tiny"]
     for name, (target, draft) in HUB_IDS.items():
         spec = resolve_pair(name)
         assert (spec.target, spec.draft) == (target, draft)
@@ -35,7 +35,7 @@ def test_a_users_own_pair_file(tmp_path):
 
 
 def test_unknown_pair_names_the_choices():
-    with pytest.raises(BenchError, match="gemma3, llama3, llama3-shapes, qwen3, ref, ref-draft, tiny"):
+    with pytest.raises(BenchError, match="gemma3, llama3, llama3-shapes, qwen3, ref, ref-draft, smollm2, tiny"):
         resolve_pair("mistral")
 
 
