@@ -51,7 +51,8 @@ def test_unreachable_hub_pair_fails_fast_with_one_line(tmp_path):
     env.update(HF_ENDPOINT="http://127.0.0.1:9", HF_HOME=str(tmp_path / "hf"))  # closed local port
     start = time.monotonic()
     out = bench_cli("generate", "hello", "--pair", "qwen3", "--device", "cpu", env=env, timeout=120)
-    assert time.monotonic() - start < 20  # the libraries' own retries took 53 s here
+    # Margin for a busy machine (25 s measured beside another job); the libraries' own retries took 53 s.
+    assert time.monotonic() - start < 45
     assert out.returncode == 2 and "Traceback" not in out.stderr
     last = out.stderr.strip().splitlines()[-1]
     assert last.startswith("error: cannot load Qwen/Qwen3-8B") and "--pair tiny" in last
