@@ -8,6 +8,11 @@ a fitted 576 x 576 map from layer k's normalised state to the target's final nor
 ``lm_head`` as ``W_E M`` once, at load: the draft is then a plain ``LlamaForCausalLM`` of k layers
 that every engine, ``generate`` and assisted generation run unchanged, and it computes exactly the
 fitted function (a product regrouped, nothing approximated). Only ``M`` ships (1.3 MB).
+
+Sharing layers has one visible effect: transformers installs its output-capturing hooks per model
+at the first forward, so once both models have run with ``output_hidden_states`` a shared layer's
+output is listed once per model. ``hidden_states[-1]`` (what the engines and the DIVERSED head read)
+stays each model's own final state; intermediate indices shift, so read a layer with a hook.
 """
 
 from __future__ import annotations

@@ -178,7 +178,9 @@ def markdown(result: dict[str, Any]) -> str:
         )
     lines += [
         "",
-        "floor: weight bytes read per step / copy bandwidth (ar); ar floor / S(alpha, N, c) (sd).",
+        "ms/tok: wall time / new tokens, the prompts' prefill included (in both implementations); floor: "
+        "weight bytes a step reads / copy bandwidth (ar), ar floor / S(alpha, N, c) (sd); = HF: the same "
+        "tokens as transformers.",
         "",
     ]
     for t in result["throughput"]:

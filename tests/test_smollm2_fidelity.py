@@ -38,7 +38,7 @@ from bench.decoding import SpeculativeDecoder
 from bench.distributions import Sampling
 from bench.early_exit import build_early_exit_draft, read_correction
 from bench.engines import EagerEngine, make_engine
-from bench.pairs import load_pair, Pair
+from bench.pairs import Pair
 from bench.tasks import Task, resolve_task
 from bench.verifiers import make_verifier
 
@@ -224,17 +224,37 @@ def test_pair_loads_the_real_model_and_its_early_exit_draft(smollm2):
 
 def test_the_draft_computes_the_shipped_map_folded(smollm2, prompts):
     """The draft's logits are W_E (M u_k), u_k the target's layer-k state over its RMS: the fold of
-    M into lm_head regroups a product and changes nothing else. On a pair of its own: in a full
-    run this failed on the session's shared pair (after other tests of the worker), not alone."""
-    smollm2 = load_pair("smollm2", device="cpu")
+    M into lm_head regroups a product and changes nothing else.
+
+    Layer states are read with forward hooks, not ``output_hidden_states``: transformers installs
+    its output-capturing hooks per model at its first forward, so once both models of the pair have
+    run with it a shared layer is listed once per model and ``hidden_states[k]`` is no longer layer
+    k. ``hidden_states[-1]``, the only one the harness reads (the DIVERSED head's input), stays each
+    model's own final normalised state: checked here after both models ran."""
     card, mapping = read_correction(Path(str(resources.files("bench") / smollm2.spec.draft)))
-    k, target = card["layers"], smollm2.target
+    k, target, draft = card["layers"], smollm2.target, smollm2.draft
     ids = torch.tensor([prompts[True][0]])
+    layer_out: dict[int, torch.Tensor] = {}
+    hooks = [
+        target.model.layers[i].register_forward_hook(
+            lambda module, args, out, i=i: layer_out.setdefault(i, out[0] if isinstance(out, tuple) else out)
+        )
+        for i in (k - 1, target.config.num_hidden_layers - 1)
+    ]
     with torch.inference_mode():
-        h = target(input_ids=ids, output_hidden_states=True).hidden_states[k][0]
+        draft(input_ids=ids, output_hidden_states=True)  # both models have run with it
+        try:
+            last = target(input_ids=ids, output_hidden_states=True).hidden_states[-1][0]
+        finally:
+            for hook in hooks:
+                hook.remove()
+        h = layer_out[k - 1][0]
         u = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + target.config.rms_norm_eps)
         want = (u @ mapping.T) @ target.lm_head.weight.T
-        torch.testing.assert_close(smollm2.draft(input_ids=ids).logits[0], want, rtol=1e-4, atol=1e-4)
+        out = draft(input_ids=ids, output_hidden_states=True)
+        torch.testing.assert_close(out.logits[0], want, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(out.hidden_states[-1][0], u, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(last, target.model.norm(layer_out[target.config.num_hidden_layers - 1][0]))
 
 
 def check_prompts(prompts: list[list[int]], refs: list[Reference], closest: float) -> None:
