@@ -38,15 +38,16 @@ def configs(
     engine: str = "eager",
     log: Log = print,
     **settings: Any,
-) -> list[RunConfig]:
-    """The configurations a run decodes, from a grid or from flags. ``settings`` are RunConfig
-    fields the caller set (None: not set). With a grid, ``tasks``, ``pairs`` and ``methods`` fill
-    what a template grid leaves open, and a setting the grid fixes is refused."""
+) -> tuple[list[RunConfig], int | None]:
+    """The configurations a run decodes, from a grid or from flags, and the grid's example limit.
+    ``settings`` are RunConfig fields the caller set (None: not set). With a grid, ``tasks``,
+    ``pairs`` and ``methods`` fill what a template grid leaves open, and a setting the grid fixes
+    is refused."""
     from bench.grid import configs_from_flags, configs_from_grid
 
     settings = {k: v for k, v in settings.items() if v is not None}
     if grid:
-        found, _ = configs_from_grid(
+        return configs_from_grid(
             grid,
             device=device,
             dtype=dtype,
@@ -58,7 +59,6 @@ def configs(
             params=params,
             settings=settings,
         )
-        return found
     chosen = list(methods or ALL_METHODS)
     if "diversed" in chosen and not heads:
         log(
@@ -66,7 +66,7 @@ def configs(
             "then pass --head PATH (or --head init for an untrained w = 0.5 head)."
         )
         chosen.remove("diversed")
-    return configs_from_flags(
+    found = configs_from_flags(
         tasks=list(tasks or PAPER_TASKS),
         pairs=list(pairs or ["tiny"]),
         methods=chosen,
@@ -77,12 +77,7 @@ def configs(
         engine=engine,
         **settings,
     )
-
-
-def grid_limit(grid: str | None) -> int | None:
-    from bench.grid import load_grid
-
-    return load_grid(grid).get("limit") if grid else None
+    return found, None
 
 
 @dataclass
@@ -121,7 +116,7 @@ def run(
     from bench.distributed import Launch
     from bench.runner import Runner
 
-    found = configs(
+    found, grid_limit = configs(
         grid=grid,
         tasks=tasks,
         pairs=pairs,
@@ -139,7 +134,7 @@ def run(
     index, count = shard
     runner = Runner(
         output_dir,
-        limit=limit if limit is not None else grid_limit(grid),
+        limit=limit if limit is not None else grid_limit,
         partition=(index * launch.world_size + launch.rank, count * launch.world_size),
         device=launch.device,
         batch_size=batch_size,

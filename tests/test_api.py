@@ -139,4 +139,4 @@ def test_a_plugin_that_declares_its_sweep_is_reported_like_a_builtin(tmp_path):
         "dominates", "dominated", "crosses", "indistinguishable"
     }  # fmt: skip
     page = api.report(out, tmp_path / "report.html", ["scaled"]).read_text()
-    assert "scaled (s=0.5)" in page and frontier["verdict"] in page
+    assert "scaled (s=0.5)" in page and "scaled (3 pts)" in page  # its points and its frontier row
