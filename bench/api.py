@@ -395,6 +395,17 @@ def throughput(
     return text, [stem.with_suffix(".md"), stem.with_suffix(".json")]
 
 
+def fetch(pair: str, *, wheel: Path | str | None = None, force: bool = False, log: Log = print) -> Path:
+    """Fetch a ``fetched`` pair's target into the cache (``bench.fetch``) and return its folder."""
+    from bench.fetch import FetchSource, fetch_model
+    from bench.pairs import resolve_pair
+
+    spec = resolve_pair(pair)
+    if spec.kind != "fetched":
+        raise BenchError(f"pair {spec.name} is a {spec.kind} pair; only fetched pairs are fetched")
+    return fetch_model(spec.name, FetchSource.of(spec.name, spec.fetch), wheel=wheel, force=force, log=log)
+
+
 def registries() -> str:
     """The tasks, pairs and methods (with their parameters, defaults and sweeps), as text."""
     from dataclasses import MISSING, fields
@@ -417,6 +428,7 @@ def registries() -> str:
         what = {
             "hub": f"{spec.target} / {spec.draft}",
             "packaged": f"bench/{spec.target} / bench/{spec.draft}, shipped in the package, offline",
+            "fetched": f"{spec.fetch.get('requirement')} (diversed-bench fetch {name}) / early-exit draft",
         }.get(spec.kind, "built in code, offline")
         lines.append(f"  {name:<{width}}{what}")
     lines.append("methods (the rule; the parameters' defaults; the sweep --grid baselines runs):")

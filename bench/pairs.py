@@ -15,6 +15,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from bench.engines.layout import attention_layout
 from bench.errors import BenchError
+from bench.fetch import FetchSource, fetched_model
 from bench.registry import entries, find, load_yaml
 from bench.tiny import TinyConfig, build_synthetic_pair, build_tiny_pair
 
@@ -239,7 +240,6 @@ def _load_fetched_pair(spec: PairSpec, device: torch.device, dtype: torch.dtype)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from bench.early_exit import load_early_exit_draft
-    from bench.fetch import FetchSource, fetched_model
 
     source = FetchSource.of(spec.name, spec.fetch)
     folder = fetched_model(spec.name, source)

