@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import statistics
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -176,6 +177,29 @@ def clocked(
     return timed
 
 
+def host_syncs(
+    pair: Pair, method: str, prompt: list[int], n: int, max_new: int, engine: EngineFactory
+) -> dict[str, float] | None:
+    """Host-device synchronisations in one greedy decode of ``prompt`` (after an untimed decode
+    that compiles and allocates), counted by CUDA's sync debug mode, which warns at every blocking
+    call: the loop's contract is about one wait per round (tests/test_decoding.py). None off CUDA,
+    where the host never waits for a device."""
+    if pair.device.type != "cuda":
+        return None
+    decoder = build_decoder(pair, method, draft_len=n, sampling=GREEDY, engine=engine)
+    decoder.generate(prompt, max_new)
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            gen = decoder.generate(prompt, max_new)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    syncs = sum("synchroniz" in str(w.message) for w in caught)
+    rounds = gen.stats.rounds
+    return {"syncs": syncs, "rounds": rounds, "per_round": syncs / rounds if rounds else float("nan")}
+
+
 def paired(repeats: int, **runs: Callable[[], Timed]) -> dict[str, list[Timed]]:
     """Run every named measurement once per repeat, back to back, so that the values taken from one
     repeat share the machine's state. Returns each measurement's runs in repeat order."""
@@ -299,6 +323,11 @@ def measure(
                 "ar_vs_first": per_token_ratio(got, f"ar@{name}", f"ar@{first}"),
                 "equals_first": sd.outputs == got[f"sd@{first}"][0].outputs,
             }
+            # Counted in a run of their own (the debug mode's warnings cost time): one prompt.
+            syncs = {m: host_syncs(pair, m, prompts[0], n, max_new, engines[name]) for m in ("sd", "ar")}
+            if syncs["sd"] is not None:
+                row.update(host_syncs_per_round=syncs["sd"]["per_round"], host_syncs=syncs["sd"],
+                           ar_host_syncs=syncs["ar"])  # fmt: skip
             if ensemble_weight is not None and name == first:
                 row.update(
                     ensemble_vs_hf=ratio(got, "ens", "hf_ens"),
@@ -311,6 +340,12 @@ def measure(
                 f"(ideal {row['ideal_speedup']:.2f}, efficiency {row['efficiency']:.2f}), "
                 f"{100 * row['forward_share']:.0f}% of the time in model steps, verify step {row['t_verify_ms']:.2f} ms"
                 + (f", sd time per token vs {first} {row['sd_vs_first']:.2f}" if name != first else "")
+                + (
+                    f", host syncs per round {row['host_syncs_per_round']:.2f} (ar: per step "
+                    f"{row['ar_host_syncs']['per_round']:.2f})"
+                    if "host_syncs" in row
+                    else ""
+                )
             )
             rows.append(row)
     bandwidth.append(memory_bandwidth(pair.device))
@@ -400,6 +435,22 @@ def markdown(result: dict[str, Any], command: str) -> str:
                 else " | |"
             )
         lines.append(line)
+    synced = [row for row in r["rows"] if "host_syncs" in row]
+    if synced:
+        lines += [
+            "",
+            "Host-device synchronisations (CUDA's sync debug mode, one greedy decode of the first prompt, "
+            "prefill and clock included):",
+            "",
+            "| engine | N | sd syncs | sd rounds | sd syncs / round | ar syncs | ar steps | ar syncs / step |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {row['engine']} | {row['draft_len']} | {s['syncs']} | {s['rounds']} | {s['per_round']:.2f} | "
+            f"{a['syncs']} | {a['rounds']} | {a['per_round']:.2f} |"
+            for row in synced
+            for s, a in [(row["host_syncs"], row["ar_host_syncs"])]
+        ]
     lines += [
         "",
         "Step costs are medians of engine steps inside the loop, timed in clocked runs made in every repeat "
