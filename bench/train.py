@@ -58,8 +58,12 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS:
             raise BenchError(f"--algorithm must be one of {', '.join(ALGORITHMS)}, got {self.algorithm!r}")
-        if self.lr <= 0 or self.batch_size < 1 or self.epochs < 1 or self.num_prompts < 1:
-            raise BenchError("--lr must be > 0 and --batch-size, --epochs, --num-prompts >= 1")
+        if self.lr <= 0 or min(self.batch_size, self.epochs, self.num_prompts, self.rollout_tokens) < 1:
+            raise BenchError(
+                "--lr must be > 0 and --batch-size, --epochs, --num-prompts, --rollout-tokens >= 1"
+            )
+        if self.inner_steps < 1:
+            raise BenchError(f"reinforce++ needs inner_steps >= 1, got {self.inner_steps}")
         if self.reg_weight < 0:
             raise BenchError(f"--reg-weight must be >= 0, got {self.reg_weight}")
         check_truncation(self.truncate_prompt)

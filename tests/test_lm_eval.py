@@ -254,6 +254,62 @@ def test_command_registers_the_backend_and_refuses_bad_args_in_one_line():
     assert "Traceback" not in bad.stderr
 
 
+HUB_TASK = """task: hub_only
+dataset_path: openai/gsm8k
+dataset_name: main
+output_type: generate_until
+test_split: test
+doc_to_text: "{{question}}"
+doc_to_target: "{{answer}}"
+"""
+
+
+@pytest.mark.parametrize(
+    "tasks, message",
+    [
+        (
+            ["--tasks", "no_such_task"],
+            "error: Tasks not found: no_such_task; `diversed-lm-eval ls tasks` lists them "
+            "(add --include_path DIR for your own task files)",
+        ),
+        (
+            [],
+            "error: No tasks specified, or no tasks found. Please verify the task names; `diversed-lm-eval ls",
+        ),
+        (
+            ["--tasks", "hub_only"],
+            "error: Couldn't reach 'openai/gsm8k' on the Hub (OfflineModeIsEnabled); lm-eval's task",
+        ),
+    ],
+    ids=["unknown-task", "no-task", "hub-dataset"],
+)
+def test_no_task_an_unknown_task_and_a_dataset_off_the_hub_are_one_line_each(
+    tasks, message, tmp_path, monkeypatch, capsys
+):
+    """lm-eval's own refusals, raised by lm-eval itself, come out of the command as one line naming
+    the way round: no task, a task it does not know, and a task whose dataset is on the hub
+    (unreachable in the tests). In-process, with lm-eval's task index cut to the given folder (its ~7 s scan of its
+    own task files is not what is tested), and without lm-eval's logging set-up, which would leave
+    a handler on this test's captured stderr."""
+    from functools import partial
+
+    import lm_eval.__main__
+    import lm_eval.tasks
+
+    from bench import lm_eval_cli
+
+    (tmp_path / "hub_only.yaml").write_text(HUB_TASK)
+    monkeypatch.setattr(lm_eval.__main__, "setup_logging", lambda *a, **k: None)  # no handler left behind
+    monkeypatch.setattr(lm_eval.tasks, "TaskManager", partial(TaskManager, include_defaults=False))
+    monkeypatch.setattr(sys, "argv", ["diversed-lm-eval", "--model", "diversed", "--model_args", "pair=tiny"])
+    sys.argv += ["--device", "cpu", *tasks, "--include_path", str(tmp_path), "--limit", "1"]
+    with pytest.raises(SystemExit) as exit_:
+        lm_eval_cli.main()
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith(message), err[-2000:]
+
+
 @pytest.mark.slow
 def test_core_cli_does_not_import_lm_eval():
     code = "import sys, bench.cli, bench.runner; print(sorted(m for m in sys.modules if m.startswith('lm_eval')))"

@@ -170,3 +170,7 @@ def test_bad_training_settings():
         TrainConfig(algorithm="ppo")
     with pytest.raises(BenchError, match="temperature"):
         TrainConfig(temperature=0)
+    with pytest.raises(BenchError, match="--rollout-tokens >= 1"):  # else a traceback after loading the pair
+        TrainConfig(rollout_tokens=0)
+    with pytest.raises(BenchError, match="inner_steps >= 1"):
+        TrainConfig(algorithm="reinforce++", inner_steps=0)
