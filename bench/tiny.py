@@ -147,15 +147,21 @@ def build_synthetic_pair(
         target = AutoModelForCausalLM.from_config(t_cfg, dtype=dtype)
         draft = AutoModelForCausalLM.from_config(d_cfg, dtype=dtype)
     with torch.no_grad():
-        embed = draft.get_input_embeddings().weight
+        # Unit-scale embeddings keep the shared bigram logits the signal at any width: at the init's
+        # 0.02 the damped layers' outputs (which grow with the width) swamp them at 4096 wide, and
+        # draft and target agreed on no token (seen on an H200).
+        embed = draft.get_input_embeddings().weight.normal_(0, 1)
         head = draft.get_output_embeddings().weight
         head.normal_(0, 1 / d_cfg.hidden_size**0.5).mul_(logit_scale)
         target.get_input_embeddings().weight.copy_(torch.cat([embed, embed], dim=1))
         target.get_output_embeddings().weight.copy_(torch.cat([head, head], dim=1) / 2)
         for model in (target, draft):
+            # A layer's output grows with init_std^2 * width: scaled so that ``damping`` means the
+            # same (a layer's share of the residual stream) at every width.
+            scale = damping / (model.config.initializer_range**2 * model.config.hidden_size)
             for layer in model.model.layers:
-                layer.self_attn.o_proj.weight.mul_(damping)
-                layer.mlp.down_proj.weight.mul_(damping)
+                layer.self_attn.o_proj.weight.mul_(scale)
+                layer.mlp.down_proj.weight.mul_(scale)
     for model in (target, draft):
         model.config.eos_token_id = model.generation_config.eos_token_id = None  # fixed-length timing runs
         model.generation_config.do_sample = False

@@ -195,6 +195,27 @@ def test_compilation_is_counted_once_and_reused(pairs, compiled):
     assert counters["stats"]["unique_graphs"] == graphs
 
 
+def test_two_models_of_one_shape_each_decode_with_their_own_weights(compiled):
+    """Graphs are kept per engine and guard only tensor shapes: two models of the same shape (a
+    target and its draft can be) must never run each other's graphs or weights."""
+    config = LlamaConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2
+    )
+    models = []
+    for seed in (1, 2):
+        torch.manual_seed(seed)
+        models.append(LlamaForCausalLM(config).eval())
+    prompt = [3, 1, 4, 1, 5]
+    outs = {}
+    for engine in ("eager", compiled):
+        factory = make_engine(engine) if engine == "eager" else engine
+        for i, model in enumerate(models):
+            ar = SpeculativeDecoder(model, None, make_verifier("ar"), sampling=GREEDY, engine=factory)
+            outs[engine == "eager", i] = ar.generate(prompt, 12).token_ids
+    assert outs[True, 0] != outs[True, 1]  # the two models disagree, so a mix-up shows
+    assert outs[False, 0] == outs[True, 0] and outs[False, 1] == outs[True, 1]
+
+
 def test_unknown_engine_is_one_clear_error():
     with pytest.raises(BenchError, match="unknown engine 'nosuch': use --engine eager or compiled"):
         make_engine("nosuch")

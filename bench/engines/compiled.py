@@ -12,7 +12,7 @@ step simply overwrites. On a GPU the graphs are CUDA graphs (inductor's ``triton
 measured and reported like the rest).
 
 A call's fixed cost is most of a small model's step, so each engine keeps it low. Its graphs are its
-own (``isolate_recompiles``: a call looks only at this engine's few graphs, never another model's).
+own (a code object per engine: a call looks only at this engine's few graphs, never another model's).
 Their guards check only the shapes of the step's tensors (ids, start, K/V buffers): an engine serves
 one model, in eval mode, under inference mode, and a step width, a batch shape and a capacity, which
 pick the graph, are all shapes. (Dynamo's lookup per call on the tiny pair, under the profiler: 95 us
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import shutil
 import time
+import types
 import weakref
 from collections.abc import Iterable, Sequence
 
@@ -45,6 +46,14 @@ from bench.errors import BenchError
 # An engine compiles a graph per step width and batch shape it meets: allow enough, and fail rather
 # than run eagerly when the limit is hit anyway.
 _RECOMPILE_LIMIT = 64
+
+
+def _own_copy(fn: types.FunctionType) -> types.FunctionType:
+    """``fn`` with a code object of its own. Dynamo keeps compiled graphs per code object, and the
+    guards an engine keeps (tensor shapes only) cannot tell two engines' calls apart: each engine
+    compiles its own copy, so a call looks only at its own graphs. (torch 2.13's
+    ``isolate_recompiles`` does the same; this also runs on the torch 2.11 of the GPU image.)"""
+    return types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -96,10 +105,9 @@ class CompiledEngine(EagerEngine):
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, _RECOMPILE_LIMIT)
         torch._dynamo.config.fail_on_recompile_limit_hit = True
         self.compiled = torch.compile(
-            self._forward,
+            types.MethodType(_own_copy(CompiledEngine._forward), self),
             fullgraph=True,
             dynamic=False,
-            isolate_recompiles=True,
             options={
                 "triton.cudagraphs": self.cuda,
                 "triton.cudagraph_or_error": self.cuda,  # a graph CUDA graphs cannot take is an error
