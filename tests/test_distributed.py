@@ -7,6 +7,7 @@ import sys
 import pandas as pd
 import pytest
 from conftest import cli_error, run_all
+from small_runs import cli
 
 from bench.errors import BenchError
 from bench.grid import configs_from_flags
@@ -123,12 +124,11 @@ def test_two_torchrun_processes_equal_one(tmp_path, single):
     pd.testing.assert_frame_equal(rows(tmp_path / "ranks"), single)
 
 
-@pytest.mark.slow
-def test_mixed_settings_are_refused(tmp_path):
+def test_mixed_settings_are_refused(tmp_path, capsys):
+    """Two shards of one output directory, the second with another seed: it is refused as it
+    starts, and the directory is refused by every reader. The commands run in this process (what
+    they write is the same; the shard jobs above run as separate processes)."""
     base = [
-        sys.executable,
-        "-m",
-        "bench",
         "run",
         "--task",
         "gsm8k",
@@ -144,19 +144,10 @@ def test_mixed_settings_are_refused(tmp_path):
         "--no-progress",
     ]
     shared = tmp_path / "shared"
-    subprocess.run(
-        [*base, "--shard", "0/2", "--output-dir", str(shared)],
-        env=ENV,
-        check=True,
-        capture_output=True,
-        timeout=600,
-    )
-    subprocess.run(
-        [*base, "--shard", "1/2", "--seed", "1", "--output-dir", str(shared)],
-        env=ENV,
-        capture_output=True,
-        timeout=600,
-    )
+    code, said = cli(capsys, *base, "--shard", "0/2", "--output-dir", str(shared))
+    assert code == 0, said
+    code, said = cli(capsys, *base, "--shard", "1/2", "--seed", "1", "--output-dir", str(shared))
+    assert code == 2 and "disagree on seed" in said[-1], said
     with pytest.raises(BenchError, match="disagree on seed"):
         load_results(shared)
     assert "disagree on seed" in cli_error("table", str(shared))
