@@ -139,10 +139,32 @@ def test_score_records_the_sandbox_and_leaves_it_out_of_the_means(tmp_path, choi
     assert [r["sandbox"] for r in scored] == [choice] * 3
 
 
+def test_a_uid_held_by_another_process_is_not_taken():
+    """Jails of other processes (xdist workers, shard jobs, torchrun ranks) share the host's
+    per-uid thread count: a uid another process holds is never handed out here."""
+    import subprocess
+    import sys
+
+    from bench.sandbox import bwrap
+
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "from bench.sandbox import bwrap\nwith bwrap.jail_uid() as u:\n"
+         "    print(u, flush=True)\n    input()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        held = int(holder.stdout.readline())
+        with bwrap.jail_uid() as mine:
+            assert mine != held
+    finally:
+        holder.communicate("\n", timeout=30)
+
+
 def test_more_jails_than_uids_are_refused_in_one_line(monkeypatch):
     from bench.sandbox import bwrap
 
-    free = next(u for u in bwrap.JAIL_UIDS if u not in bwrap._named_uids())
+    # The last uid: jails claim from the first, in this process and in others (an xdist worker)
+    free = next(u for u in reversed(bwrap.JAIL_UIDS) if u not in bwrap._named_uids())
     monkeypatch.setattr(bwrap, "JAIL_UIDS", range(free, free + 1))
     with bwrap.jail_uid() as uid:
         assert uid == free

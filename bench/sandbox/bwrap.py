@@ -31,6 +31,7 @@ the program as PID 1, with no init of bwrap's beside it that would share its uid
 
 from __future__ import annotations
 
+import fcntl
 import os
 import platform
 import pwd
@@ -38,6 +39,7 @@ import shutil
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -147,8 +149,15 @@ def jail_uid() -> Iterator[int]:
     count per uid across the whole host, so jails sharing one uid could starve each other's
     threads: examples scored at the same time would then fail for their neighbours' sake."""
     with _uids_lock:
-        uid = next((u for u in JAIL_UIDS if u not in _uids_in_use and u not in _named_uids()), None)
-        if uid is None:
+        claimed = None
+        for u in JAIL_UIDS:
+            if u in _uids_in_use or u in _named_uids():
+                continue
+            claimed = _claim(u)
+            if claimed is not None:
+                uid = u
+                break
+        if claimed is None:
             raise BenchError(f"more than {len(JAIL_UIDS)} jails at once; score fewer examples in parallel")
         _uids_in_use.add(uid)
     try:
@@ -156,6 +165,29 @@ def jail_uid() -> Iterator[int]:
     finally:
         with _uids_lock:
             _uids_in_use.discard(uid)
+            os.close(claimed)
+
+
+def _claims_dir() -> str:
+    """Root's jails claim uids in /run; a user's (who cannot write there) in a folder of their own."""
+    if os.geteuid() == 0:
+        return "/run/diversed-bench-jail-uids"
+    return os.path.join(tempfile.gettempdir(), f"diversed-bench-jail-uids-{os.geteuid()}")
+
+
+def _claim(uid: int) -> int | None:
+    """Another process's jails (an xdist worker, a shard job or torchrun rank beside this one) hold
+    their uids by an exclusive lock on a file named after the uid; the kernel drops it when its
+    holder dies."""
+    claims = _claims_dir()
+    os.makedirs(claims, mode=0o700, exist_ok=True)
+    fd = os.open(os.path.join(claims, str(uid)), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
 
 
 @lru_cache(maxsize=1)
