@@ -133,3 +133,15 @@ FIRST = (
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     rank = {name: i for i, name in enumerate(FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Compiling and tiny or single-row steps gain nothing from a second thread, and on a loaded
+    machine two oversubscribed threads make each step many times slower. Correctness does not need them."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -37,14 +37,7 @@ TIMINGS = ("wall_time_s", "prefill_time_s", "kv_cache_bytes")
 FLOATS = ("expected_acceptance_sum", "bias_sum", "weights")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Inductor's kernels and eager ops both spin every intra-op thread; on a loaded machine two
-    oversubscribed threads make each step ten times slower. Correctness does not need them."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -40,13 +40,7 @@ ROWS = 3
 TOLERANCE = dict(rtol=1e-4, atol=1e-4)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Compiling and tiny steps gain nothing from a second thread on a loaded machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -55,12 +55,7 @@ CASES = [
 CHECKS = (len(CASES) + 1) * len(TASKS) * TOKENS  # every position of every case, w = 0.5's too
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

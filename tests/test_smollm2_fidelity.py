@@ -56,12 +56,7 @@ ALONE = {True: [0], False: [3]}  # prompts decoded at batch 1 too, per chat temp
 FULL_COMPILE = os.environ.get("DIVERSED_BENCH_FULL_COMPILE") == "1"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def encode(pair: Pair, text: str, chat: bool) -> list[int]:
