@@ -303,6 +303,12 @@ def train(
         raise BenchError(f"task {spec.name} has no train split to train a head on; pick another task")
     source = data or default_data(spec.name, resolve_pair(pair).kind)
     train_task = Task(spec, source, split=spec.dataset["fewshot_split"])
+    available = len(train_task.rows())
+    if cfg.num_prompts > available:
+        log(
+            f"train: {spec.name}'s train split in {source} has {available} prompts, fewer than "
+            f"--num-prompts {cfg.num_prompts}: training on all {available}"
+        )
     loaded = load_pair(pair, device=device, dtype=dtype)
     folder = Path(output_dir) if output_dir else Path("heads") / f"{spec.name}-{loaded.spec.name}"
     Trainer(loaded, train_task, cfg, folder, data=source, log=lambda r: log(describe(r)), engine=factory).train()

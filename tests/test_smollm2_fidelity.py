@@ -287,7 +287,7 @@ def test_compiled_engine_equals_transformers_on_real_weights(shallow, prompts, s
 @pytest.mark.slow
 @pytest.mark.skipif(
     not FULL_COMPILE,
-    reason="compiles the 30-layer target and 24-layer draft (~8 min on 2 "
+    reason="compiles the 30-layer target and 24-layer draft (~10 min on 2 "
     "cores); set DIVERSED_BENCH_FULL_COMPILE=1 to run",
 )
 def test_compiled_engine_equals_transformers_on_the_full_pair(smollm2, prompts, references, compiled):

@@ -1,5 +1,6 @@
 """DIVERSED head training on the tiny pair: loss, regulariser sign, known optima, save/load, resume."""
 
+import pandas as pd
 import pytest
 import torch
 
@@ -174,3 +175,19 @@ def test_bad_training_settings():
         TrainConfig(rollout_tokens=0)
     with pytest.raises(BenchError, match="inner_steps >= 1"):
         TrainConfig(algorithm="reinforce++", inner_steps=0)
+
+
+def test_train_says_when_the_split_has_fewer_prompts_than_asked(tmp_path):
+    from bench import api
+
+    said: list[str] = []
+    api.train(
+        task="gsm8k", pair="tiny", data="fixture", output_dir=tmp_path, device="cpu", log=said.append,
+        num_prompts=50, epochs=1, batch_size=8, rollout_tokens=2,
+    )  # fmt: skip
+    available = len(Task(resolve_task("gsm8k"), "fixture", split="train").rows())
+    assert said[0] == (
+        f"train: gsm8k's train split in fixture has {available} prompts, fewer than --num-prompts 50: "
+        f"training on all {available}"
+    )
+    assert len(pd.read_parquet(tmp_path / "train_log.parquet")) == 1  # one batch of all of them
