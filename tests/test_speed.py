@@ -21,4 +21,11 @@ def test_measure_agrees_with_transformers_on_the_tiny_pair(tiny_pair):
     row = result["rows"][0]
     assert row["sd_equals_hf"] and row["sd_equals_ar"] and row["ensemble_equals_hf"]
     assert 0 < row["alpha"] <= 1 and 0 < result["c"] and 0 < row["forward_share"] <= 1
-    assert "| 3 |" in markdown(result, "diversed-bench speed")
+    text = markdown(result, "diversed-bench speed")
+    assert "| 3 |" in text
+    # The floor divides the weights by the read bandwidth, each measured before and after.
+    reads = result["read_bandwidth_gb_s"]
+    assert len(reads) == 2 and len(result["bandwidth_gb_s"]) == 2 and min(reads) > 0
+    weights = sum(p.numel() * p.element_size() for p in tiny_pair.target.parameters())
+    assert result["floor_ms"] == pytest.approx(weights / (sum(reads) / 2 * 1e9) * 1e3)
+    assert f"read {reads[0]:.1f}, {reads[1]:.1f} GB/s" in text

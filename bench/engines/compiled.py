@@ -48,20 +48,19 @@ from bench.errors import BenchError
 _RECOMPILE_LIMIT = 64
 
 # On a CPU a batch-1 step is a chain of matrix-vector products, and aten's (MKL's sgemm) reads
-# SmolLM2's weights at 11-12 GB/s of this machine's 30: the step is 3.4x the weights' floor. These
-# settings make inductor write its own: weights frozen into the graph and packed once, the linears
-# that share an input (q/k/v, gate/up) concatenated, and every product generated from its C++ GEMM
-# template where that is faster than aten's (timed once at compile; inductor caches the choice, and
-# a shape the template cannot take uses aten). fp32 target step on SmolLM2-135M: 58 ms eager, 49 ms
-# compiled without these, 22 ms with them (docs/speed.md). Freezing keeps a packed copy of the
-# weights beside the model's own, which the prefill still runs on.
-_CPU_OPTIONS = {
-    "cpp_wrapper": True,
-    "freezing": True,
-    "cpp.enable_concat_linear": True,
-    "max_autotune": True,
-    "max_autotune_gemm_backends": "CPP,ATEN",
-}
+# SmolLM2's weights at 11-12 GB/s of this machine's 33: the eager step is 3.7x the weights' floor.
+# These settings make inductor write its own: weights frozen into the graph and packed once, the
+# linears that share an input (q/k/v, gate/up) concatenated, and each product generated from its
+# C++ GEMM template where that is faster than aten's (timed once at compile; inductor caches the
+# choice; a shape the template cannot take uses aten). fp32 target step on SmolLM2-135M: 57.6 ms
+# eager, 49.5 ms compiled without these, 19.8 ms with them (docs/real-pair.md#speed). Freezing keeps
+# a packed copy of the weights beside the model's own, which the prefill still runs on. Set for the
+# whole compile, not as ``torch.compile`` options: dynamo reads ``freezing`` while tracing.
+_CPU_OPTIONS = {"cpp_wrapper": True, "freezing": True, "cpp.enable_concat_linear": True}
+# Generating a product costs a C++ compile per shape (~3 s here): worth it only where a step reads
+# its weights from memory, not from cache (a tiny test model's step is all overhead).
+_CPU_GEMMS = {"max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN"}
+_CPU_GEMMS_FROM_BYTES = 64 * 2**20
 
 
 def _own_copy(fn: types.FunctionType) -> types.FunctionType:
@@ -128,7 +127,6 @@ class CompiledEngine(EagerEngine):
                 "triton.cudagraphs": self.cuda,
                 "triton.cudagraph_or_error": self.cuda,  # a graph CUDA graphs cannot take is an error
                 "guard_filter_fn": torch.compiler.keep_tensor_guards_unsafe,
-                **({} if self.cuda else _CPU_OPTIONS),
             },
         )
         self.cache = StaticSlotCache(0, 0)
@@ -172,30 +170,41 @@ class CompiledEngine(EagerEngine):
         if self.cuda:
             for buf in [*self.cache.keys.values(), *self.cache.values.values()]:
                 torch._dynamo.mark_static_address(buf)
-        for width in self.widths:
-            ids = torch.zeros(self.cache.rows, width, dtype=torch.long, device=device)
-            for call in range(3):  # compile; then warm-up runs (CUDA graphs record on a later call)
-                tick = time.perf_counter()
-                skips = counters["inductor"]["cudagraph_skips"]
-                try:
-                    self._run(ids, start)
-                except Exception as exc:
-                    raise BenchError(
-                        f"--engine compiled: torch.compile cannot compile {self.model.config.model_type} "
-                        f"(step width {width}): {_first_line(exc)}; use --engine eager"
-                    ) from exc
-                if self.cuda and counters["inductor"]["cudagraph_skips"] > skips:  # inductor only warns
-                    raise BenchError(
-                        f"--engine compiled: CUDA graphs cannot capture {self.model.config.model_type}'s "
-                        f"step of width {width} (the 'skipping cudagraphs' warning above says why); "
-                        "use --engine eager"
-                    )
-                if self.cuda:
-                    torch.cuda.synchronize(device)
-                if call == 0:
-                    self.compile_s += time.perf_counter() - tick
-                else:
-                    self.warmup_s += time.perf_counter() - tick
+        with torch._inductor.config.patch(self._cpu_options()):
+            for width in self.widths:
+                self._compile_width(width)
+
+    def _cpu_options(self) -> dict[str, object]:
+        if self.cuda:
+            return {}
+        weights = sum(p.numel() * p.element_size() for p in self.model.parameters())
+        return _CPU_OPTIONS | (_CPU_GEMMS if weights >= _CPU_GEMMS_FROM_BYTES else {})
+
+    def _compile_width(self, width: int) -> None:
+        ids = torch.zeros(self.cache.rows, width, dtype=torch.long, device=self.model.device)
+        start = torch.zeros(self.cache.rows, dtype=torch.long, device=self.model.device)
+        for call in range(3):  # compile; then warm-up runs (CUDA graphs record on a later call)
+            tick = time.perf_counter()
+            skips = counters["inductor"]["cudagraph_skips"]
+            try:
+                self._run(ids, start)
+            except Exception as exc:
+                raise BenchError(
+                    f"--engine compiled: torch.compile cannot compile {self.model.config.model_type} "
+                    f"(step width {width}): {_first_line(exc)}; use --engine eager"
+                ) from exc
+            if self.cuda and counters["inductor"]["cudagraph_skips"] > skips:  # inductor only warns
+                raise BenchError(
+                    f"--engine compiled: CUDA graphs cannot capture {self.model.config.model_type}'s "
+                    f"step of width {width} (the 'skipping cudagraphs' warning above says why); "
+                    "use --engine eager"
+                )
+            if self.cuda:
+                torch.cuda.synchronize(self.model.device)
+            if call == 0:
+                self.compile_s += time.perf_counter() - tick
+            else:
+                self.warmup_s += time.perf_counter() - tick
 
     def _run(self, ids: Tensor, start: Tensor) -> tuple[Tensor, Tensor | None]:
         if self.cuda:
