@@ -516,7 +516,9 @@ def plot(result: dict[str, Any], path: Path) -> None:
     ax.set_ylabel("speedup over ar")
     costs = ", ".join(f"c = {e['c']:.2f} ({name})" for name, e in result["engines"].items())
     ax.set_title(f"{result['pair']} on {result['device']}, {costs}", fontsize=9)
-    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    lengths = sorted({r["draft_len"] for r in result["rows"]})
+    ax.set_xticks(lengths)  # only the lengths measured: one N must not get fractional ticks
+    ax.set_xlim(lengths[0] - 0.5, lengths[-1] + 0.5)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
