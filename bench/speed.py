@@ -22,6 +22,7 @@ import torch
 from bench.build import build_decoder
 from bench.distributions import Sampling
 from bench.engines import CompiledEngine, EagerEngine, EngineFactory, ModelEngine
+from bench.engines.base import weight_bytes
 from bench.pairs import Pair
 
 GREEDY = Sampling(temperature=0.0)
@@ -70,11 +71,6 @@ def read_bandwidth(device: torch.device, megabytes: int = 512, repeats: int = 7)
         _sync(device)
         times.append(time.perf_counter() - tick)
     return buf.numel() * 4 / statistics.median(times)
-
-
-def weight_bytes(model: torch.nn.Module) -> int:
-    """Bytes of a model's parameters, a tied embedding counted once: what one step reads."""
-    return sum(p.numel() * p.element_size() for p in model.parameters())
 
 
 @dataclass

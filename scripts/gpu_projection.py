@@ -45,7 +45,7 @@ def measured_bytes(pair: str, dtype: str) -> tuple[float, float]:
     import torch
 
     from bench.pairs import load_pair, resolve_pair
-    from bench.speed import weight_bytes
+    from bench.engines.base import weight_bytes
     from bench.tiny import build_synthetic_pair
 
     spec, torch_dtype = resolve_pair(pair), getattr(torch, dtype)

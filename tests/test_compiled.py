@@ -18,6 +18,7 @@ from conftest import bench_cli
 from bench.decoding import SpeculativeDecoder
 from bench.distributions import Sampling, process
 from bench.engines import make_engine
+from bench.engines.eager import EagerEngine
 from bench.errors import BenchError
 from bench.head import WeightHead
 from bench.verifiers import make_verifier
@@ -207,6 +208,34 @@ def test_two_models_of_one_shape_each_decode_with_their_own_weights(compiled):
             outs[engine == "eager", i] = ar.generate(prompt, 12).token_ids
     assert outs[True, 0] != outs[True, 1]  # the two models disagree, so a mix-up shows
     assert outs[False, 0] == outs[True, 0] and outs[False, 1] == outs[True, 1]
+
+
+def test_cpu_graphs_hold_frozen_weights():
+    """On a CPU the engine's graphs take the weights as constants, packed at compile (what makes its
+    step near the bandwidth floor). Passed as ``torch.compile`` options, ``freezing`` did nothing
+    and the graphs read the live weights: then zeroing a weight after the compile changes them."""
+    config = LlamaConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2
+    )
+    torch.manual_seed(3)
+    model = LlamaForCausalLM(config).eval()
+    engine = make_engine("compiled")(model, (1,))
+    ids = torch.tensor([[3, 1, 4]])
+    with torch.inference_mode():
+        engine.start(1, 8)
+        engine.step(ids, [3], 1, False)  # the prompt runs eagerly, on the live weights
+        before, _ = engine.step(torch.tensor([[5]]), [1], 1, False)
+        model.model.layers[0].mlp.down_proj.weight.zero_()
+        engine.start(1, 8)
+        engine.step(ids, [3], 1, False)
+        after, _ = engine.step(torch.tensor([[5]]), [1], 1, False)
+        eager = EagerEngine(model)
+        eager.start(1, 8)
+        eager.step(ids, [3], 1, False)
+        live, _ = eager.step(torch.tensor([[5]]), [1], 1, False)
+    assert not torch.allclose(live, before, atol=1e-3)  # the zeroed weight matters to this step
+    # One layer: its MLP feeds no K/V, so the eager prompt's cache is the same as before.
+    torch.testing.assert_close(after, before)
 
 
 def test_unknown_engine_is_one_clear_error():

@@ -19,6 +19,11 @@ def to_device(values: list, device: torch.device) -> Tensor:
     return torch.tensor(values, dtype=torch.long, pin_memory=True).to(device, non_blocking=True)
 
 
+def weight_bytes(model: torch.nn.Module) -> int:
+    """Bytes of a model's parameters, a tied embedding counted once: what one step reads."""
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
 class ModelEngine(ABC):
     """One model, its KV cache for a batch of rows, and each row's length (tokens held).
 

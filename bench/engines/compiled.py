@@ -39,7 +39,7 @@ from torch import Tensor
 from torch._dynamo.utils import counters
 from transformers import PreTrainedModel
 
-from bench.engines.base import to_device
+from bench.engines.base import to_device, weight_bytes
 from bench.engines.eager import EagerEngine, SlotCache
 from bench.errors import BenchError
 
@@ -54,8 +54,10 @@ _RECOMPILE_LIMIT = 64
 # C++ GEMM template where that is faster than aten's (timed once at compile; inductor caches the
 # choice; a shape the template cannot take uses aten). fp32 target step on SmolLM2-135M: 57.6 ms
 # eager, 49.5 ms compiled without these, 19.8 ms with them (docs/real-pair.md#speed). Freezing keeps
-# a packed copy of the weights beside the model's own, which the prefill still runs on. Set for the
-# whole compile, not as ``torch.compile`` options: dynamo reads ``freezing`` while tracing.
+# a packed copy of the weights beside the model's own, which the prefill still runs on: a weight
+# changed after the compile is not seen by the graphs (a pair's models never change during a run).
+# Set for the whole compile, not as ``torch.compile`` options: dynamo reads ``freezing`` while
+# tracing, and as an option it did nothing.
 _CPU_OPTIONS = {"cpp_wrapper": True, "freezing": True, "cpp.enable_concat_linear": True}
 # Generating a product costs a C++ compile per shape (~3 s here): worth it only where a step reads
 # its weights from memory, not from cache (a tiny test model's step is all overhead).
@@ -172,17 +174,15 @@ class CompiledEngine(EagerEngine):
                 torch._dynamo.mark_static_address(buf)
         with torch._inductor.config.patch(self._cpu_options()):
             for width in self.widths:
-                self._compile_width(width)
+                self._compile_width(width, start)
 
     def _cpu_options(self) -> dict[str, object]:
         if self.cuda:
             return {}
-        weights = sum(p.numel() * p.element_size() for p in self.model.parameters())
-        return _CPU_OPTIONS | (_CPU_GEMMS if weights >= _CPU_GEMMS_FROM_BYTES else {})
+        return _CPU_OPTIONS | (_CPU_GEMMS if weight_bytes(self.model) >= _CPU_GEMMS_FROM_BYTES else {})
 
-    def _compile_width(self, width: int) -> None:
-        ids = torch.zeros(self.cache.rows, width, dtype=torch.long, device=self.model.device)
-        start = torch.zeros(self.cache.rows, dtype=torch.long, device=self.model.device)
+    def _compile_width(self, width: int, start: Tensor) -> None:
+        ids = torch.zeros(self.cache.rows, width, dtype=torch.long, device=start.device)
         for call in range(3):  # compile; then warm-up runs (CUDA graphs record on a later call)
             tick = time.perf_counter()
             skips = counters["inductor"]["cudagraph_skips"]
@@ -200,7 +200,7 @@ class CompiledEngine(EagerEngine):
                     "use --engine eager"
                 )
             if self.cuda:
-                torch.cuda.synchronize(self.model.device)
+                torch.cuda.synchronize(start.device)
             if call == 0:
                 self.compile_s += time.perf_counter() - tick
             else:
