@@ -25,7 +25,9 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel
 
-from bench.distributions import Sampling, process, sample
+from bench.distributions import Sampling, pick, process
+from bench.drafters import Draft, Drafter, make_drafter
+from bench.drafters.model import padded
 from bench.engines import EagerEngine, EngineFactory, to_device
 from bench.errors import BenchError
 from bench.head import WeightHead
@@ -135,12 +137,6 @@ def _synchronizer(device: torch.device) -> Callable[[], None]:
     return lambda: None
 
 
-def _padded(rows: Sequence[Sequence[int]], device: torch.device) -> Tensor:
-    """Right-padded [B, max len] token ids; padding is written to slots no real query sees."""
-    width = max(len(r) for r in rows)
-    return to_device([list(r) + [0] * (width - len(r)) for r in rows], device)
-
-
 def round_counts(drafted: int, accepted: int, eos_at: int | None) -> tuple[int, int]:
     """(drafted, accepted) to count for a round, given where in its emitted tokens (accepted
     drafts, then the verifier's token) an EOS ended the example. Drafted tokens after an accepted
@@ -165,7 +161,8 @@ class _Row:
 
 
 class SpeculativeDecoder:
-    """Decode prompts with a draft/target pair and a verifier, one at a time or in batches."""
+    """Decode prompts with a target, a drafter (the pair's draft model by default) and a verifier,
+    one at a time or in batches."""
 
     def __init__(
         self,
@@ -180,9 +177,8 @@ class SpeculativeDecoder:
         engine: EngineFactory = EagerEngine,
         draft_policy: str | None = None,
         trace: bool = False,
+        drafter: str = "model",
     ) -> None:
-        if verifier.uses_draft and draft is None:
-            raise BenchError(f"{verifier.name}: needs a draft model")
         if verifier.uses_draft and draft_len < 1:
             raise BenchError(f"draft_len must be >= 1 for {verifier.name}, got {draft_len}")
         if verifier.needs_hidden and head is None:
@@ -190,7 +186,7 @@ class SpeculativeDecoder:
                 f"{verifier.name}: needs a weight head; train one with `diversed-bench train` "
                 "and pass --head PATH"
             )
-        self.target, self.draft, self.verifier = target, draft, verifier
+        self.target, self.verifier = target, verifier
         self.device = target.device  # a model's .device walks its parameters: read it once
         self.draft_len = draft_len if verifier.uses_draft else 0
         self.sampling = sampling
@@ -201,62 +197,21 @@ class SpeculativeDecoder:
         self.head = head
         # Tracing reads probabilities the round already computed, after its sync; it draws nothing.
         self.trace = trace
-        # Step widths after the prompt: the target verifies N + 1 tokens (fewer near the budget);
-        # the draft is fed the last token, or two after a round that accepted every draft.
-        self.engines = [engine(target, (self.draft_len + 1,))]
-        self.engines += [engine(draft, (1, 2))] if self.draft_len else []
-
-    def _pick(self, probs: Tensor, generators: Sequence[torch.Generator | None]) -> Tensor:
-        """A token per row of ``probs`` [B, V]; rows without a generator draw nothing (argmax).
-        Under greedy decoding logits do as well: they share the argmax."""
-        if self.sampling.greedy:
-            return probs.argmax(-1)
-        drawing = [i for i, g in enumerate(generators) if g is not None]
-        if len(drawing) == len(generators):
-            return sample(probs, generators)
-        tokens = probs.argmax(-1)
-        if drawing:
-            at = to_device(drawing, probs.device)
-            tokens[at] = sample(probs[at], [generators[i] for i in drawing])
-        return tokens
-
-    def _draft(self, rows: list[_Row], ns: list[int], n: int) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
-        """Draft n >= 1 tokens for every row; row b draws only its first ns[b].
-
-        Returns (tokens [B, n], q [B, n, V], q logits, draft hidden states or None)."""
-        engine, hidden = self.engines[1], self.verifier.needs_hidden
-        feed = [r.seq[held:] for r, held in zip(rows, engine.lengths)]
-        ids = _padded(feed, self.device)
-        real = [len(f) if nb else 0 for f, nb in zip(feed, ns)]
-        # A row's next token follows its last fed token: the last column when every row is fed as
-        # many tokens (always in a batch of one, and after the first step), else gathered per row.
-        ragged = len({len(f) for f in feed}) > 1
-        if ragged:
-            at = (
-                torch.arange(len(rows), device=ids.device),
-                to_device([len(f) - 1 for f in feed], ids.device),
+        self.drafter: Drafter | None = None
+        if self.draft_len:
+            self.drafter = make_drafter(
+                drafter,
+                draft=draft,
+                engine=engine,
+                sampling=sampling,
+                greedy=self.greedy_draft,
+                hidden=verifier.needs_hidden,
+                method=verifier.name,
             )
-        xs, qs, q_logits, states = [], [], [], []
-        for step in range(n):
-            gather = ragged and step == 0
-            logits, h = engine.step(ids, real, keep=ids.shape[1] if gather else 1, hidden=hidden)
-            q_logits.append(logits[at] if gather else logits[:, -1])
-            states.append((h[at] if gather else h[:, -1]) if hidden else None)
-            # A greedy draft picks the argmax of the logits and processes all steps at once after
-            # the loop (every op is a dispatch, and the loop runs N per round); sampling needs each
-            # step's q.
-            if self.greedy_draft:
-                ids = q_logits[-1].argmax(-1)
-            else:
-                qs.append(process(q_logits[-1], self.sampling))
-                ids = self._pick(qs[-1], [r.generator if step < nb else None for r, nb in zip(rows, ns)])
-            ids = ids.view(-1, 1)
-            xs.append(ids)
-            real = [int(step + 1 < nb) for nb in ns]  # the last drafted token is not fed back
-        h_draft = torch.stack(states, dim=1) if hidden else None
-        logits = torch.stack(q_logits, dim=1)
-        q = torch.stack(qs, dim=1) if qs else process(logits, self.sampling)
-        return torch.cat(xs, dim=1), q, logits, h_draft
+        # Step widths after the prompt: the target verifies up to N + 1 tokens (fewer near the
+        # budget, and where a drafter proposes fewer).
+        widths = self.drafter.target_widths(self.draft_len) if self.drafter else (1,)
+        self.engines = [engine(target, widths)] + (self.drafter.engines if self.drafter else [])
 
     def generate(self, prompt_ids: Sequence[int], max_new_tokens: int, seed: int = 0) -> Generation:
         """Decode up to ``max_new_tokens`` tokens; EOS ends generation wherever it lands."""
@@ -301,12 +256,14 @@ class SpeculativeDecoder:
         longest = max(len(p) for p in prompts) + max(max_new_tokens, 0) + n_max + 1
         for engine in self.engines:
             engine.start(len(rows), longest)
+        if self.drafter:
+            self.drafter.start(len(rows))
 
         sync()
         start = time.perf_counter()
         held = [len(p) - 1 for p in prompts]
         if max(held):
-            ids = _padded([p[:-1] for p in prompts], device)
+            ids = padded([p[:-1] for p in prompts], device)
             for engine in self.engines:
                 engine.step(ids, held, keep=1, hidden=False)
             for row in rows:
@@ -399,85 +356,129 @@ class SpeculativeDecoder:
     def _round(self, rows: list[_Row]) -> set[int]:
         """One round over the batch: draft, one target forward, verify, emit, count. Returns the
         rows that finished."""
-        device, hidden, n_max = self.device, self.verifier.needs_hidden, self.draft_len
-        ns = [min(n_max, r.budget - len(r.out) - 1) for r in rows]
-        n, count = max(ns), len(rows)
-        last = to_device([[r.seq[-1]] for r in rows], device)
-        drafted = last.new_empty(count, 0)
-        if n:
-            drafted, q, q_logits, h_draft = self._draft(rows, ns, n)
+        caps = [min(self.draft_len, r.budget - len(r.out) - 1) for r in rows]
+        draft = self.drafter.draft(rows, caps) if self.drafter and max(caps) > 0 else None
+        last = to_device([[r.seq[-1]] for r in rows], self.device)
+        drafted = draft.tokens if draft else last.new_empty(len(rows), 0)
+        ns = draft.counts if draft else [0] * len(rows)
+        n = drafted.shape[1]
+        hidden = self.verifier.needs_hidden
         target_in = torch.cat([last, drafted], dim=1)
         p_logits, h_target = self.engines[0].step(target_in, [1 + nb for nb in ns], keep=n + 1, hidden=hidden)
         # Nothing to verify and greedy: the argmax of the logits suffices.
         p = p_logits if not n and self.sampling.greedy else process(p_logits, self.sampling)
+        accepted, next_token, floats, weights = self._verify(rows, ns, draft, p_logits, p, h_target)
+        host = torch.cat([accepted, next_token, drafted.flatten()]).tolist()  # the round's sync
+        # Per group (their lengths differ), read after the sync above, so without a stall.
+        sums = {i: row for idx, f in floats for i, row in zip(idx, f.tolist())}
+        probs = (
+            self._trace_probs(p_logits, p, draft.q if draft else None, drafted, accepted, next_token)
+            if self.trace
+            else None
+        )
+        count = len(rows)
+        if self.drafter:
+            self.drafter.observe(rows, ns, host[:count])
+        finished: set[int] = set()
+        for i, (row, nb) in enumerate(zip(rows, ns)):
+            acc, drafts = host[i], host[2 * count + i * n : 2 * count + i * n + nb]
+            if self._emit(row, i, nb, acc, drafts, host[count + i], sums.get(i), weights.get(i), probs):
+                finished.add(i)
+        return finished
 
-        # Rows that drafted as many tokens are verified together (a batch of one is one group).
+    def _verify(
+        self,
+        rows: list[_Row],
+        ns: list[int],
+        draft: Draft | None,
+        p_logits: Tensor,
+        p: Tensor,
+        h_target: Tensor | None,
+    ) -> tuple[Tensor, Tensor, list[tuple[list[int], Tensor]], dict[int, Tensor]]:
+        """The verdicts of a round: rows that drafted as many tokens are verified together (a
+        batch of one is one group). Returns accepted counts and next tokens [B], the per-position
+        [expected acceptance, bias] of each verified group, and DIVERSED's weights per row."""
+        device, count, n = self.device, len(rows), max(ns)
         verdicts: list[tuple[slice | Tensor, Tensor, Tensor]] = []  # rows, accepted, next token
-        verified: list[int] = []  # rows that drafted, in the order of ``floats``
-        floats: list[Tensor] = []  # per verified row: [expected acceptance, bias] per position
+        floats: list[tuple[list[int], Tensor]] = []  # per verified group: its rows and their floats
         weights: dict[int, Tensor] = {}
         for k in sorted(set(ns)):
             idx = [i for i, nb in enumerate(ns) if nb == k]
             sel = slice(None) if len(idx) == count else to_device(idx, device)
             generators = [rows[i].generator for i in idx]
             if k == 0:
-                token = self._pick(p_logits[sel, 0] if self.sampling.greedy else p[sel, 0], generators)
+                probs = p_logits[sel, 0] if self.sampling.greedy else p[sel, 0]
+                token = pick(probs, generators, self.sampling.greedy)
                 verdicts.append((sel, torch.zeros_like(token), token))
                 continue
-            mine = [drafted, q, q_logits, h_draft]  # sliced only when needed: each slice is a dispatch
-            if len(idx) < count or k < n:
-                mine = [t[sel, :k] if t is not None else None for t in mine]
-            draft_ids, draft_q, draft_logits, draft_h = mine
-            round_ = Round(
-                draft=draft_ids,
-                q=draft_q,
-                p=p[sel, :k],
-                q_logits=draft_logits,
-                p_logits=p_logits[sel, :k],
-                sampling=self.sampling,
-                weights=self.head(draft_h, h_target[sel, :k]) if hidden else None,
-                greedy_draft=self.greedy_draft,
-            )
+            assert draft is not None
+            round_ = self._round_of(draft, sel, k, len(idx) < count or k < n, p_logits, p, h_target)
             verdict = verify(self.verifier, round_, p[sel, k], generators)
             verdicts.append((sel, verdict.accepted, verdict.next_token))
-            verified += idx
-            floats.append(torch.stack([verdict.expected_acceptance, verdict.bias], dim=1))
+            floats.append((idx, torch.stack([verdict.expected_acceptance, verdict.bias], dim=1)))
             if round_.weights is not None:
                 weights.update(zip(idx, round_.weights))
         if len(verdicts) == 1:
             _, accepted, next_token = verdicts[0]
-        else:
-            accepted = torch.zeros(count, dtype=torch.long, device=device)
-            next_token = torch.zeros(count, dtype=torch.long, device=device)
-            for sel, acc, token in verdicts:
-                accepted[sel], next_token[sel] = acc, token
-        host = torch.cat([accepted, next_token, drafted.flatten()]).tolist()  # the round's sync
-        # Per group (their lengths differ), read after the sync above, so without a stall.
-        sums = dict(zip(verified, (row for f in floats for row in f.tolist())))
-        probs = (
-            self._trace_probs(p_logits, p, q if n else None, drafted, accepted, next_token)
-            if self.trace
-            else None
+            return accepted, next_token, floats, weights
+        accepted = torch.zeros(count, dtype=torch.long, device=device)
+        next_token = torch.zeros(count, dtype=torch.long, device=device)
+        for sel, acc, token in verdicts:
+            accepted[sel], next_token[sel] = acc, token
+        return accepted, next_token, floats, weights
+
+    def _round_of(
+        self,
+        draft: Draft,
+        sel: slice | Tensor,
+        k: int,
+        sliced: bool,
+        p_logits: Tensor,
+        p: Tensor,
+        h_target: Tensor | None,
+    ) -> Round:
+        """What the verifier reads of the rows ``sel``, which drafted ``k`` tokens each."""
+        mine = [draft.tokens, draft.q, draft.q_logits, draft.hidden]
+        if sliced:  # only when needed: each slice is a dispatch
+            mine = [t[sel, :k] if t is not None else None for t in mine]
+        draft_ids, draft_q, draft_logits, draft_h = mine
+        return Round(
+            draft=draft_ids,
+            q=draft_q,
+            p=p[sel, :k],
+            q_logits=draft_logits,
+            p_logits=p_logits[sel, :k],
+            sampling=self.sampling,
+            weights=self.head(draft_h, h_target[sel, :k]) if self.verifier.needs_hidden else None,
+            greedy_draft=self.greedy_draft or self.drafter.deterministic,  # type: ignore[union-attr]
         )
 
-        finished: set[int] = set()
-        for i, (row, nb) in enumerate(zip(rows, ns)):
-            acc, drafts = host[i], host[2 * count + i * n : 2 * count + i * n + nb]
-            new = drafts[:acc] + [host[count + i]]
-            eos_at = next((j for j, t in enumerate(new) if t in self.eos), None)
-            counted, kept = round_counts(nb, acc, eos_at)
-            row.stats.record_round(counted, kept, *sums.get(i, ([], [])))
-            row.stats.target_forwards += 1
-            row.stats.draft_forwards += nb
-            if i in weights:
-                row.weights.append(weights[i][: min(kept + 1, counted)])
-            if eos_at is not None:
-                new = new[: eos_at + 1]
-                finished.add(i)
-            if probs is not None:
-                self._record_trace(row, i, nb, acc, new, drafts, probs, weights.get(i))
-            row.out.extend(new)
-            row.seq.extend(new)
-            if len(row.out) >= row.budget:
-                finished.add(i)
-        return finished
+    def _emit(
+        self,
+        row: _Row,
+        i: int,
+        nb: int,
+        acc: int,
+        drafts: list[int],
+        token: int,
+        sums: list[list[float]] | None,
+        weights: Tensor | None,
+        probs: dict[str, list[Any]] | None,
+    ) -> bool:
+        """Append what row ``i`` emitted this round (its ``acc`` kept drafts, then ``token``, cut at
+        an EOS) and count it. Returns whether the row finished."""
+        new = drafts[:acc] + [token]
+        eos_at = next((j for j, t in enumerate(new) if t in self.eos), None)
+        counted, kept = round_counts(nb, acc, eos_at)
+        row.stats.record_round(counted, kept, *(sums or ([], [])))
+        row.stats.target_forwards += 1
+        row.stats.draft_forwards += nb if self.drafter and self.drafter.engines else 0
+        if weights is not None:
+            row.weights.append(weights[: min(kept + 1, counted)])
+        if eos_at is not None:
+            new = new[: eos_at + 1]
+        if probs is not None:
+            self._record_trace(row, i, nb, acc, new, drafts, probs, weights)
+        row.out.extend(new)
+        row.seq.extend(new)
+        return eos_at is not None or len(row.out) >= row.budget

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from bench.engines.base import to_device
 from bench.errors import BenchError
 
 
@@ -87,3 +88,18 @@ def sample(probs: Tensor, generator: Generators) -> Tensor:
         flat = probs.reshape(-1, probs.shape[-1])
         return torch.multinomial(flat, 1, generator=generator).reshape(probs.shape[:-1])
     return torch.stack([sample(row, g) for row, g in zip(probs, generator, strict=True)])
+
+
+def pick(probs: Tensor, generators: Sequence[torch.Generator | None], greedy: bool) -> Tensor:
+    """A token per row of ``probs`` [B, V]; rows without a generator draw nothing (argmax).
+    Under greedy decoding logits do as well: they share the argmax."""
+    if greedy:
+        return probs.argmax(-1)
+    drawing = [i for i, g in enumerate(generators) if g is not None]
+    if len(drawing) == len(generators):
+        return sample(probs, generators)  # type: ignore[arg-type]
+    tokens = probs.argmax(-1)
+    if drawing:
+        at = to_device(drawing, probs.device)
+        tokens[at] = sample(probs[at], [generators[i] for i in drawing])  # type: ignore[misc]
+    return tokens

@@ -1,0 +1,75 @@
+"""The drafter interface: what proposes a round's tokens, apart from the loop that verifies them.
+
+A drafter sees the rows in flight (their tokens so far and their generators) and a cap per row
+(how many tokens the row may still draft without overshooting its budget), and returns a ``Draft``:
+per row up to its cap tokens, and, when it is a model, the distributions they were drawn from.
+What a drafter can give a verifier beyond the tokens is declared in ``supplies``: ``q`` (the law
+the tokens came from; a deterministic drafter's is the point mass on its token), ``q_logits`` (a
+draft model's scores) and ``hidden`` (its last hidden states). A verifier declares what it reads
+(``Verifier.draft_reads``), and a pairing that cannot be served is refused before anything decodes.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar, Protocol
+
+import torch
+from torch import Tensor
+
+from bench.engines import ModelEngine
+
+# What a drafter may supply besides its tokens (Verifier.draft_reads names the same).
+DRAFT_OUTPUTS = ("q", "q_logits", "hidden")
+
+
+class DraftRow(Protocol):
+    """What a drafter reads of a row in flight."""
+
+    index: int  # the row's place in the batch it started in (stable while rows leave)
+    seq: list[int]  # prompt and emitted tokens
+    generator: torch.Generator
+
+
+@dataclass
+class Draft:
+    """One round's proposals for B rows: ``tokens`` [B, n] with row b's first ``counts[b]`` real
+    (the rest padding, never verified); the model's laws [B, n, V] and hidden states when it has
+    them (None from a deterministic drafter: its law is the point mass on the token)."""
+
+    tokens: Tensor
+    counts: list[int]
+    q: Tensor | None = None
+    q_logits: Tensor | None = None
+    hidden: Tensor | None = None
+
+
+class Drafter(ABC):
+    """Proposes tokens for a batch of rows; stateless across calls of ``generate_batch`` unless
+    ``start`` resets per-row state."""
+
+    name: ClassVar[str]
+    supplies: ClassVar[frozenset[str]] = frozenset()
+    # The drafted tokens are a function of the tokens so far: no draws, a point-mass proposal.
+    deterministic: ClassVar[bool] = False
+
+    @property
+    def engines(self) -> list[ModelEngine]:
+        """The engines of the models it steps: the loop starts, prefills, rolls back and selects them."""
+        return []
+
+    def target_widths(self, cap: int) -> tuple[int, ...]:
+        """The target step widths the loop will use with drafts of at most ``cap`` tokens."""
+        return (cap + 1,)
+
+    def start(self, rows: int) -> None:
+        """A new batch of ``rows`` rows begins."""
+
+    @abstractmethod
+    def draft(self, rows: Sequence[DraftRow], caps: Sequence[int]) -> Draft:
+        """Up to ``caps[b]`` tokens for row b (at least one cap is positive)."""
+
+    def observe(self, rows: Sequence[DraftRow], drafted: Sequence[int], accepted: Sequence[int]) -> None:
+        """The verdicts of the round just drafted (a schedule adapts its length to them)."""
