@@ -222,6 +222,7 @@ def generate(
     engine: str = "eager",
     truncate_prompt: str = "none",
     draft_policy: str | None = None,
+    drafter: str = "model",
 ) -> Generated:
     """Decode one prompt, raw or wrapped in a task's template, as ``run`` would."""
     from bench.build import build_decoder, encode_prompt
@@ -243,11 +244,13 @@ def generate(
         sampling=Sampling(temperature),
         engine=factory,
         draft_policy=draft_policy,
+        drafter=drafter,
     )
+    drafts = decoder.drafter is not None and bool(decoder.drafter.engines)  # a draft model runs
     ids, dropped = fit_prompt(
         encode_prompt(loaded, text, chat_template),
         max_new_tokens,
-        Context.of(loaded.target, loaded.draft if decoder.verifier.uses_draft else None),
+        Context.of(loaded.target, loaded.draft if drafts else None),
         truncate_prompt,
         example="generate",
         bos_token_id=getattr(loaded.tokenizer, "bos_token_id", None),
@@ -445,4 +448,10 @@ def registries() -> str:
         sweep = "; ".join(f"{k}={','.join(map(str, v))}" for k, v in cls.sweep.items())
         lines.append(f"  {name:<{width}}{(cls.__doc__ or '').strip().splitlines()[0]}")
         lines.append(f"  {'':<{width}}{params or 'no parameters'}{extra}" + (f"; sweep {sweep}" if sweep else ""))
+    lines.append("drafters (--drafter NAME[:key=value,...]):")
+    lines.append(f"  {'model':<{width}}the pair's draft model (default)")
+    lines.append(
+        f"  {'lookup':<{width}}prompt lookup, no model: ngram=2 (longest n-gram matched), match=first|recent, "
+        "schedule=constant|heuristic; N = --draft-len (transformers' default is 10)"
+    )
     return "\n".join(lines)

@@ -23,9 +23,11 @@ def build_decoder(
     engine: EngineFactory = EagerEngine,
     draft_policy: str | None = None,
     trace: bool = False,
+    drafter: str | None = None,
 ) -> SpeculativeDecoder:
     """The decoder of one method on one pair. ``head`` is a head folder (or ``init``), loaded for
-    the pair, or a loaded head; a method that reads no head refuses one instead of ignoring it."""
+    the pair, or a loaded head; a method that reads no head refuses one instead of ignoring it.
+    ``drafter``: what drafts (``model``, the pair's draft model, by default; ``lookup[:...]``)."""
     verifier: Verifier = make_verifier(method, **(params or {}))
     if head is not None and not verifier.needs_hidden:
         raise BenchError(f"{verifier.name}: reads no weight head; drop the head or use --method diversed")
@@ -42,6 +44,7 @@ def build_decoder(
         engine=engine,
         draft_policy=draft_policy,
         trace=trace,
+        drafter=drafter or "model",
     )
 
 

@@ -37,7 +37,7 @@ def generate(  # fmt: skip
     method: o.OneMethod = "sd", param: o.Param = None, target_weight: o.Alias = None, head: o.OneHead = None,
     draft_len: o.OneDraftLen = 5, temperature: o.OneTemperature = 1.0, max_new_tokens: o.OneBudget = 64,
     seed: o.OneSeed = 0, device: o.Device = "auto", dtype: o.Dtype = None, engine: o.Engine = "eager",
-    truncate_prompt: o.Truncate = None, draft_policy: o.DraftPolicy = None,
+    truncate_prompt: o.Truncate = None, draft_policy: o.DraftPolicy = None, drafter: o.DrafterOpt = None,
 ) -> None:
     """Decode one prompt and print the text and its acceptance counters. Without --task the prompt
     is used raw; with --task it is wrapped in the task's template and exemplars, as `run` does.
@@ -52,7 +52,8 @@ def generate(  # fmt: skip
     values = o.params(args.pop("param"), target_weight=args.pop("target_weight"))
     if any(len(v) != 1 for v in values.values()):
         raise BenchError("generate decodes one configuration: give one value per parameter")
-    args.update(params={k: v[0] for k, v in values.items()}, truncate_prompt=truncate_prompt or "none")
+    args.update(params={k: v[0] for k, v in values.items()}, truncate_prompt=truncate_prompt or "none",
+                drafter=drafter or "model")  # fmt: skip
     out = api.generate(**args)
     typer.echo(f"--- prompt: {out.note}, {out.prompt_tokens} tokens ---\n{out.prompt}\n--- completion ---", err=True)
     typer.echo(out.text)
@@ -71,7 +72,7 @@ def run(  # fmt: skip
     data: o.Data = None, limit: o.Limit = None, seed: o.Seed = None, draft_len: o.DraftLen = None,
     temperature: o.Temperature = None, max_new_tokens: o.MaxNewTokens = None,
     num_fewshot: o.NumFewshot = None, split: o.Split = None, chat_template: o.ChatTemplate = None,
-    truncate_prompt: o.Truncate = None, draft_policy: o.DraftPolicy = None,
+    truncate_prompt: o.Truncate = None, draft_policy: o.DraftPolicy = None, drafter: o.Drafters = None,
     output_dir: o.ResultsDir = Path("results"), plots_dir: o.PlotsDir = None, device: o.Device = "auto",
     dtype: o.Dtype = None, shard: o.Shard = "0/1", batch_size: o.BatchSize = 16,
     timing_examples: o.TimingExamples = 4, engine: o.Engine = "eager", threads: o.Threads = None,

@@ -55,6 +55,21 @@ Results = Annotated[Path, typer.Argument(help="Results directory.")]
 Candidates = Annotated[
     Optional[list[str]], _opt("Method, family or label to judge against the baselines; repeatable.", "--candidate")
 ]
+DrafterOpt = Annotated[
+    Optional[str],
+    _opt(
+        "What drafts: model (the pair's draft model, default) or lookup[:ngram=2,match=first|recent,"
+        "schedule=constant|heuristic] (prompt lookup, no model; N is --draft-len). See `list`."
+    ),
+]
+Drafters = Annotated[
+    Optional[list[str]],
+    _opt(
+        "What drafts: model (default) or lookup[:ngram=2,match=first|recent,schedule=constant|heuristic] "
+        "(prompt lookup, no model; N is --draft-len); repeatable, each a configuration.",
+        "--drafter",
+    ),
+]
 # Flags that stand for a verifier parameter: --target-weight 0.5,0.7 is --param target_weight=0.5,0.7.
 Alias = Annotated[Optional[str], _opt("Short for --param NAME=...; see `list`.")]
 

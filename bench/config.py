@@ -22,6 +22,7 @@ from typing import Any
 
 from bench.context import check_truncation
 from bench.decoding import check_draft_policy
+from bench.drafters import DRAFTERS, canonical_drafter, check_reads, drafter_label, parse_drafter
 from bench.errors import BenchError
 from bench.pairs import pick_device, pick_dtype, resolve_pair
 from bench.store import SCHEMA
@@ -55,6 +56,7 @@ class RunConfig:
     engine: str = "eager"  # how model steps run (bench/engines); it changes times, so ids see it
     truncate_prompt: str = "none"  # none: refuse prompt + budget past a model's context; left: cut
     draft_policy: str | None = None  # sample or greedy; None: what the method's engine does
+    drafter: str | None = "model"  # what drafts (bench/drafters): model, or lookup[:key=value,...]
 
     def resolve(self) -> RunConfig:
         """Defaults made concrete (every verifier parameter included), and settings the method
@@ -76,11 +78,16 @@ class RunConfig:
             "greedy" if self.temperature == 0 else check_draft_policy(self.draft_policy or cls.draft_policy)
         )
         verifier = make_verifier(self.method, **self.params)
+        drafter = canonical_drafter(self.drafter) if cls.uses_draft else None
+        if drafter:
+            check_reads(cls.name, verifier.reads(), drafter)
+        deterministic = bool(drafter) and DRAFTERS[parse_drafter(drafter)[0]].deterministic
         return replace(
             self,
             params={f.name: getattr(verifier, f.name) for f in fields(verifier)},  # type: ignore[arg-type]
             draft_len=self.draft_len if cls.uses_draft else 0,
-            draft_policy=policy if cls.uses_draft else None,
+            draft_policy=policy if cls.uses_draft and not deterministic else None,
+            drafter=drafter,
             head=self.head if cls.needs_hidden else None,
             max_new_tokens=self.max_new_tokens or spec.max_new_tokens,
             data=self.data or default_data(spec.name, pair.kind),
@@ -108,7 +115,7 @@ class RunConfig:
     def label(self) -> str:
         """Display name: the method's name and its parameters, as its class names them."""
         policy = self.draft_policy if self.temperature != 0 else None
-        return self.info.label(self.params, self.head, policy)
+        return self.info.label(self.params, self.head, policy, drafter_label(self.drafter) if self.drafter else "")
 
 
 def parse_params(texts: Iterable[str]) -> dict[str, list[str]]:

@@ -52,6 +52,8 @@ class DecodeStats:
     rounds: int = 0
     drafted_tokens: int = 0
     accepted_tokens: int = 0
+    drafting_rounds: int = 0  # rounds that drafted at least one token (a lookup may find none)
+    target_logprob_sum: float = 0.0  # sum over emitted tokens of the target's log p at temperature 1
     target_forwards: int = 0
     draft_forwards: int = 0
     wall_time_s: float = 0.0  # NaN when decoded in a batch of more than one row
@@ -74,6 +76,7 @@ class DecodeStats:
         """Count one round of ``drafted`` tokens of which the first ``accepted`` were kept, adding
         the verifier's expected acceptance and bias at the positions it reached."""
         self.rounds += 1
+        self.drafting_rounds += drafted > 0
         self.drafted_tokens += drafted
         self.accepted_tokens += accepted
         for i in range(drafted):
@@ -91,8 +94,20 @@ class DecodeStats:
 
     @property
     def acceptance_length(self) -> float:
-        """Tokens emitted per round, bonus included."""
+        """Tokens emitted per round, bonus included: tokens per target forward (each round is one;
+        the prompt's prefill is not counted), Spec-Bench's mean accepted tokens."""
         return self.new_tokens / self.rounds if self.rounds else float("nan")
+
+    @property
+    def drafting_share(self) -> float:
+        """Share of rounds that drafted: below 1 where a drafter found nothing to propose."""
+        return self.drafting_rounds / self.rounds if self.rounds else float("nan")
+
+    @property
+    def target_loglik(self) -> float:
+        """The target's mean log-likelihood per emitted token (log p at temperature 1): a fidelity
+        measure that needs no gold answer (a lossless method's expectation is the target's own)."""
+        return self.target_logprob_sum / self.new_tokens if self.new_tokens else float("nan")
 
     @property
     def expected_acceptance(self) -> float:
@@ -187,13 +202,13 @@ class SpeculativeDecoder:
                 "and pass --head PATH"
             )
         self.target, self.verifier = target, verifier
+        self.eos = frozenset(eos_token_ids)
         self.device = target.device  # a model's .device walks its parameters: read it once
         self.draft_len = draft_len if verifier.uses_draft else 0
         self.sampling = sampling
         self.draft_policy = check_draft_policy(draft_policy or verifier.draft_policy)
         # Drafts are the draft's argmax under greedy decoding or the greedy draft policy: no draws.
         self.greedy_draft = sampling.greedy or self.draft_policy == "greedy"
-        self.eos = frozenset(eos_token_ids)
         self.head = head
         # Tracing reads probabilities the round already computed, after its sync; it draws nothing.
         self.trace = trace
@@ -207,6 +222,9 @@ class SpeculativeDecoder:
                 greedy=self.greedy_draft,
                 hidden=verifier.needs_hidden,
                 method=verifier.name,
+                reads=verifier.reads(),
+                device=self.device,
+                eos=self.eos,
             )
         # Step widths after the prompt: the target verifies up to N + 1 tokens (fewer near the
         # budget, and where a drafter proposes fewer).
@@ -316,8 +334,13 @@ class SpeculativeDecoder:
         out = {"p_next": p[rows, accepted, next_token]}
         if n:
             out["p_draft"] = p[:, :n].gather(-1, drafted.unsqueeze(-1)).squeeze(-1)
-            out["q_draft"] = q.gather(-1, drafted.unsqueeze(-1)).squeeze(-1)
-            out["q_next"] = q[rows, accepted.clamp(max=n - 1), next_token]
+            at = accepted.clamp(max=n - 1)
+            if q is None:  # a lookup draft: its law is the point mass on the drafted token
+                out["q_draft"] = torch.ones_like(drafted, dtype=p.dtype)
+                out["q_next"] = (drafted[rows, at] == next_token).to(p.dtype)
+            else:
+                out["q_draft"] = q.gather(-1, drafted.unsqueeze(-1)).squeeze(-1)
+                out["q_next"] = q[rows, at, next_token]
         return {k: v.tolist() for k, v in out.items()}
 
     def _record_trace(
@@ -368,9 +391,17 @@ class SpeculativeDecoder:
         # Nothing to verify and greedy: the argmax of the logits suffices.
         p = p_logits if not n and self.sampling.greedy else process(p_logits, self.sampling)
         accepted, next_token, floats, weights = self._verify(rows, ns, draft, p_logits, p, h_target)
+        loglik = self._target_loglik(p_logits, drafted, accepted, next_token)
         host = torch.cat([accepted, next_token, drafted.flatten()]).tolist()  # the round's sync
-        # Per group (their lengths differ), read after the sync above, so without a stall.
-        sums = {i: row for idx, f in floats for i, row in zip(idx, f.tolist())}
+        # Read after the sync above, so without a stall: every row's log p of the tokens it may
+        # emit, then each verified group's [expected acceptance, bias] per position.
+        flat = torch.cat([loglik.flatten(), *(f.flatten() for _, f in floats)]).tolist()
+        sums, at = {}, loglik.numel()
+        for idx, f in floats:
+            k = f.shape[-1]
+            for i in idx:
+                sums[i] = [flat[at : at + k], flat[at + k : at + 2 * k]]
+                at += 2 * k
         probs = (
             self._trace_probs(p_logits, p, draft.q if draft else None, drafted, accepted, next_token)
             if self.trace
@@ -382,9 +413,20 @@ class SpeculativeDecoder:
         finished: set[int] = set()
         for i, (row, nb) in enumerate(zip(rows, ns)):
             acc, drafts = host[i], host[2 * count + i * n : 2 * count + i * n + nb]
-            if self._emit(row, i, nb, acc, drafts, host[count + i], sums.get(i), weights.get(i), probs):
+            logp = flat[i * (n + 1) : (i + 1) * (n + 1)]
+            if self._emit(row, i, nb, acc, drafts, host[count + i], logp, sums.get(i), weights.get(i), probs):
                 finished.add(i)
         return finished
+
+    @staticmethod
+    def _target_loglik(p_logits: Tensor, drafted: Tensor, accepted: Tensor, next_token: Tensor) -> Tensor:
+        """[B, n + 1]: the target's temperature-1 log p of the token each position would emit (the
+        drafts up to the accepted count, the verifier's token at it; later positions are unused),
+        from the verify forward's logits: the fidelity column costs no forward."""
+        last = next_token.unsqueeze(1)
+        tokens = torch.cat([drafted, last], dim=1).scatter(1, accepted.unsqueeze(1), last)
+        picked = p_logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1).float()
+        return picked - p_logits.float().logsumexp(-1)
 
     def _verify(
         self,
@@ -461,6 +503,7 @@ class SpeculativeDecoder:
         acc: int,
         drafts: list[int],
         token: int,
+        logp: list[float],
         sums: list[list[float]] | None,
         weights: Tensor | None,
         probs: dict[str, list[Any]] | None,
@@ -471,6 +514,7 @@ class SpeculativeDecoder:
         eos_at = next((j for j, t in enumerate(new) if t in self.eos), None)
         counted, kept = round_counts(nb, acc, eos_at)
         row.stats.record_round(counted, kept, *(sums or ([], [])))
+        row.stats.target_logprob_sum += sum(logp[: len(new) if eos_at is None else eos_at + 1])
         row.stats.target_forwards += 1
         row.stats.draft_forwards += nb if self.drafter and self.drafter.engines else 0
         if weights is not None:

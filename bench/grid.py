@@ -40,15 +40,21 @@ def configs_from_flags(
     sweep: bool = False,
     **shared: Any,
 ) -> list[RunConfig]:
-    """Every task x pair x method configuration; heads may name {task} and {pair}. ``shared``
-    holds the other fields of RunConfig (draft_len, temperature, seed, device...)."""
+    """Every task x pair x method x drafter configuration; heads may name {task} and {pair}.
+    ``shared`` holds the other fields of RunConfig (draft_len, temperature, seed, device...);
+    ``drafter`` may be a list (a grid axis: ``ar`` runs once, it drafts nothing)."""
+    drafters = _as_list(shared.pop("drafter", None) or "model")
     out = []
     for pair in pairs:
         for task in tasks:
             expanded = expand_methods(
                 methods, params=params, heads=[h.format(task=task, pair=pair) for h in heads], sweep=sweep
             )
-            out += [RunConfig(task=task, pair=pair, method=m, params=p, head=h, **shared) for m, p, h in expanded]
+            out += [
+                RunConfig(task=task, pair=pair, method=m, params=p, head=h, drafter=d, **shared)
+                for d in drafters
+                for m, p, h in expanded
+            ]
     return out
 
 

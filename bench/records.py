@@ -90,6 +90,7 @@ def fixed_columns(cfg: RunConfig, pair_name: str, task_name: str) -> dict[str, A
         "method_info": info.to_json(),
         "head": cfg.head,
         "draft_policy": cfg.draft_policy,
+        "drafter": cfg.drafter,
         "schema": SCHEMA,
     }
 
@@ -108,6 +109,9 @@ def stats_columns(stats: DecodeStats) -> dict[str, Any]:
         "reached_per_position": reached,
         "acceptance_rate": stats.acceptance_rate,
         "acceptance_length": stats.acceptance_length,
+        "drafting_rounds": stats.drafting_rounds,
+        "drafting_share": stats.drafting_share,
+        "target_loglik": stats.target_loglik,
         "expected_acceptance": stats.expected_acceptance,
         "bias": stats.bias,
         "expected_acceptance_per_position": [

@@ -165,6 +165,7 @@ class Runner:
             engine=self.engine,
             draft_policy=cfg.draft_policy,
             trace=self.trace,
+            drafter=cfg.drafter,
         )
         budget = cfg.max_new_tokens
         write_manifest(self.store, cfg, pair.device, self.limit)
@@ -180,7 +181,7 @@ class Runner:
         """Each example's prompt ids and how many prompt tokens were cut to fit the context of the
         models the method feeds (refused with one line unless --truncate-prompt left)."""
         pair = self.pair(cfg)
-        uses_draft = verifier_class(cfg.method).uses_draft
+        uses_draft = verifier_class(cfg.method).uses_draft and cfg.drafter == "model"
         context = Context.of(pair.target, pair.draft if uses_draft else None)
         bos = getattr(pair.tokenizer, "bos_token_id", None)
         return {

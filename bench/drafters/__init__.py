@@ -1,25 +1,81 @@
-"""Drafters: what proposes a round's tokens (docs/spec.md §3). ``model`` is the pair's draft model;
-a drafter is named on the command line and in grids by a spec string, ``NAME[:key=value,...]``."""
+"""Drafters: what proposes a round's tokens (docs/spec.md §3). ``model`` is the pair's draft model,
+``lookup`` prompt lookup (no model). A drafter is named on the command line and in grids by a spec
+string, ``NAME[:key=value,...]`` (``lookup:ngram=3,match=recent``); configurations record it with
+every parameter made concrete."""
 
 from __future__ import annotations
 
+import typing
+from dataclasses import MISSING, fields
+
+import torch
 from transformers import PreTrainedModel
 
 from bench.distributions import Sampling
 from bench.drafters.base import DRAFT_OUTPUTS, Draft, Drafter, DraftRow
+from bench.drafters.lookup import PromptLookup, lookup
 from bench.drafters.model import ModelDrafter
 from bench.engines import EngineFactory
 from bench.errors import BenchError
 
-DRAFTERS = ("model",)
+DRAFTERS: dict[str, type[Drafter]] = {"model": ModelDrafter, "lookup": PromptLookup}
+# What a verifier may read of a drafter, as a refusal names it.
+_WHAT = {"q": "distribution q", "q_logits": "logits", "hidden": "hidden states"}
+
+
+def parse_drafter(text: str | None) -> tuple[str, dict[str, typing.Any]]:
+    """``NAME[:key=value,...]`` -> (name, every parameter with its value, defaults filled in)."""
+    name, _, rest = (text or "model").strip().partition(":")
+    if name not in DRAFTERS:
+        raise BenchError(f"unknown drafter {name!r}: use --drafter {' or '.join(DRAFTERS)} (e.g. lookup:ngram=3)")
+    cls = DRAFTERS[name]
+    known = {f.name: f for f in fields(cls)} if name != "model" else {}  # type: ignore[arg-type]
+    kinds = typing.get_type_hints(cls)
+    params = {k: f.default for k, f in known.items() if f.default is not MISSING}
+    for item in filter(None, (t.strip() for t in rest.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or key.strip() not in known:
+            allowed = ", ".join(known) or "none"
+            raise BenchError(f"drafter {name}: unknown or malformed parameter {item!r}; its parameters: {allowed}")
+        key = key.strip()
+        try:
+            params[key] = int(value) if kinds.get(key) is int else value.strip()
+        except ValueError:
+            raise BenchError(f"drafter {name}: {key} takes an integer, got {value!r}") from None
+    if known:
+        cls(**params)  # validate every value before any model loads
+    return name, params
 
 
 def canonical_drafter(text: str | None) -> str:
-    """A drafter spec as configurations record it."""
-    name = (text or "model").strip()
-    if name not in DRAFTERS:
-        raise BenchError(f"unknown drafter {name!r}: use --drafter {' or '.join(DRAFTERS)}")
-    return name
+    """A drafter spec as configurations record it: every parameter, sorted (``model`` has none)."""
+    name, params = parse_drafter(text)
+    return name + (":" + ",".join(f"{k}={v}" for k, v in sorted(params.items())) if params else "")
+
+
+def drafter_label(text: str | None) -> str:
+    """How labels and families name a drafter: empty for the draft model (every label before
+    drafters existed), else its name and the parameters that differ from their defaults."""
+    name, params = parse_drafter(text)
+    if name == "model":
+        return ""
+    defaults = parse_drafter(name)[1]
+    changed = [f"{k}={v}" for k, v in params.items() if v != defaults[k]]
+    return " ".join([name, *changed])
+
+
+def check_reads(method: str, reads: frozenset[str], drafter: str | None) -> None:
+    """Refuse a verifier that reads what the drafter cannot supply (a lookup draft has no model
+    behind it: no logits, no hidden states)."""
+    name, _ = parse_drafter(drafter)
+    missing = sorted(reads - DRAFTERS[name].supplies)
+    if missing:
+        what = " and ".join(_WHAT[m] for m in missing)
+        raise BenchError(
+            f"{method}: reads the draft model's {what}, which the {name} drafter does not have; "
+            "use --drafter model, or a rule that reads only the drafted tokens (sd, lossy, typical, "
+            "threshold, relaxed, ensemble with mix=prob)"
+        )
 
 
 def make_drafter(
@@ -31,13 +87,33 @@ def make_drafter(
     greedy: bool,
     hidden: bool,
     method: str,
+    reads: frozenset[str] = frozenset(),
+    device: torch.device = torch.device("cpu"),
+    eos: frozenset[int] = frozenset(),
 ) -> Drafter:
     """The drafter a decoder runs; ``greedy``: a model drafts its argmax; ``hidden``: the verifier
-    reads the draft's hidden states."""
-    canonical_drafter(spec)
+    reads the draft's hidden states; ``reads``: what the verifier reads of the draft."""
+    name, params = parse_drafter(spec)
+    check_reads(method, reads, spec)
+    if name == "lookup":
+        return PromptLookup(**params).bind(device, eos)
     if draft is None:
-        raise BenchError(f"{method}: needs a draft model")
+        raise BenchError(f"{method}: needs a draft model (or --drafter lookup, which needs none)")
     return ModelDrafter(draft, engine, sampling, greedy, hidden)
 
 
-__all__ = ["DRAFTERS", "DRAFT_OUTPUTS", "Draft", "DraftRow", "Drafter", "ModelDrafter", "canonical_drafter", "make_drafter"]
+__all__ = [
+    "DRAFTERS",
+    "DRAFT_OUTPUTS",
+    "Draft",
+    "DraftRow",
+    "Drafter",
+    "ModelDrafter",
+    "PromptLookup",
+    "canonical_drafter",
+    "check_reads",
+    "drafter_label",
+    "lookup",
+    "make_drafter",
+    "parse_drafter",
+]

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from bench.drafters import drafter_label
 from bench.errors import BenchError
 from bench.store import SHARED_SETTINGS
 from bench.verifiers import VERIFIERS, MethodInfo
@@ -52,6 +53,15 @@ def _mean_ratio(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return a.mean(-1) / b.mean(-1)
 
 
+def _loglik(g: pd.DataFrame) -> float:
+    """The target's mean log p per emitted token over a configuration's examples (token-weighted);
+    NaN for rows written before rows carried it."""
+    if "target_loglik" not in g or g["target_loglik"].isna().all():
+        return np.nan
+    tokens = g["new_tokens"].to_numpy(float)
+    return float(np.nansum(g["target_loglik"].to_numpy(float) * tokens) / tokens.sum()) if tokens.sum() else np.nan
+
+
 def _spread(times: np.ndarray, tokens: np.ndarray) -> float:
     """max / min over the timed examples of the time per emitted token (examples emit different
     numbers of tokens; per token they should cost alike): above ``SPREAD_LIMIT`` a mean time, and
@@ -79,6 +89,15 @@ def row_info(row: pd.Series) -> MethodInfo:
     return MethodInfo(name=method, defaults=json.loads(row.get("params") or "{}"), sweep={})
 
 
+def row_drafter(row: pd.Series) -> str | None:
+    """What drafted a row's configuration: its ``drafter`` column; rows of schema 4 and older
+    (written before drafters existed) were drafted by the draft model. None for ``ar``."""
+    if row["method"] == "ar" or not row_info(row).uses_draft:
+        return None
+    value = row.get("drafter")
+    return value if isinstance(value, str) and value else "model"
+
+
 def structure(first: pd.Series) -> dict[str, Any]:
     """A configuration's method as structure, from its row's ``params`` and ``method_info`` (never
     from its label): every parameter's value, its family, its swept values and how to draw it."""
@@ -87,11 +106,16 @@ def structure(first: pd.Series) -> dict[str, Any]:
     head = first["head"] if isinstance(first.get("head"), str) else None
     policy = first.get("draft_policy") if first["temperature"] != 0 else None
     policy = policy if isinstance(policy, str) else None
+    drafter = row_drafter(first)
+    named = drafter_label(drafter) if drafter else ""
     return {
         "params": params,
-        "family": info.family(params, head, policy),
+        "drafter": drafter,
+        "family": info.family(params, head, policy, named),
         # The label with a head named by its folder, not its whole path: for legends.
-        "legend": info.label(params, head.replace(":", "/").rstrip("/").rsplit("/", 1)[-1] if head else None, policy),
+        "legend": info.label(
+            params, head.replace(":", "/").rstrip("/").rsplit("/", 1)[-1] if head else None, policy, named
+        ),
         "swept": info.swept_text(params),
         "sweep_key": info.sweep_key(params),
         "baseline": info.baseline,
@@ -154,6 +178,8 @@ def summarise(rows: pd.DataFrame) -> pd.DataFrame:
             "quality": quality.mean(),
             "quality_ci": bootstrap(lambda q: q.mean(-1), quality),
             "acceptance_length": g["new_tokens"].sum() / g["rounds"].sum(),
+            "drafting_share": g["drafting_rounds"].sum() / g["rounds"].sum() if "drafting_rounds" in g else np.nan,
+            "target_loglik": _loglik(g),
             "weight_mean": float(np.nanmean(g["weight_mean"])) if g["weight_mean"].notna().any() else np.nan,
             "wall_time_s": timed["wall_time_s"].mean(),
             "time_per_token_s": timed["wall_time_s"].sum() / timed["new_tokens"].sum()
@@ -214,6 +240,7 @@ def _describe(key: dict[str, Any], part: pd.DataFrame) -> str:
     chat = ", chat template" if key["chat_template"] else ""
     chat += ", prompts cut to the context" if key["truncate_prompt"] == "left" else ""
     n = f", draft length {key['draft_len']}" if "draft_len" in key else ""
+    n += f", drafter {drafter_label(key['drafter'])}" if key.get("drafter") not in (None, "model") else ""
     # ``hub`` is the task file's own source (the hub, its local files or a loader in code): no name.
     source = {"hub": "", "fixture": " from the shipped fixtures"}.get(key["data"], f" from {key['data']}")
     return (
@@ -223,17 +250,19 @@ def _describe(key: dict[str, Any], part: pd.DataFrame) -> str:
 
 
 def panels(summary: pd.DataFrame) -> list[Panel]:
-    """One panel per combination of shared settings and draft length; the ``ar`` run of the same
-    shared settings joins each panel as its reference row. A task run with two exemplar counts or
-    splits under otherwise equal settings gets one panel per count and split."""
+    """One panel per combination of shared settings, draft length and drafter (acceptance means
+    another thing where a drafter skips rounds); the ``ar`` run of the same shared settings joins
+    each panel as its reference row. A task run with two exemplar counts or splits under otherwise
+    equal settings gets one panel per count and split."""
     spec = summary[summary["method"] != "ar"]
-    keys = [*PANEL, "draft_len"] if len(spec) else PANEL
+    keys = [*PANEL, "draft_len", "drafter"] if len(spec) else PANEL
     found = (spec if len(spec) else summary)[keys].drop_duplicates().to_dict("records")
     out = []
     for key in found:
         same = _agrees(summary, pd.Series({k: key[k] for k in PANEL}))
         if "draft_len" in key:
             same &= (summary["draft_len"] == key["draft_len"]) | (summary["method"] == "ar")
+            same &= (summary["drafter"] == key["drafter"]) | (summary["method"] == "ar")
         part = summary[same]
         if (part.groupby("task")[PER_TASK].nunique() > 1).any(axis=None):
             for _, sub in part.groupby(PER_TASK, sort=True):

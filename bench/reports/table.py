@@ -67,6 +67,7 @@ def table_frames(
                 _cell(get(lb, "quality"), ci(lb, "quality_ci"), percent_q, 1 if percent_q else 2)
                 for lb in labels
             ]
+            quality[(t, "log p/token")] = [_cell(get(lb, "target_loglik"), (np.nan, np.nan), False, 3) for lb in labels]
             notes = [spread_note(get(lb, "time_spread")) for lb in labels]
             speed[(t, "norm. time")] = [
                 _cell(get(lb, "normalised_time"), ci(lb, "normalised_time_ci"), False, 2)
@@ -83,9 +84,10 @@ def table_frames(
             speed[(t, "ms/token")] = [
                 _cell(get(lb, "time_per_token_s") * 1e3, (np.nan, np.nan), False, 2) for lb in labels
             ]
-            speed[(t, "accept len")] = [
+            speed[(t, "tokens/fwd")] = [
                 _cell(get(lb, "acceptance_length"), (np.nan, np.nan), False, 2) for lb in labels
             ]
+            speed[(t, "drafted")] = [_cell(get(lb, "drafting_share"), (np.nan, np.nan), True, 0) for lb in labels]
         q = pd.DataFrame(quality, index=pd.Index(labels, name="method"))
         s = pd.DataFrame(speed, index=pd.Index(labels, name="method"))
         result.append((title, q, s))
@@ -119,12 +121,13 @@ def render(summary: pd.DataFrame, quality_metric: dict[str, str], fmt: str) -> s
                 f"### {title}",
                 "",
                 "Acceptance rate and quality (Table 1 layout); [low, high] is the 95% bootstrap interval "
-                "over examples",
+                "over examples; log p/token: the target's mean log-likelihood of the emitted tokens",
                 "",
                 _markdown(q),
                 "",
                 "Time relative to ar with the same settings on the same timed examples (norm. time = "
-                "mean time / ar's mean time, [low, high] its 95% bootstrap interval), and tokens per round. "
+                "mean time / ar's mean time, [low, high] its 95% bootstrap interval), tokens per target "
+                "forward (Spec-Bench's mean accepted tokens) and the share of rounds that drafted. "
                 f"Where the time per token of the timed examples (or of ar's) varies more than "
                 f"{SPREAD_LIMIT:g}x, the speedup is not shown: time more examples (--timing-examples) on a "
                 "quieter machine",

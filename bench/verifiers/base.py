@@ -49,13 +49,13 @@ class Round:
     """
 
     draft: Tensor  # [B, N] drafted token ids
-    q: Tensor  # [B, N, V]
+    q: Tensor | None  # [B, N, V]; None from a drafter without a model (prompt lookup)
     p: Tensor  # [B, N, V] at the drafted positions (the bonus row is not here)
-    q_logits: Tensor  # [B, N, V]
+    q_logits: Tensor | None  # [B, N, V]; None without a draft model
     p_logits: Tensor  # [B, N, V]
     sampling: Sampling
     weights: Tensor | None = None  # [B, N]
-    greedy_draft: bool = False  # the draft drafted its argmax instead of sampling q
+    greedy_draft: bool = False  # the drafts are deterministic: the draft's argmax, or a lookup
 
     @property
     def temperature(self) -> float:
@@ -66,13 +66,21 @@ class Round:
         """The law the drafted tokens were drawn from: ``q`` when the draft samples, the one-hot on
         the drafted token when it drafts its argmax. Acceptance and residual are taken against it,
         while ``q`` stays the draft model's distribution (the ensemble's component)."""
-        if not self.greedy_draft:
+        if not self.greedy_draft and self.q is not None:
             return self.q
-        return torch.zeros_like(self.q).scatter_(-1, self.draft.unsqueeze(-1), 1.0)
+        return torch.zeros_like(self.p).scatter_(-1, self.draft.unsqueeze(-1), 1.0)
+
+    @property
+    def draft_law(self) -> Tensor:
+        """The drafter's distribution, the ensemble's component: the draft model's ``q``, or, for a
+        drafter without a model (prompt lookup), the point mass on its token."""
+        return self.q if self.q is not None else self.proposal
 
     @cached_property
     def q1(self) -> Tensor:
-        """Temperature-1 draft probabilities."""
+        """Temperature-1 draft probabilities (a draft model's only: ``draft_reads`` says who reads them)."""
+        if self.q_logits is None:
+            raise BenchError("this rule reads the draft model's logits, and the round has no draft model")
         return self.q_logits.float().softmax(-1)
 
     @cached_property
@@ -103,6 +111,11 @@ class Verifier(ABC):
     name: ClassVar[str]
     uses_draft: ClassVar[bool] = True
     needs_hidden: ClassVar[bool] = False
+    # What the rule reads of the draft besides its tokens and the proposal they came from: "q" (the
+    # drafter's law, ``Round.draft_law``: a point mass for prompt lookup), "q_logits" (the draft
+    # model's scores) and "hidden" (its hidden states). A drafter that cannot supply one of them
+    # (prompt lookup has no model) is refused with this method.
+    draft_reads: ClassVar[frozenset[str]] = frozenset()
     # How the engine a rule comes from drafts: "sample" (draw from q) or "greedy" (argmax of q).
     draft_policy: ClassVar[str] = "sample"
     # The swept parameter(s) and their default sweep: the points of this method's family (what
@@ -118,6 +131,11 @@ class Verifier(ABC):
     baseline: ClassVar[bool] = False
     # Position in tables and legends (lower first).
     order: ClassVar[int] = 100
+
+    def reads(self) -> frozenset[str]:
+        """What this configuration reads of the draft: the class's ``draft_reads`` unless a
+        parameter changes it."""
+        return self.draft_reads
 
     @abstractmethod
     def rule(self, r: Round) -> tuple[Tensor, Tensor]:
@@ -268,6 +286,7 @@ class MethodInfo:
     uses_draft: bool = True
     needs_hidden: bool = False
     draft_policy: str = "sample"
+    draft_reads: list[str] = field(default_factory=list)
 
     @classmethod
     def of(cls, verifier: type[Verifier]) -> MethodInfo:
@@ -288,6 +307,7 @@ class MethodInfo:
             uses_draft=verifier.uses_draft,
             needs_hidden=verifier.needs_hidden,
             draft_policy=verifier.draft_policy,
+            draft_reads=sorted(verifier.draft_reads),
         )
 
     def to_json(self) -> str:
@@ -321,7 +341,9 @@ class MethodInfo:
         full = self.full(params)
         return ", ".join(self.shown(k, full[k]) for k in self.swept if k in full)
 
-    def _fixed_parts(self, params: Mapping[str, Any], head: str | None, draft_policy: str | None) -> list[str]:
+    def _fixed_parts(
+        self, params: Mapping[str, Any], head: str | None, draft_policy: str | None, drafter: str = ""
+    ) -> list[str]:
         full = self.full(params)
         parts = [
             self.shown(k, v)
@@ -332,17 +354,24 @@ class MethodInfo:
             parts.append(f"head={head}")
         if draft_policy and draft_policy != self.draft_policy:
             parts.append(f"{draft_policy} draft")
+        if drafter:
+            parts.append(drafter)
         return parts
 
-    def family(self, params: Mapping[str, Any], head: str | None = None, draft_policy: str | None = None) -> str:
-        """The family a configuration belongs to: its method with every setting but the swept ones."""
-        parts = self._fixed_parts(params, head, draft_policy)
+    def family(
+        self, params: Mapping[str, Any], head: str | None = None, draft_policy: str | None = None, drafter: str = ""
+    ) -> str:
+        """The family a configuration belongs to: its method with every setting but the swept ones,
+        its drafter included (``drafter``: as ``bench.drafters.drafter_label`` names it)."""
+        parts = self._fixed_parts(params, head, draft_policy, drafter)
         return self.name + (f" ({', '.join(parts)})" if parts else "")
 
-    def label(self, params: Mapping[str, Any], head: str | None = None, draft_policy: str | None = None) -> str:
+    def label(
+        self, params: Mapping[str, Any], head: str | None = None, draft_policy: str | None = None, drafter: str = ""
+    ) -> str:
         """The display name of one configuration (only for display: reports group by ``family``):
-        bare fixed values first (a cascade rule), then the swept values, then the named others."""
-        fixed = self._fixed_parts(params, head, draft_policy)
+        bare fixed values first (a cascade rule, a drafter), then the swept values, then the named others."""
+        fixed = self._fixed_parts(params, head, draft_policy, drafter)
         bare = [p for p in fixed if "=" not in p and not p.endswith(" draft")]
         parts = [*bare, self.swept_text(params), *(p for p in fixed if p not in bare)]
         parts = [p for p in parts if p]

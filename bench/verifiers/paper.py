@@ -24,7 +24,9 @@ def check_unit(method: str, param: str, value: float, *, closed_low: bool = Fals
 def mixture(r: Round, w: Tensor | float, mix: str) -> Tensor:
     """Ensemble of target and draft with target weight ``w`` (a float or [B, N]).
 
-    ``prob`` is the paper's rule ``w*p + (1-w)*q`` on the processed distributions. ``logit``
+    ``prob`` is the paper's rule ``w*p + (1-w)*q`` on the processed distributions; with a drafter
+    that has no model (prompt lookup) q is the point mass on the drafted token x, so x is kept with
+    probability ``w*p(x) + (1-w)`` and a rejection resamples from p without x. ``logit``
     reproduces the authors' experiment code: it mixes the temperature-scaled logits, applying the
     temperature to the draft part twice (``w*l_p/T + (1-w)*l_q/T^2``), and only then applies
     top-k/top-p to the mixed scores. Truncating p and q before mixing would give another policy
@@ -35,7 +37,7 @@ def mixture(r: Round, w: Tensor | float, mix: str) -> Tensor:
     elif w == 1:
         return r.p
     if mix == "prob":
-        return w * r.p + (1 - w) * r.q
+        return w * r.p + (1 - w) * r.draft_law
     s = r.sampling
     if s.greedy:
         return (w * r.p_logits.float() + (1 - w) * r.q_logits.float()).softmax(-1)
@@ -111,6 +113,8 @@ class SpecCascade(MixtureVerifier):
     """
 
     name: ClassVar[str] = "cascade"
+    # Deferral reads max q at temperature 1: always 1 for a point mass, so the draft would always be kept.
+    draft_reads: ClassVar[frozenset[str]] = frozenset({"q", "q_logits"})
     sweep: ClassVar[Mapping[str, Sequence[Any]]] = {"cascade_alpha": (0.1, 0.3, 0.5, 0.7, 0.9)}
     shorthand: ClassVar[Mapping[str, str]] = {"cascade_rule": "", "cascade_alpha": "a"}
     style: ClassVar[Mapping[str, Any]] = {"marker": "D", "color": "#CC79A7"}
@@ -135,6 +139,10 @@ class SpecCascade(MixtureVerifier):
             return max_q >= max_p - self.cascade_alpha
         return max_q >= max_p - self.cascade_alpha * tv(p1, q1)
 
+    def reads(self) -> frozenset[str]:
+        """The token rule reads only q (a point mass is kept iff its token is in A)."""
+        return frozenset({"q"}) if self.cascade_rule == "token" else self.draft_reads
+
     def token_accept_set(self, p1: Tensor) -> Tensor:
         """[B, N, V] bool: the token rule's set A = {v : p(v) >= (1 - alpha) max p}."""
         return p1 >= (1 - self.cascade_alpha) * p1.max(-1, keepdim=True).values
@@ -152,6 +160,7 @@ class StaticEnsemble(MixtureVerifier):
     """Static ensemble: pi = w p + (1 - w) q. Acceptance 1 - w TV(p, q), bias (1 - w) TV(p, q)."""
 
     name: ClassVar[str] = "ensemble"
+    draft_reads: ClassVar[frozenset[str]] = frozenset({"q"})  # mix=logit reads q_logits as well
     sweep: ClassVar[Mapping[str, Sequence[Any]]] = {"target_weight": (0.1, 0.3, 0.5, 0.7, 0.9)}
     shorthand: ClassVar[Mapping[str, str]] = {"target_weight": "w"}
     style: ClassVar[Mapping[str, Any]] = {"marker": "^", "color": "#009E73"}
@@ -163,6 +172,9 @@ class StaticEnsemble(MixtureVerifier):
     def __post_init__(self) -> None:
         check_unit("ensemble", "target_weight", self.target_weight)
         _check_mix("ensemble", self.mix)
+
+    def reads(self) -> frozenset[str]:
+        return self.draft_reads | ({"q_logits"} if self.mix == "logit" else set())
 
     def pi(self, r: Round) -> Tensor:
         return mixture(r, self.target_weight, self.mix)
@@ -178,6 +190,7 @@ class Diversed(MixtureVerifier):
 
     name: ClassVar[str] = "diversed"
     needs_hidden: ClassVar[bool] = True
+    draft_reads: ClassVar[frozenset[str]] = frozenset({"q", "hidden"})  # its head reads the draft's states
     style: ClassVar[Mapping[str, Any]] = {
         "marker": "*",
         "color": "#D55E00",
