@@ -150,7 +150,7 @@ class SpecCascade(MixtureVerifier):
     def pi(self, r: Round) -> Tensor:
         if self.cascade_rule == "token":
             a = self.token_accept_set(r.p1)
-            kept = r.q * a
+            kept = r.draft_law * a
             return kept + (1 - kept.sum(-1, keepdim=True)) * r.p
         return torch.where(self.keep_draft(r.p1, r.q1).unsqueeze(-1), r.q, r.p)
 

@@ -1,0 +1,311 @@
+"""Prompt lookup (bench/drafters/lookup.py) against transformers, under every verifier defined on a
+point mass, and the counters that compare drafters: drafts equal what transformers'
+``PromptLookupCandidateGenerator`` proposes; greedy lookup ``sd`` equals ``ar`` and transformers'
+``generate(prompt_lookup_num_tokens=N)`` token for token with as many target forwards (so every
+round drafted what transformers drafted); each rule's emitted law on a lookup draft is its formula
+on the point mass (lossless: exactly p); rules that read a draft model are refused in one line."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+import torch
+from scipy import stats
+from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
+
+from bench.config import RunConfig
+from bench.decoding import SpeculativeDecoder
+from bench.distributions import Sampling
+from bench.drafters import PromptLookup, canonical_drafter, drafter_label, lookup, parse_drafter
+from bench.engines import make_engine
+from bench.errors import BenchError
+from bench.verifiers import Round, make_verifier, verify
+
+GREEDY = Sampling(temperature=0.0)
+DRAWS = 200_000
+P = torch.tensor([0.40, 0.25, 0.15, 0.10, 0.06, 0.04])
+BONUS = torch.full((6,), 1 / 6)
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def transformers_candidates(ids: list[int], ngram: int, tokens: int, eos: list[int]) -> list[int]:
+    gen = PromptLookupCandidateGenerator(
+        eos_token_id=torch.tensor(eos) if eos else None,
+        num_output_tokens=tokens,
+        max_matching_ngram_size=ngram,
+        max_length=len(ids) + tokens + 5,
+    )
+    out, _ = gen.get_candidates(torch.tensor([ids]))
+    return out[0, len(ids) :].tolist()
+
+
+def test_drafts_equal_transformers_prompt_lookup_candidates():
+    """Random short sequences over a small vocabulary (so n-grams recur, overlap and run into an
+    EOS), every n-gram size and draft length: the same tokens as transformers' own class."""
+    rng = random.Random(0)
+    found = 0
+    for case in range(600):
+        ids = [rng.randrange(6) for _ in range(rng.randrange(2, 50))]
+        ngram, tokens = rng.randrange(1, 5), rng.randrange(1, 12)
+        eos = [5] if case % 2 else []
+        want = transformers_candidates(ids, ngram, tokens, eos)
+        assert lookup(ids, ngram, tokens, "first", frozenset(eos)) == want, (ids, ngram, tokens, eos)
+        found += bool(want)
+    assert 100 < found < 600  # both outcomes were exercised
+
+
+def test_recent_match_takes_the_latest_occurrence():
+    ids = [1, 2, 7, 8, 1, 2, 9, 4, 1, 2]
+    assert lookup(ids, 2, 3, "first") == [7, 8, 1]
+    assert lookup(ids, 2, 3, "recent") == [9, 4, 1]
+    assert lookup([3, 4, 5], 2, 3) == []  # nothing recurs: no draft
+    assert lookup(ids, 2, 3, "first", frozenset({7})) == []  # the continuation starts with an EOS
+
+
+def test_drafter_specs_are_canonical_and_bad_ones_are_one_line():
+    assert canonical_drafter("lookup") == "lookup:match=first,ngram=2,schedule=constant"
+    assert canonical_drafter(" lookup:ngram=3 ") == "lookup:match=first,ngram=3,schedule=constant"
+    assert drafter_label("lookup:match=first,ngram=3,schedule=constant") == "lookup ngram=3"
+    assert drafter_label("model") == ""
+    assert parse_drafter("lookup:match=recent")[1]["match"] == "recent"
+    for bad, needle in [
+        ("ngram", "unknown drafter"),
+        ("lookup:n=3", "unknown or malformed parameter"),
+        ("lookup:ngram=x", "takes an integer"),
+        ("lookup:ngram=0", "ngram must be an integer >= 1"),
+        ("lookup:match=last", "match must be one of first, recent"),
+    ]:
+        with pytest.raises(BenchError, match=needle):
+            canonical_drafter(bad)
+
+
+@pytest.mark.parametrize(
+    "method,params,needle",
+    [
+        ("cascade", {}, "reads the draft model's logits"),
+        ("ensemble", {"mix": "logit"}, "reads the draft model's logits"),
+        ("diversed", {}, "hidden states"),
+    ],
+)
+def test_rules_that_read_a_draft_model_are_refused_with_lookup(method, params, needle):
+    cfg = RunConfig(task="arith", pair="ref", method=method, params=params, drafter="lookup")
+    with pytest.raises(BenchError, match=needle) as err:
+        cfg.resolve()
+    assert "\n" not in str(err.value) and "--drafter model" in str(err.value)
+
+
+def test_lookup_configurations_are_their_own_family_and_id():
+    base = dict(task="arith", pair="ref", method="sd")
+    model, lookup_ = RunConfig(**base).resolve(), RunConfig(**base, drafter="lookup").resolve()
+    assert model.config_id != lookup_.config_id
+    assert model.label == "sd" and lookup_.label == "sd (lookup)"
+    assert lookup_.draft_policy is None  # a lookup draws nothing
+    assert RunConfig(task="arith", pair="ref", method="ar", drafter="lookup").resolve().drafter is None
+    token = RunConfig(**{**base, "method": "cascade"}, params={"cascade_rule": "token"}, drafter="lookup")
+    assert token.resolve().label.startswith("cascade (token, lookup")
+
+
+# --- The emitted law on a point mass -------------------------------------------------------------
+
+
+def without(p: torch.Tensor, x: int) -> torch.Tensor:
+    rest = p.clone()
+    rest[x] = 0
+    return rest / rest.sum()
+
+
+def point_mass_law(method: str, params: dict, p: torch.Tensor, x: int) -> torch.Tensor:
+    """Each rule's law when the draft is x with certainty, written from its formula: keep x with
+    probability a, else the rule's replacement."""
+    top = torch.zeros_like(p)
+    top[p.argmax()] = 1
+    one = torch.zeros_like(p)
+    one[x] = 1
+    if method == "sd":
+        return p
+    if method == "lossy":
+        a = min(1.0, p[x].item() / params["lenience"])
+        return a * one + (1 - a) * without(p, x)
+    if method == "ensemble":  # pi = w p + (1 - w) delta_x
+        return params["target_weight"] * p + (1 - params["target_weight"]) * one
+    if method == "threshold":
+        single, acc = params["speculative_accept_threshold_single"], params["speculative_accept_threshold_acc"]
+        a = 1.0 if p[x] >= single else min(1.0, p[x].item() / acc)
+        return a * one + (1 - a) * without(p, x)
+    if method == "typical":
+        entropy = -(p * (p + 1e-5).log()).sum()
+        keep = p[x] > min(params["posterior_threshold"], params["posterior_alpha"] * math.exp(-entropy.item()))
+        return one if keep else top
+    if method == "relaxed":
+        order = p.argsort(descending=True)[: params["relaxed_topk"]]
+        keep = x == p.argmax().item() or (x in order.tolist() and p[x] >= p.max() - params["relaxed_delta"])
+        return one if keep else top
+    assert method == "cascade"  # token rule: x kept iff p(x) >= (1 - alpha) max p, else p
+    return one if p[x] >= (1 - params["cascade_alpha"]) * p.max() else p
+
+
+POINT_MASS_CASES = [
+    ("sd", {}),
+    ("lossy", {"lenience": 0.5}),
+    ("ensemble", {"target_weight": 0.7}),
+    ("ensemble", {"target_weight": 0.2}),
+    ("threshold", {"speculative_accept_threshold_single": 0.2, "speculative_accept_threshold_acc": 0.5}),
+    ("typical", {"posterior_threshold": 0.09, "posterior_alpha": 0.3}),
+    ("relaxed", {"relaxed_topk": 3, "relaxed_delta": 0.2}),
+    ("cascade", {"cascade_rule": "token", "cascade_alpha": 0.5}),
+]
+
+
+@pytest.mark.parametrize("x", [0, 1, 3, 5])
+@pytest.mark.parametrize("method,params", POINT_MASS_CASES)
+def test_emitted_token_on_a_lookup_draft_follows_the_rules_formula(method, params, x):
+    """A lookup round has no q, no logits, no hidden states: the verifier sees the drafted token
+    and the target only. The first emitted token's frequencies match the formula (chi-square), and
+    the logged acceptance and bias are the formula's."""
+    g = torch.Generator().manual_seed(11 + x)
+    expand = lambda d: d.view(1, 1, -1).expand(DRAWS, 1, -1)  # noqa: E731
+    draft = torch.full((DRAWS, 1), x)
+    r = Round(draft, None, expand(P), None, expand(P.log()), Sampling(1.0), greedy_draft=True)
+    verdict = verify(make_verifier(method, **params), r, BONUS.expand(DRAWS, -1), g)
+    emitted = torch.where(verdict.accepted >= 1, draft[:, 0], verdict.next_token)
+    law = point_mass_law(method, params, P, x)
+    counts = torch.bincount(emitted, minlength=len(P)).double()
+    keep = law > 0
+    assert counts[~keep].sum() == 0, "emitted a token the law gives probability 0"
+    if keep.sum() > 1:
+        expected = law[keep].double() / law[keep].double().sum() * counts.sum()
+        assert stats.chisquare(counts[keep].numpy(), expected.numpy()).pvalue > 1e-3, (method, x)
+    assert verdict.bias[0, 0].item() == pytest.approx((law - P).clamp_min(0).sum().item(), abs=1e-5)
+    accepted = law[x].item()  # x is emitted only when kept: a rejection resamples without x
+    assert verdict.expected_acceptance[0, 0].item() == pytest.approx(accepted, abs=1e-5)
+    sigma = math.sqrt(max(accepted * (1 - accepted), 1e-12) / DRAWS)
+    assert abs(verdict.accepted.double().mean().item() - accepted) < 5 * sigma + 1e-9
+
+
+# --- In the loop ---------------------------------------------------------------------------------
+
+
+def repetitive_prompts(tokenizer) -> list[list[int]]:
+    """Prompts whose text recurs, so lookups find continuations (and sometimes none)."""
+    texts = [
+        "the cat sat on the mat. the cat sat on the mat. the cat",
+        "one two three four one two three four one two",
+        "Question: 12 + 7 = 19. Question: 12 + 7 =",
+        "abc",
+    ]
+    return [list(tokenizer(t).input_ids) for t in texts]
+
+
+class ForwardCount:
+    """Counts a model's forward calls (transformers' prefill and one per round)."""
+
+    def __init__(self, model):
+        self.calls = 0
+        self.handle = model.register_forward_hook(self.hook)
+
+    def hook(self, *args):
+        self.calls += 1
+
+
+def transformers_lookup(pair, prompt: list[int], n: int, ngram: int, budget: int) -> tuple[list[int], int]:
+    """transformers' greedy prompt-lookup generate(): tokens and target forwards (one per round, the
+    first reading the prompt too)."""
+    ids = torch.tensor([prompt])
+    count = ForwardCount(pair.target)
+    try:
+        out = pair.target.generate(
+            ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=budget,
+            prompt_lookup_num_tokens=n, max_matching_ngram_size=ngram,
+            eos_token_id=pair.eos_token_ids or None, pad_token_id=pair.tokenizer.pad_token_id,
+        )  # fmt: skip
+    finally:
+        count.handle.remove()
+    return out[0, len(prompt) :].tolist(), count.calls
+
+
+def decoder(pair, method: str, n: int, drafter: str, engine=None, sampling=GREEDY, **params) -> SpeculativeDecoder:
+    return SpeculativeDecoder(
+        pair.target, pair.draft, make_verifier(method, **params), draft_len=n, sampling=sampling,
+        eos_token_ids=pair.eos_token_ids, drafter=drafter, **({"engine": engine} if engine else {}),
+    )  # fmt: skip
+
+
+def check_against_transformers(pair, prompts, n: int, ngram: int, budget: int, engine=None) -> None:
+    sd = decoder(pair, "sd", n, f"lookup:ngram={ngram}", engine)
+    ar = decoder(pair, "ar", n, "model", engine)
+    for prompt in prompts:
+        want, forwards = transformers_lookup(pair, prompt, n, ngram, budget)
+        got = sd.generate(prompt, budget)
+        assert got.token_ids == want == ar.generate(prompt, budget).token_ids
+        # As many rounds as transformers' forwards (its first also reads the prompt): every round
+        # drafted what transformers drafted.
+        assert got.stats.rounds == forwards
+        s = got.stats
+        assert s.draft_forwards == 0 and s.drafting_rounds <= s.rounds
+        assert s.acceptance_length == pytest.approx(s.new_tokens / s.rounds)
+
+
+@pytest.mark.parametrize("n,ngram", [(10, 2), (3, 3), (1, 1)])
+def test_greedy_lookup_sd_equals_ar_and_transformers_prompt_lookup(tiny_pair, n, ngram):
+    check_against_transformers(tiny_pair, repetitive_prompts(tiny_pair.tokenizer), n, ngram, 30)
+
+
+def test_greedy_lookup_on_the_compiled_engine(tiny_pair):
+    """The compiled engine declares widths 1 and N + 1: a round that found nothing runs at width 1,
+    a shorter draft is padded to N + 1; the tokens and forwards stay transformers'."""
+    check_against_transformers(tiny_pair, repetitive_prompts(tiny_pair.tokenizer)[:2], 4, 2, 24, make_engine("compiled"))
+
+
+def test_lookup_rows_in_a_batch_decode_as_they_do_alone(tiny_pair):
+    """Rows that find a continuation and rows that do not share one round, sampled at temperature 1."""
+    prompts = repetitive_prompts(tiny_pair.tokenizer)
+    dec = decoder(tiny_pair, "typical", 5, "lookup:schedule=heuristic", sampling=Sampling(1.0))
+    batch = dec.generate_batch(prompts, 24, list(range(len(prompts))))
+    alone = [dec.generate(p, 24, seed=i) for i, p in enumerate(prompts)]
+    assert [g.token_ids for g in batch] == [g.token_ids for g in alone]
+    assert [g.stats.drafting_rounds for g in batch] == [g.stats.drafting_rounds for g in alone]
+    assert any(0 < g.stats.drafting_share < 1 for g in alone)  # lookups that found nothing
+
+
+def test_target_loglik_is_the_targets_log_p_of_the_emitted_tokens(tiny_pair):
+    """The fidelity column read from the verify forwards equals a full forward over the text."""
+    prompt = repetitive_prompts(tiny_pair.tokenizer)[0]
+    for method, drafter, sampling in [("ar", "model", GREEDY), ("sd", "lookup", Sampling(1.0)), ("sd", "model", Sampling(1.0))]:
+        gen = decoder(tiny_pair, method, 4, drafter, sampling=sampling).generate(prompt, 20, seed=3)
+        with torch.inference_mode():
+            logits = tiny_pair.target(torch.tensor([prompt + gen.token_ids])).logits[0].float()
+        logp = logits[len(prompt) - 1 : -1].log_softmax(-1)
+        want = logp.gather(-1, torch.tensor(gen.token_ids).unsqueeze(-1)).mean().item()
+        assert gen.stats.target_loglik == pytest.approx(want, abs=1e-4), (method, drafter)
+
+
+def test_greedy_lookup_on_smollm2_equals_transformers_and_ar(smollm2):
+    """The real weights: transformers' generate(prompt_lookup_num_tokens=10,
+    max_matching_ngram_size=3) and ``ar``, token for token, as many target forwards, on a CNN/DM
+    fixture article under the chat template (where the summary copies from the article)."""
+    from bench.build import encode_prompt
+    from bench.tasks import Task, resolve_task
+
+    example = Task(resolve_task("cnndm"), "fixture").examples(1)[0]
+    prompt = encode_prompt(smollm2, example.prompt, chat_template=True)
+    check_against_transformers(smollm2, [prompt], 10, 3, 32)
+
+
+def test_lookup_drafter_state_resets_per_batch():
+    drafter = PromptLookup(schedule="heuristic")
+    drafter.target_widths(6)
+
+    class Row:
+        index, seq, generator = 0, [1, 2, 3, 1, 2, 3, 1, 2], None
+
+    drafter.start(1)
+    assert drafter.draft([Row()], [6]).counts == [6]
+    drafter.observe([Row()], [6], [2])
+    assert drafter.draft([Row()], [6]).counts == [5]  # one fewer after a rejection
+    drafter.observe([Row()], [5], [5])
+    assert drafter.draft([Row()], [6]).counts == [6]  # +2 after a full acceptance, capped at N
+    drafter.start(1)
+    assert drafter.lengths == {}
