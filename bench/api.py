@@ -333,9 +333,12 @@ def speed(
     output_dir: Path | str = "results",
     command: str = "",
     log: Log = print,
+    drafter: str = "model",
+    chat_template: bool = False,
 ) -> tuple[str, list[Path]]:
     """Time the harness against transformers' generate() and assisted generation (greedy, on the
-    shipped CNN/DM fixture articles); return the markdown and the files written."""
+    shipped CNN/DM fixture articles); return the markdown and the files written. With a lookup
+    drafter, time it against ``ar`` and transformers' prompt lookup instead (``speed_lookup``)."""
     import json
 
     from bench.engines import make_engine
@@ -346,6 +349,9 @@ def speed(
     factories = {name: make_engine(name) for name in engines}
     if not factories:
         raise BenchError("--engine takes eager, compiled or eager,compiled")
+    if drafter != "model":
+        return _speed_lookup(pair, draft_lens, methods, prompts, max_new_tokens, repeats, device, dtype,
+                             engines, output_dir, command, log, drafter, chat_template)  # fmt: skip
     if set(methods) - {"sd", "ensemble"} or "sd" not in methods:
         raise BenchError(f"--method takes sd or sd,ensemble, got {','.join(methods)!r}")
     loaded = load_pair(pair, device=device, dtype=dtype)
@@ -360,6 +366,39 @@ def speed(
     stem.with_suffix(".json").write_text(json.dumps(result, indent=2))
     plot(result, stem.with_suffix(".png"))
     return text, [stem.with_suffix(s) for s in (".md", ".json", ".png")]
+
+
+def _speed_lookup(
+    pair: str, draft_lens: Sequence[int], methods: Sequence[str], prompts: int, max_new_tokens: int,
+    repeats: int, device: str, dtype: str | None, engines: Sequence[str], output_dir: Path | str,
+    command: str, log: Log, drafter: str, chat_template: bool,
+) -> tuple[str, list[Path]]:  # fmt: skip
+    """``speed --drafter lookup``: one engine, the methods on lookup drafts against ar and transformers."""
+    import json
+
+    from bench.build import encode_prompt
+    from bench.config import RunConfig
+    from bench.engines import make_engine
+    from bench.pairs import load_pair
+    from bench.speed_lookup import lookup_markdown, measure_lookup
+    from bench.tasks import Task, resolve_task
+
+    if len(engines) != 1:
+        raise BenchError("speed --drafter lookup times one engine: give one --engine")
+    for m in methods:  # refuse a rule the drafter cannot serve before any model loads
+        RunConfig(task="cnndm", pair=pair, method=m, drafter=drafter).resolve()
+    loaded = load_pair(pair, device=device, dtype=dtype)
+    task = Task(resolve_task("cnndm"), "fixture")
+    encoded = [encode_prompt(loaded, e.prompt, chat_template) for e in task.examples()][:prompts]
+    result = measure_lookup(loaded, encoded, list(draft_lens), max_new_tokens, repeats, drafter, list(methods),
+                            make_engine(engines[0]), log=log)  # fmt: skip
+    result["engine"], result["chat_template"] = engines[0], chat_template
+    stem = Path(output_dir) / f"speed_lookup_{loaded.spec.name}"
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    text = lookup_markdown(result, command)
+    stem.with_suffix(".md").write_text(text)
+    stem.with_suffix(".json").write_text(json.dumps(result, indent=2))
+    return text, [stem.with_suffix(s) for s in (".md", ".json")]
 
 
 def throughput(

@@ -204,11 +204,16 @@ def speed(  # fmt: skip
     repeats: o.Repeats = 3, device: o.Device = "auto", dtype: o.Dtype = None,
     output_dir: o.SpeedDir = Path("results"), throughput: o.Throughput = False,
     batch_sizes: o.BatchSizes = "1,4,16,64", examples: o.ThroughputExamples = 64,
-    engine: o.SpeedEngines = "eager", threads: o.Threads = None,
+    engine: o.SpeedEngines = "eager", threads: o.Threads = None, drafter: o.DrafterOpt = None,
+    chat_template: o.GenerateChat = False,
 ) -> None:
     """Time the harness against transformers generate() and assisted generation, and against the
     ideal speedup S(alpha, N, c); checks that greedy outputs agree. With --throughput, time batched
-    decoding instead, checking that every batch size gives batch 1's outputs.
+    decoding instead, checking that every batch size gives batch 1's outputs. With --drafter lookup,
+    time lookup drafts (--method: sd and any rule defined on them) against ar and transformers'
+    prompt lookup, and the target's step cost per width 1 .. N + 1.
+
+    Example: diversed-bench speed --pair smollm2 --engine compiled --drafter lookup --draft-len 10 --method sd,typical
 
     Example: diversed-bench speed --pair tiny --draft-len 3,5 --repeats 5
 
@@ -227,7 +232,8 @@ def speed(  # fmt: skip
         text, paths = api.throughput(draft_len=lens[0], batch_sizes=sizes, examples=examples, engine=engine, **common)
     else:
         text, paths = api.speed(draft_lens=lens, methods=o.split_list(method), target_weight=target_weight,
-                                prompts=prompts, engines=o.split_list(engine), **common)  # fmt: skip
+                                prompts=prompts, engines=o.split_list(engine), drafter=drafter or "model",
+                                chat_template=chat_template, **common)  # fmt: skip
     typer.echo(f"{text}\nwritten: {', '.join(map(str, paths))}")
 
 

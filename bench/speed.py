@@ -91,9 +91,10 @@ def run_harness(
     n: int,
     max_new: int,
     engine: EngineFactory = EagerEngine,
+    drafter: str = "model",
     **params: Any,
 ) -> Timed:
-    decoder = build_decoder(pair, method, params, draft_len=n, sampling=GREEDY, engine=engine)
+    decoder = build_decoder(pair, method, params, draft_len=n, sampling=GREEDY, engine=engine, drafter=drafter)
     timed = Timed([], 0.0)
     for prompt in prompts:
         gen = decoder.generate(prompt, max_new)

@@ -1,0 +1,164 @@
+"""Speed of prompt lookup (``speed --drafter lookup``): the harness's lookup ``sd`` (and relaxed
+verifiers on the same drafts) against its own ``ar`` and against transformers' prompt-lookup
+``generate()`` on the same prompts, greedy, and the target's verify cost per step width.
+
+What decides a lookup's speed is the price of a wider verify step (a lookup costs nothing to
+draft): ``width_costs`` times a target step of every width 1 .. N + 1 after a real prompt, on the
+engine being measured. Every figure is a median over repeats of runs made back to back.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from bench.build import build_decoder
+from bench.drafters import canonical_drafter, parse_drafter
+from bench.engines import EngineFactory
+from bench.pairs import Pair
+from bench.speed import GREEDY, Timed, _sync, paired, ratio, run_harness
+
+
+@torch.inference_mode()
+def run_transformers_lookup(pair: Pair, prompts: list[list[int]], n: int, ngram: int, max_new: int) -> Timed:
+    """transformers' greedy ``generate(prompt_lookup_num_tokens=n, max_matching_ngram_size=ngram)``."""
+    outputs, total = [], 0.0
+    for prompt in prompts:
+        ids = torch.tensor([prompt], device=pair.device)
+        _sync(pair.device)
+        start = time.perf_counter()
+        out = pair.target.generate(
+            ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=max_new,
+            prompt_lookup_num_tokens=n, max_matching_ngram_size=ngram,
+            eos_token_id=pair.eos_token_ids or None, pad_token_id=pair.tokenizer.pad_token_id,
+        )  # fmt: skip
+        _sync(pair.device)
+        total += time.perf_counter() - start
+        outputs.append(out[0, len(prompt) :].tolist())
+    return Timed(outputs, total)
+
+
+@torch.inference_mode()
+def width_costs(pair: Pair, engine: EngineFactory, prompt: list[int], widths: list[int], repeats: int) -> dict[int, float]:
+    """Median ms of one target step of each width after ``prompt`` (the step writes past the row's
+    length and is rolled back, so every step sees the same context). A compiled engine compiles a
+    graph per width first, untimed."""
+    eng = engine(pair.target, tuple(widths))
+    eng.start(1, len(prompt) + max(widths) + 1)
+    eng.step(torch.tensor([prompt[:-1]], device=pair.device), [len(prompt) - 1], keep=1, hidden=False)
+    out = {}
+    for w in widths:
+        ids = torch.tensor([prompt[-1:] * w], device=pair.device)
+        times = []
+        for _ in range(repeats + 1):  # the first is a warm-up
+            _sync(pair.device)
+            tick = time.perf_counter()
+            eng.step(ids, [0], keep=w, hidden=False)
+            _sync(pair.device)
+            times.append(time.perf_counter() - tick)
+        out[w] = 1e3 * statistics.median(times[1:])
+    return out
+
+
+def _stats(pair: Pair, method: str, prompt: list[int], n: int, max_new: int, engine: EngineFactory, drafter: str) -> Any:
+    return build_decoder(pair, method, draft_len=n, sampling=GREEDY, engine=engine, drafter=drafter).generate(
+        prompt, max_new
+    ).stats
+
+
+def measure_lookup(
+    pair: Pair,
+    prompts: list[list[int]],
+    draft_lens: list[int],
+    max_new: int,
+    repeats: int,
+    drafter: str,
+    methods: list[str],
+    engine: EngineFactory,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Per N: ``ar``, each method with the lookup drafter and transformers' prompt lookup, in one
+    repeat back to back; medians of the time ratios and their range over repeats."""
+    spec = canonical_drafter(drafter)
+    ngram = int(parse_drafter(spec)[1]["ngram"])
+    tick = time.perf_counter()
+    for n in draft_lens:  # compile and warm up, untimed
+        for m in methods:
+            run_harness(pair, m, prompts[:1], n, 8, engine, spec)
+    run_harness(pair, "ar", prompts[:1], 1, 8, engine)
+    run_transformers_lookup(pair, prompts[:1], draft_lens[0], ngram, 8)
+    setup = time.perf_counter() - tick
+    costs = width_costs(pair, engine, prompts[0], list(range(1, max(draft_lens) + 2)), max(repeats, 5))
+    log("verify cost per width (ms): " + ", ".join(f"{w}: {c:.2f}" for w, c in costs.items()))
+    rows = []
+    for n in draft_lens:
+        runs: dict[str, Callable[[], Timed]] = {
+            "ar": lambda: run_harness(pair, "ar", prompts, 1, max_new, engine),
+            "hf": lambda: run_transformers_lookup(pair, prompts, n, ngram, max_new),
+        }
+        for m in methods:
+            runs[m] = lambda m=m: run_harness(pair, m, prompts, n, max_new, engine, spec)
+        got = paired(repeats, **runs)
+        for m in methods:
+            stats = [_stats(pair, m, p, n, max_new, engine, spec) for p in prompts]
+            rounds = sum(s.rounds for s in stats)
+            speedups = [a.seconds / x.seconds for a, x in zip(got["ar"], got[m])]
+            rows.append({
+                "method": m, "draft_len": n,
+                "speedup": statistics.median(speedups), "speedup_range": [min(speedups), max(speedups)],
+                "vs_hf": ratio(got, "hf", m),  # transformers' time / ours: above 1 is faster
+                "hf_speedup": ratio(got, "ar", "hf"),
+                "tokens_per_forward": sum(s.new_tokens for s in stats) / rounds,
+                "drafting_share": sum(s.drafting_rounds for s in stats) / rounds,
+                "acceptance_rate": sum(s.accepted_tokens for s in stats) / max(sum(s.drafted_tokens for s in stats), 1),
+                "target_loglik": sum(s.target_logprob_sum for s in stats) / sum(s.new_tokens for s in stats),
+                "equals_ar": got[m][0].outputs == got["ar"][0].outputs,
+                "equals_hf": got[m][0].outputs == got["hf"][0].outputs,
+            })  # fmt: skip
+            r = rows[-1]
+            log(
+                f"{m} lookup N={n}: speedup over ar {r['speedup']:.2f} ({r['speedup_range'][0]:.2f}-"
+                f"{r['speedup_range'][1]:.2f}), vs transformers' lookup {r['vs_hf']:.2f}, "
+                f"{r['tokens_per_forward']:.2f} tokens/forward, {100 * r['drafting_share']:.0f}% rounds drafted"
+            )
+    return {
+        "pair": pair.spec.name, "device": str(pair.device), "threads": torch.get_num_threads(),
+        "drafter": spec, "prompts": len(prompts), "max_new_tokens": max_new, "repeats": repeats,
+        "setup_s": setup, "width_ms": costs, "rows": rows,
+    }  # fmt: skip
+
+
+def lookup_markdown(result: dict[str, Any], command: str) -> str:
+    r = result
+    lines = [
+        f"# Prompt lookup speed: pair {r['pair']} on {r['device']} (CPU threads: {r['threads']})",
+        "",
+        f"Command: `{command}`",
+        "",
+        f"Drafter `{r['drafter']}`; {r['prompts']} prompts x {r['max_new_tokens']} new tokens, greedy; medians "
+        f"over {r['repeats']} repeats of runs made back to back (range in brackets); setup {r['setup_s']:.0f} s.",
+        "",
+        "Target step cost per width (ms, median): "
+        + ", ".join(f"{w}: {c:.2f}" for w, c in r["width_ms"].items()),
+        "",
+        "| method | N | speedup over ar | vs transformers' lookup | transformers' lookup over ar | tokens/forward "
+        "| rounds drafted | accept rate | target log p/token | equal ar | equal transformers |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for x in r["rows"]:
+        lo, hi = x["speedup_range"]
+        lines.append(
+            f"| {x['method']} | {x['draft_len']} | {x['speedup']:.2f} [{lo:.2f}, {hi:.2f}] | {x['vs_hf']:.2f} | "
+            f"{x['hf_speedup']:.2f} | {x['tokens_per_forward']:.2f} | {100 * x['drafting_share']:.0f}% | "
+            f"{100 * x['acceptance_rate']:.1f}% | {x['target_loglik']:.3f} | {x['equals_ar']} | {x['equals_hf']} |"
+        )
+    lines += [
+        "",
+        "vs transformers' lookup: transformers' time / the harness's on the same prompts (above 1: the harness is "
+        "faster). A lossless method's outputs equal ar's and transformers'; a relaxed one's need not.",
+    ]
+    return "\n".join(lines) + "\n"
