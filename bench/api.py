@@ -178,7 +178,7 @@ def table_and_plots(results: Path | str, plots_dir: Path | str, fmt: str = "mark
 
 def compare(results: Path | str, candidates: Sequence[str], fmt: str = "markdown") -> str:
     """Every candidate's point and frontier verdicts against every baseline family, as text."""
-    from bench.reports.compare import write_compare
+    from bench.reports.compare_format import write_compare
 
     return write_compare(Path(results), list(candidates), fmt)
 

@@ -13,7 +13,9 @@ import pandas as pd
 import pytest
 
 from bench.errors import BenchError
-from bench.reports.compare import cells, compare, frame, judge, judge_frontiers, render
+from bench.reports.compare import compare
+from bench.reports.compare_format import cells, frame, render
+from bench.reports.judge import judge, judge_frontiers
 from bench.reports.frontier import acceptance_at, gaps, hull_points, quality_at
 from bench.store import load_results, load_traces
 
