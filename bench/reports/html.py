@@ -167,7 +167,7 @@ def _family_chart(v: FamilyVerdict, part: pd.DataFrame, candidates: list[str]) -
     base = dict(baseline_families(task, candidates))[v.family]
     mine = task[chosen(task, candidates) & (task["family"] == v.candidate)]
     mine = mine[np.isfinite(mine["acceptance_rate"].to_numpy(float))]
-    if mine.empty or base.empty:
+    if mine.empty or base.empty or v.kind == "own":  # its own family: the rows say all there is
         return ""
     names = _pooled_names(base) if v.family == POOLED else None
     own = list(mine["swept"]) if len(mine) > 1 else [""]
