@@ -56,10 +56,12 @@ class RunConfig:
     truncate_prompt: str = "none"  # none: refuse prompt + budget past a model's context; left: cut
     draft_policy: str | None = None  # sample or greedy; None: what the method's engine does
 
-    def resolve(self) -> RunConfig:
+    def resolve(self, *, task_defaults: bool = True) -> RunConfig:
         """Defaults made concrete (every verifier parameter included), and settings the method
-        does not read dropped (``ar`` has no draft length; only head-reading methods have a head)."""
-        spec, pair = resolve_task(self.task), resolve_pair(self.pair)
+        does not read dropped (``ar`` has no draft length; only head-reading methods have a head).
+        ``task_defaults=False`` leaves the task's settings (budget, data, shots, split) as given:
+        the lm-eval backend's rows, whose prompts and budget lm-eval chooses."""
+        pair = resolve_pair(self.pair)
         device = pick_device(self.device)
         cls = verifier_class(self.method)
         if self.max_new_tokens is not None and self.max_new_tokens < 1:
@@ -76,18 +78,24 @@ class RunConfig:
             "greedy" if self.temperature == 0 else check_draft_policy(self.draft_policy or cls.draft_policy)
         )
         verifier = make_verifier(self.method, **self.params)
-        return replace(
+        resolved = replace(
             self,
             params={f.name: getattr(verifier, f.name) for f in fields(verifier)},  # type: ignore[arg-type]
             draft_len=self.draft_len if cls.uses_draft else 0,
             draft_policy=policy if cls.uses_draft else None,
             head=self.head if cls.needs_hidden else None,
+            device=device.type,
+            dtype=str(pick_dtype(pair, device, self.dtype)).removeprefix("torch."),
+        )
+        if not task_defaults:
+            return resolved
+        spec = resolve_task(self.task)
+        return replace(
+            resolved,
             max_new_tokens=self.max_new_tokens or spec.max_new_tokens,
             data=self.data or default_data(spec.name, pair.kind),
             num_fewshot=spec.num_fewshot if self.num_fewshot is None else self.num_fewshot,
             split=self.split or spec.dataset["split"],
-            device=device.type,
-            dtype=str(pick_dtype(pair, device, self.dtype)).removeprefix("torch."),
         )
 
     @property
