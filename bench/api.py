@@ -6,6 +6,7 @@
     from bench import api
     api.run(grid="demo", output_dir="results")
     api.compare("results", candidates=["diversed"])
+    api.recommend("results", quality_floor="0.98")
     api.report("results", "report.html", candidates=["diversed"])
 """
 
@@ -178,9 +179,16 @@ def table_and_plots(results: Path | str, plots_dir: Path | str, fmt: str = "mark
 
 def compare(results: Path | str, candidates: Sequence[str], fmt: str = "markdown") -> str:
     """Every candidate's point and frontier verdicts against every baseline family, as text."""
-    from bench.reports.compare import write_compare
+    from bench.reports.compare_format import write_compare
 
     return write_compare(Path(results), list(candidates), fmt)
+
+
+def recommend(results: Path | str, quality_floor: str = "0.98", fmt: str = "markdown") -> str:
+    """Per task and panel, the setting to deploy under a quality floor, and how to run it, as text."""
+    from bench.reports.recommend import write_recommend
+
+    return write_recommend(Path(results), quality_floor, fmt)
 
 
 def report(

@@ -148,16 +148,35 @@ def compare(  # fmt: skip
     results: o.Results = Path("results"), candidate: o.Candidates = None,
     format: o.CompareFormat = "markdown",
 ) -> None:
-    """Judge a candidate verifier against every swept baseline family: each of its points against
-    the family's frontier, and, when the candidate was swept, its frontier against the family's,
-    with paired 95% bootstrap intervals and verdicts. Baseline sweeps: run --grid baselines
-    --method CANDIDATE --task T --pair P.
+    """Judge a candidate verifier against every swept baseline family and all of them pooled ("all
+    baselines"): one line per family first, then each of its points against the family's frontier,
+    and, when the candidate was swept, its frontier against the family's, with paired 95% bootstrap
+    intervals and verdicts. Baseline sweeps: run --grid baselines --method CANDIDATE --task T --pair P.
 
     Example: diversed-bench compare results --candidate diversed
     """
     from bench.api import compare as judge
 
     typer.echo(judge(results, candidate or [], format))
+
+
+@app.command()
+def recommend(  # fmt: skip
+    results: o.Results = Path("results"), quality_floor: o.QualityFloor = "0.98",
+    format: o.RecommendFormat = "markdown",
+) -> None:
+    """The setting to deploy, per task and settings panel: the measured setting with the highest
+    acceptance (or speedup, where every timing is trustworthy) whose quality clears the floor,
+    selected on one half of the examples and confirmed on the other, and how to run it in the
+    engines that ship its rule (or this harness's generate).
+
+    Example: diversed-bench recommend results --quality-floor 0.98
+
+    Example: diversed-bench recommend results --quality-floor abs:0.5 --format json
+    """
+    from bench.api import recommend as pick
+
+    typer.echo(pick(results, quality_floor, format))
 
 
 @app.command()

@@ -114,6 +114,10 @@ TableFile = Annotated[Optional[Path], _opt("File to write (default: RESULTS/tabl
 PlotDir = Annotated[Optional[Path], _opt("Folder for the PNG, PDF and SVG files (default: RESULTS/plots).")]
 CompareFormat = Annotated[str, _opt("markdown, csv, json or latex.", "--format")]
 HtmlFile = Annotated[Path, _opt("The HTML file to write.")]
+QualityFloor = Annotated[
+    str, _opt("The quality to keep: a share of ar's on the same examples (0.98 or 98%), or abs:VALUE.")
+]
+RecommendFormat = Annotated[str, _opt("markdown or json.", "--format")]
 TokenExamples = Annotated[int, _opt("Examples whose token traces the page carries.")]
 TrainTask = Annotated[str, _opt("Task whose train split supplies prompts and reward.")]
 Algorithm = Annotated[str, _opt("reinforce or reinforce++.")]

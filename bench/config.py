@@ -58,10 +58,12 @@ class RunConfig:
     draft_policy: str | None = None  # sample or greedy; None: what the method's engine does
     drafter: str | None = "model"  # what drafts (bench/drafters): model, or lookup[:key=value,...]
 
-    def resolve(self) -> RunConfig:
+    def resolve(self, *, task_defaults: bool = True) -> RunConfig:
         """Defaults made concrete (every verifier parameter included), and settings the method
-        does not read dropped (``ar`` has no draft length; only head-reading methods have a head)."""
-        spec, pair = resolve_task(self.task), resolve_pair(self.pair)
+        does not read dropped (``ar`` has no draft length; only head-reading methods have a head).
+        ``task_defaults=False`` leaves the task's settings (budget, data, shots, split) as given:
+        the lm-eval backend's rows, whose prompts and budget lm-eval chooses."""
+        pair = resolve_pair(self.pair)
         device = pick_device(self.device)
         cls = verifier_class(self.method)
         if self.max_new_tokens is not None and self.max_new_tokens < 1:
@@ -82,19 +84,25 @@ class RunConfig:
         if drafter:
             check_reads(cls.name, verifier.reads(), drafter)
         deterministic = bool(drafter) and DRAFTERS[parse_drafter(drafter)[0]].deterministic
-        return replace(
+        resolved = replace(
             self,
             params={f.name: getattr(verifier, f.name) for f in fields(verifier)},  # type: ignore[arg-type]
             draft_len=self.draft_len if cls.uses_draft else 0,
             draft_policy=policy if cls.uses_draft and not deterministic else None,
             drafter=drafter,
             head=self.head if cls.needs_hidden else None,
+            device=device.type,
+            dtype=str(pick_dtype(pair, device, self.dtype)).removeprefix("torch."),
+        )
+        if not task_defaults:
+            return resolved
+        spec = resolve_task(self.task)
+        return replace(
+            resolved,
             max_new_tokens=self.max_new_tokens or spec.max_new_tokens,
             data=self.data or default_data(spec.name, pair.kind),
             num_fewshot=spec.num_fewshot if self.num_fewshot is None else self.num_fewshot,
             split=self.split or spec.dataset["split"],
-            device=device.type,
-            dtype=str(pick_dtype(pair, device, self.dtype)).removeprefix("torch."),
         )
 
     @property

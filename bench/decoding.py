@@ -87,6 +87,18 @@ class DecodeStats:
                 self.expected_acceptance_sum[i] += expected[i]
                 self.bias_sum[i] += bias[i]
 
+    def pool(self, other: DecodeStats) -> None:
+        """Add another example's counters to these (per-position lists entry by entry), so that the
+        rates below are pooled over both: accepted / drafted over all drafts, not a mean of rates."""
+        for name in ("new_tokens", "rounds", "drafted_tokens", "accepted_tokens", "target_forwards", "draft_forwards"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for name in ("drafted_per_position", "accepted_per_position", "reached_per_position",
+                     "expected_acceptance_sum", "bias_sum"):  # fmt: skip
+            mine, theirs = getattr(self, name), getattr(other, name)
+            mine.extend([0] * (len(theirs) - len(mine)))
+            for i, v in enumerate(theirs):
+                mine[i] += v
+
     @property
     def acceptance_rate(self) -> float:
         """vLLM's draft acceptance rate: accepted / drafted."""

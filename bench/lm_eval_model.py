@@ -14,8 +14,9 @@ multiple-choice tasks run too.
 from __future__ import annotations
 
 import hashlib
+import math
 import logging
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, get_type_hints
 
@@ -78,53 +79,34 @@ class _Job(NamedTuple):
 
 @dataclass
 class Tally:
-    """Counters summed over many decoded requests."""
+    """Counters pooled over many decoded requests (``DecodeStats.pool``)."""
 
     requests: int = 0
-    new_tokens: int = 0
-    rounds: int = 0
-    drafted: int = 0
-    accepted: int = 0
-    drafted_per_position: list[int] = field(default_factory=list)
-    accepted_per_position: list[int] = field(default_factory=list)
-    reached_per_position: list[int] = field(default_factory=list)
-    expected_acceptance_sum: list[float] = field(default_factory=list)
+    stats: DecodeStats = field(default_factory=lambda: DecodeStats(prompt_tokens=0, draft_len=0))
 
     def add(self, stats: DecodeStats) -> None:
         self.requests += 1
-        self.new_tokens += stats.new_tokens
-        self.rounds += stats.rounds
-        self.drafted += stats.drafted_tokens
-        self.accepted += stats.accepted_tokens
-        for name in (
-            "drafted_per_position",
-            "accepted_per_position",
-            "reached_per_position",
-            "expected_acceptance_sum",
-        ):
-            mine, theirs = getattr(self, name), getattr(stats, name)
-            mine.extend([0] * (len(theirs) - len(mine)))
-            for i, v in enumerate(theirs):
-                mine[i] += v
+        self.stats.pool(stats)
 
     def summary(self) -> dict[str, Any]:
         """Pooled rates: accepted / drafted, tokens / rounds, and both per draft position."""
 
-        def ratio(a: float, b: float) -> float | None:
-            return a / b if b else None  # JSON has no NaN
+        def defined(value: float) -> float | None:
+            return None if math.isnan(value) else value  # JSON has no NaN
 
+        s = self.stats
         return {
             "requests": self.requests,
-            "new_tokens": self.new_tokens,
-            "rounds": self.rounds,
-            "drafted_tokens": self.drafted,
-            "accepted_tokens": self.accepted,
-            "acceptance_rate": ratio(self.accepted, self.drafted),
-            "acceptance_length": ratio(self.new_tokens, self.rounds),
+            "new_tokens": s.new_tokens,
+            "rounds": s.rounds,
+            "drafted_tokens": s.drafted_tokens,
+            "accepted_tokens": s.accepted_tokens,
+            "acceptance_rate": defined(s.acceptance_rate),
+            "acceptance_length": defined(s.acceptance_length),
             "acceptance_rate_per_position": [
-                ratio(a, d) for a, d in zip(self.accepted_per_position, self.drafted_per_position)
+                a / d if d else None for a, d in zip(s.accepted_per_position, s.drafted_per_position)
             ],
-            "expected_acceptance": ratio(sum(self.expected_acceptance_sum), sum(self.reached_per_position)),
+            "expected_acceptance": defined(s.expected_acceptance),
         }
 
 
@@ -187,7 +169,8 @@ class DiversedLM(LM):
         self.engine_name, self.engine = engine, make_engine(engine)
         self.device_name = device or "auto"
         self.head_path = None if head is None else str(head)
-        self.pair = load_pair(str(pair), device=self.device_name, dtype=dtype)
+        self.pair_name = str(pair)
+        self.pair = load_pair(self.pair_name, device=self.device_name, dtype=dtype)
         self.tokenizer = self.pair.tokenizer
         self.head = (
             required_head(self.head_path, self.method, self.pair.spec.name, self.pair.hidden_sizes, self.pair.device)
@@ -262,19 +245,16 @@ class DiversedLM(LM):
         return Sampling(temperature), int(kwargs["max_gen_toks"]), until
 
     def config(self, task: str, sampling: Sampling, budget: int) -> RunConfig:
-        """The configuration of this backend's rows, concrete as `RunConfig.resolve` makes a run's:
-        lm-eval chooses prompts and exemplars, so the data, split and shots are its (unset here)."""
-        cls = verifier_class(self.method)
+        """The configuration of this backend's rows, made concrete by `RunConfig.resolve` as a run's
+        is: lm-eval chooses prompts, exemplars and budget, so the data is "lm-eval" and the task's
+        other settings stay unset."""
         return RunConfig(
             task=task,
-            pair=self.pair.spec.name,
+            pair=self.pair_name,
             method=self.method,
-            params={f.name: getattr(self.verifier, f.name) for f in fields(self.verifier)},  # type: ignore[arg-type]
-            head=self.head_path if cls.needs_hidden else None,
-            draft_len=self.draft_len if cls.uses_draft else 0,
-            draft_policy=("greedy" if sampling.greedy else self.verifier.draft_policy)
-            if cls.uses_draft
-            else None,
+            params=self.params,
+            head=self.head_path,
+            draft_len=self.draft_len,
             temperature=sampling.temperature,
             max_new_tokens=budget,
             seed=self.seed,
@@ -283,7 +263,7 @@ class DiversedLM(LM):
             device=self.pair.device.type,
             dtype=str(self.pair.target.dtype).removeprefix("torch."),
             engine=self.engine_name,
-        )
+        ).resolve(task_defaults=False)
 
     def generate_until(self, requests: list[Instance], disable_tqdm: bool = False) -> list[str]:
         seen: dict[str, int] = {}

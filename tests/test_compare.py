@@ -13,7 +13,9 @@ import pandas as pd
 import pytest
 
 from bench.errors import BenchError
-from bench.reports.compare import cells, compare, frame, judge, judge_frontiers, render
+from bench.reports.compare import compare
+from bench.reports.compare_format import cells, frame, render
+from bench.reports.judge import judge, judge_frontiers
 from bench.reports.frontier import acceptance_at, gaps, hull_points, quality_at
 from bench.store import load_results, load_traces
 
@@ -372,3 +374,33 @@ def test_traces_match_the_rows_and_tracing_changes_no_token(demo_results):
         assert [g.token_ids for g in outs[0]] == [g.token_ids for g in outs[1]]
         assert all(g.trace is None for g in outs[0])
         assert all([t[2] for t in g.trace] == g.token_ids for g in outs[1])
+
+
+def test_all_baselines_pools_every_family_and_lossless_sd_and_leaves_candidates_out(demo_results):
+    rows = load_results(demo_results)
+    whole = compare(rows, ["diversed"])
+    (alone,) = whole.points  # one baseline family and no sd: nothing to pool
+    assert alone.family == "ensemble" and all(v.family != "all baselines" for v in whole.families)
+    # The sweep cut in two families, and w=0.8 relabelled lossless sd (a family of one setting, no
+    # baseline): pooled, they are the same four points, so the same hull and the same numbers.
+    rows = _split(rows, (0.2, 0.6))
+    sd = rows["params"].map(lambda p: json.loads(p).get("target_weight") == 0.8)
+    info = {**json.loads(rows.loc[sd, "method_info"].iloc[0]), "name": "sd", "baseline": False, "sweep": {}}
+    rows.loc[sd, ["method", "method_info", "params"]] = ["sd", json.dumps(info), "{}"]
+    result = compare(rows, ["diversed"])
+    pooled, *rest = result.points
+    assert (pooled.family, pooled.family_points) == ("all baselines", 4)
+    assert sorted(c.family for c in rest) == ["ensemble", "ensemble-half"]  # sd is pooled, never a family
+    for key in ("frontier_quality", "quality_diff", "quality_diff_ci", "verdict"):
+        assert getattr(pooled, key) == getattr(alone, key), key
+    # A candidate is never part of the pool it is judged against.
+    (half,) = [f for f in compare(rows, ["ensemble-half"]).frontiers if f.family == "all baselines"]
+    assert half.family_points == 2 and half.candidate_points == 2
+    # The family lines come first: one per candidate family and baseline family.
+    lines = [v.family for v in result.families]
+    assert lines == ["all baselines", *(c.family for c in rest)]
+    assert result.families[0].kind == "point" and result.families[0].verdict == "above"
+    text = render(result, "markdown")
+    assert text.index("Verdicts, arith:") < text.index("- diversed") < text.index("Points:")
+    assert "vs all baselines (4 pts): above, Δ quality" in text
+    assert json.loads(render(result, "json"))["verdicts"][0]["family"] == "all baselines"

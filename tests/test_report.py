@@ -170,10 +170,18 @@ def test_report_shows_frontier_verdicts_and_orders_panes_by_structure_not_labels
     table = re.search(r'<table class="verdicts frontiers">(.*?)</table>', page).group(1)
     assert table.count("<tr class=") == 1 and 'class="verdict-indistinguishable"' in table
     assert "ensemble-half (2 pts)" in table and "ensemble (2 pts)" in table
-    # One chart of both families: two hulls, four points named by their swept values, the shared range.
-    (chart,) = re.findall(r'<svg class="chart".*?</svg>', page.split("<h4>Frontier against frontier</h4>")[1])
+    # One chart of both families: two hulls, four points named by their swept values, the shared
+    # range, the verdict in its title; the point rows fold under it.
+    charts = re.findall(r'<svg class="chart".*?</svg>', page)
+    (chart,) = [c for c in charts if "ensemble-half vs ensemble<" in c]
     assert chart.count("<polyline") == 2 and chart.count("<circle") == 4 and 'class="shared"' in chart
-    assert all(f">w={w}<" in chart for w in (0.2, 0.4, 0.6, 0.8))
+    assert all(f">w={w}<" in chart for w in (0.2, 0.4, 0.6, 0.8)) and ">indistinguishable<" in chart
+    # One chart per task, candidate family and baseline family: DIVERSED against both families,
+    # ensemble-half against ensemble (not against itself); never one per point.
+    assert len(charts) == 3
+    assert page.index("<h2>Verdicts</h2>") < page.index("<h2>Table 1</h2>") < page.index("<h2>Settings</h2>")
+    # Rows fold under each chart, and under ensemble-half's line against its own family (no chart).
+    assert page.count("<details><summary>") == 5  # and the manifest
     # The token view opens on the candidate, then a baseline it is judged against, whatever their labels.
     label = dict(zip(rows["config_id"], rows["label"]))
     by_method = rows.groupby("method")["config_id"].agg(set)

@@ -1,4 +1,4 @@
-"""A candidate verifier against each baseline family's frontier: paired bootstrap, verdicts, tables.
+"""A candidate verifier against each baseline family's frontier, and against all of them pooled.
 
 Everything here reads the summary's structure (``family``, ``baseline``, ``swept``,
 ``method_info``), never a label: a label is only what a row is called on screen.
@@ -6,47 +6,36 @@ Everything here reads the summary's structure (``family``, ``baseline``, ``swept
 Per task x panel (the settings a comparison shares) the baselines are the families whose method
 declares ``baseline`` (the static ensemble, lossy SD, each cascade rule, each engine rule), and
 the candidates are the configurations a ``--candidate`` names (a method, a family or a label).
-All methods decoded the same examples, so every interval is a PAIRED bootstrap: one resample of
-examples is applied to every configuration, every point and hull is recomputed from it, and each
-statistic is taken within the replicate. Two verdicts:
+A per-request random mix of any two settings is attainable whatever their families, so every
+baseline point pooled, lossless ``sd`` included, is a family too: "all baselines", whose frontier
+is the strongest a candidate can be set against (a family run at one setting takes part as its
+point; the candidates' own configurations are left out of the pool).
 
-Point: each candidate configuration's (acceptance, quality) against each baseline family's
-frontier (its upper Pareto hull, ``bench.reports.frontier``) read at the candidate's acceptance.
-"above" or "below" when the 95% interval of the quality difference excludes zero,
-"indistinguishable" when it holds zero, "cannot judge" with the reason otherwise. The frontier is
-read only inside the sweep's acceptance range. A resample whose candidate falls beyond the range is
-read at the nearest end of the sweep, which bounds the difference on one side only (the frontier
-does not rise with acceptance, but a setting just below the sweep could reach more quality): such
-resamples count against "above" when below the range and against "below" when above it.
-
-Frontier: a candidate run at several settings (its configurations of one family in a panel and
-task) is a family of its own, and its hull is set against each other baseline family's hull over
-the acceptance range both span: the mean gap (candidate minus baseline, the area between the hulls
-over the shared range's width) and the largest gap each way. "dominates" when the mean gap's
-interval lies above 0 and the candidate's largest deficit is not significant (the lower end of its
-interval is <= 0), "dominated" the mirror, "crosses" when both the largest lead and the largest
-deficit are significant (lower ends > 0), "indistinguishable" otherwise (docs/compare.md).
+Each candidate point is judged against each family's frontier, and a candidate run at several
+settings (its configurations of one family in a panel and task) has its frontier judged against
+each other family's frontier (``bench.reports.judge``: the paired bootstrap and the rules). The
+family verdicts then give one line per candidate family and baseline family: the frontier verdict
+where the candidate was swept, its point verdict where it ran one setting.
+``bench.reports.compare_format`` turns them into text.
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from bench.errors import BenchError
-from bench.reports.frontier import acceptance_at, gaps, quality_at
-from bench.reports.summary import BOOTSTRAP, PERCENT_METRICS, SPREAD_LIMIT, panels, quality_metrics, summarise
-from bench.reports.table import spread_note
+from bench.reports.judge import judge, judge_frontiers
+from bench.reports.summary import PERCENT_METRICS, Panel, panels, quality_metrics, summarise
 from bench.verifiers import MethodInfo
 
-FORMATS = ("markdown", "csv", "json", "latex")
 MIN_EXAMPLES = 10  # fewer paired examples than this: no verdict
-TAIL = 0.025  # each tail of the 95% interval
+POOLED = "all baselines"  # the family of every baseline point pooled
+# Lossless SD joins the pool: its quality is ar's, at its acceptance (the pool's lossless end).
+LOSSLESS = ("sd",)
 HOW_TO_SWEEP = (
     "baseline sweeps: `diversed-bench run --grid baselines --method CANDIDATE --task T --pair P` "
     "(or --param NAME=v1,v2,v3 with several values to sweep one by hand)"
@@ -80,6 +69,7 @@ class Comparison:
     verdict: str  # above, indistinguishable, below or cannot judge
     reason: str
     percent: bool  # quality is a percentage (accuracy, pass@1)
+    candidate_family: str  # the candidate configuration's family
 
 
 @dataclass
@@ -106,11 +96,33 @@ class FrontierComparison:
 
 
 @dataclass
+class FamilyVerdict:
+    """The answer for one candidate family against one baseline family in one panel and task: its
+    frontier verdict when the candidate was swept, else its one point's verdict."""
+
+    panel: str
+    task: str
+    candidate: str  # the candidate's family
+    family: str
+    candidate_points: int
+    family_points: int
+    kind: str  # "frontier", "point" or "own" (a swept candidate's points against its own family)
+    verdict: str
+    reason: str
+    gap: float  # the mean gap (frontier) or Δ quality at the candidate's acceptance (point)
+    gap_ci: tuple[float, float]
+    acceptance: tuple[float, float]  # the shared acceptance range; a point's acceptance twice
+    point_verdicts: dict[str, int]  # how the candidate's points fared against this family
+    percent: bool
+
+
+@dataclass
 class Verdicts:
-    """What ``compare`` finds: every point verdict and every frontier verdict."""
+    """What ``compare`` finds: every point verdict, every frontier verdict, and the family lines."""
 
     points: list[Comparison]
     frontiers: list[FrontierComparison]
+    families: list[FamilyVerdict] = field(default_factory=list)
 
 
 def chosen(part: pd.DataFrame, candidates: list[str]) -> pd.Series:
@@ -128,6 +140,16 @@ def sweep_hint(info: MethodInfo) -> str:
     )
 
 
+def baseline_families(part: pd.DataFrame, candidates: list[str]) -> list[tuple[str, pd.DataFrame]]:
+    """(name, configurations) of every family a candidate is judged against in one panel and task:
+    "all baselines" first (every baseline and lossless point that is not a candidate, when they
+    come from at least two families), then each baseline family in the summary's order."""
+    base = part["baseline"].astype(bool)
+    pool = part[(base | part["method"].isin(LOSSLESS)) & ~chosen(part, candidates)]
+    families = [(str(name), members) for name, members in part[base].groupby("family", sort=False)]
+    return ([(POOLED, pool)] if pool["family"].nunique() > 1 else []) + families
+
+
 def _per_example(rows: pd.DataFrame, config_id: str, ids: list[str]) -> dict[str, np.ndarray]:
     g = rows[rows["config_id"] == config_id].drop_duplicates("example_id").set_index("example_id").loc[ids]
     return {
@@ -135,149 +157,6 @@ def _per_example(rows: pd.DataFrame, config_id: str, ids: list[str]) -> dict[str
         "drafted": g["drafted_tokens"].to_numpy(float),
         "quality": g["quality"].to_numpy(float),
     }
-
-
-def _resamples(n: int, seed: int) -> np.ndarray:
-    """[1 + BOOTSTRAP, n]: how often each example is drawn, the sample itself first (once each),
-    then the resamples. A statistic of a resample is a weighted sum over the examples."""
-    idx = np.random.default_rng(seed).integers(0, n, size=(BOOTSTRAP, n))
-    counts = np.bincount((idx + n * np.arange(BOOTSTRAP)[:, None]).ravel(), minlength=BOOTSTRAP * n)
-    return np.concatenate([np.ones((1, n)), counts.reshape(BOOTSTRAP, n)])
-
-
-def _stack(family: list[dict[str, np.ndarray]], counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """A family's points (acceptance, quality) per resample, each [R, K]."""
-
-    def total(key: str) -> np.ndarray:
-        return counts @ np.stack([f[key] for f in family], 1)
-
-    drafted = total("drafted")
-    with np.errstate(divide="ignore", invalid="ignore"):
-        acceptance = total("accepted") / np.where(drafted == 0, np.nan, drafted)
-    return acceptance, total("quality") / counts.shape[1]
-
-
-def _interval(values: np.ndarray) -> tuple[float, float]:
-    finite = values[np.isfinite(values)]
-    if len(finite) < 2:
-        return (float("nan"), float("nan"))
-    lo, hi = np.percentile(finite, [2.5, 97.5])
-    return float(lo), float(hi)
-
-
-def judge(
-    candidate: dict[str, np.ndarray], family: list[dict[str, np.ndarray]], *, seed: int = 0
-) -> dict[str, Any]:
-    """Point estimates, paired-bootstrap intervals and the verdict of one candidate point against
-    one family, all on the same examples (arrays aligned by example)."""
-    counts = _resamples(len(candidate["quality"]), seed)
-    (ca, cq), (fa, fq) = _stack([candidate], counts), _stack(family, counts)
-    ca, cq = ca[:, 0], cq[:, 0]
-    lo_a, hi_a = np.nanmin(fa, 1), np.nanmax(fa, 1)
-    # Each replicate reads its own hull, at the candidate's point moved to the nearest end of the
-    # sweep when it falls outside it (see the module's docstring for what that bounds).
-    front_q = quality_at(fa, fq, np.clip(ca, lo_a, hi_a))
-    front_a = acceptance_at(fa, fq, np.clip(cq, np.nanmin(fq, 1), np.nanmax(fq, 1)))
-    dq, da = cq - front_q, ca - front_a
-    below, above = ca[1:] < lo_a[1:], ca[1:] > hi_a[1:]
-    out: dict[str, Any] = {
-        "acceptance": float(ca[0]),
-        "acceptance_ci": _interval(ca[1:]),
-        "quality": float(cq[0]),
-        "quality_ci": _interval(cq[1:]),
-        "frontier_quality": float(front_q[0]),
-        "quality_diff": float(dq[0]),
-        "quality_diff_ci": _interval(dq[1:]),
-        "beyond_sweep": float(np.mean(below | above)),
-    }
-    if np.nanmin(fq[0]) <= cq[0] <= np.nanmax(fq[0]):
-        out.update(
-            frontier_acceptance=float(front_a[0]),
-            acceptance_diff=float(da[0]),
-            acceptance_diff_ci=_interval(da[1:]),
-        )
-    else:  # no setting of the family reaches the candidate's quality (or all exceed it)
-        out.update(frontier_acceptance=np.nan, acceptance_diff=np.nan, acceptance_diff_ci=(np.nan, np.nan))
-    span = f"[{lo_a[0]:.3f}, {hi_a[0]:.3f}]"
-    lo, hi = out["quality_diff_ci"]
-    if not np.isfinite(ca[0]):
-        verdict, reason = "cannot judge", "the candidate drafts nothing (no acceptance rate)"
-    elif not lo_a[0] <= ca[0] <= hi_a[0]:
-        verdict, reason = (
-            "cannot judge",
-            f"candidate acceptance {ca[0]:.3f} is outside the sweep's range {span}: widen the sweep",
-        )
-    elif lo > 0 and np.mean((dq[1:] <= 0) | below) > TAIL:
-        verdict, reason = (
-            "cannot judge",
-            f"{np.mean(below):.0%} of resamples fall below the sweep's acceptance range {span}, where a "
-            "setting could reach more quality: widen the sweep to lower acceptance",
-        )
-    elif hi < 0 and np.mean((dq[1:] >= 0) | above) > TAIL:
-        verdict, reason = (
-            "cannot judge",
-            f"{np.mean(above):.0%} of resamples fall above the sweep's acceptance range {span}, where the "
-            "family reaches nothing: widen the sweep to higher acceptance",
-        )
-    else:
-        verdict = "above" if lo > 0 else "below" if hi < 0 else "indistinguishable"
-        reason = ""
-    out.update(verdict=verdict, reason=reason)
-    return out
-
-
-def judge_frontiers(
-    candidate: list[dict[str, np.ndarray]], family: list[dict[str, np.ndarray]], *, seed: int = 0
-) -> dict[str, Any]:
-    """The candidate family's frontier against another family's, over the acceptance range both
-    span, on the same examples (arrays aligned by example): the gaps, their paired-bootstrap
-    intervals (one resample applied to every configuration of both, hulls recomputed) and the
-    verdict (the rule is the module docstring's)."""
-    counts = _resamples(len(candidate[0]["quality"]), seed)
-    (ca, cq), (fa, fq) = _stack(candidate, counts), _stack(family, counts)
-    low, high, mean, lead, deficit = gaps(ca, cq, fa, fq)
-    out: dict[str, Any] = {
-        "shared_acceptance": (float(low[0]), float(high[0])),
-        "mean_gap": float(mean[0]),
-        "mean_gap_ci": _interval(mean[1:]),
-        "largest_lead": float(lead[0]),
-        "largest_lead_ci": _interval(lead[1:]),
-        "largest_deficit": float(deficit[0]),
-        "largest_deficit_ci": _interval(deficit[1:]),
-    }
-    spans = (
-        f"the candidate spans [{np.nanmin(ca[0]):.3f}, {np.nanmax(ca[0]):.3f}], the family "
-        f"[{np.nanmin(fa[0]):.3f}, {np.nanmax(fa[0]):.3f}]"
-    )
-    empty = np.mean(~np.isfinite(mean[1:]))
-    m_lo, m_hi = out["mean_gap_ci"]
-    ahead, behind = out["largest_lead_ci"][0] > 0, out["largest_deficit_ci"][0] > 0
-    reason = ""
-    if not (np.isfinite(ca[0]).all() and np.isfinite(fa[0]).all()):
-        verdict, reason = "cannot judge", "a configuration drafts nothing (no acceptance rate)"
-    elif not np.isfinite(mean[0]):
-        verdict, reason = (
-            "cannot judge",
-            f"no shared acceptance range: {spans}; widen a sweep so they overlap",
-        )
-    elif empty > TAIL:
-        verdict, reason = (
-            "cannot judge",
-            f"the shared acceptance range [{low[0]:.3f}, {high[0]:.3f}] vanishes in {empty:.0%} of resamples: "
-            "widen a sweep so the ranges overlap more",
-        )
-    elif m_lo > 0 and not behind:
-        verdict = "dominates"
-    elif m_hi < 0 and not ahead:
-        verdict = "dominated"
-    elif ahead and behind:
-        verdict = "crosses"
-    else:
-        verdict = "indistinguishable"
-        if ahead or behind:
-            reason = f"significantly {'above' if ahead else 'below'} somewhere, but not on average"
-    out.update(verdict=verdict, reason=reason)
-    return out
 
 
 def _paired(examples: dict[str, set[str]], config_ids: list[str]) -> list[str]:
@@ -294,11 +173,19 @@ def _shortfall(paired: list[str], who: str) -> str:
     return ""
 
 
-def compare(rows: pd.DataFrame, candidates: list[str], *, seed: int = 0) -> Verdicts:
-    """Every candidate against every baseline family, per panel and task: each candidate point
-    against each family's frontier, and each swept candidate's frontier against each other
-    baseline family's frontier."""
-    summary = summarise(rows)
+def compare(
+    rows: pd.DataFrame,
+    candidates: list[str],
+    *,
+    seed: int = 0,
+    summary: pd.DataFrame | None = None,
+    found: list[Panel] | None = None,
+) -> Verdicts:
+    """Every candidate against every baseline family and all of them pooled, per panel and task:
+    each candidate point against each family's frontier, each swept candidate's frontier against
+    each other family's, and the family lines. ``summary`` and ``found`` (its panels), when the
+    caller has them already, are not computed again."""
+    summary = summarise(rows) if summary is None else summary
     missing = [c for c in candidates if not chosen(summary, [c]).any()]
     if missing:
         raise BenchError(
@@ -309,28 +196,72 @@ def compare(rows: pd.DataFrame, candidates: list[str], *, seed: int = 0) -> Verd
     metrics = quality_metrics(summary)
     points: list[Comparison] = []
     frontiers: list[FrontierComparison] = []
-    for panel in panels(summary):
+    for panel in panels(summary) if found is None else found:
         for task, part in panel.part.groupby("task", sort=False):
             mine = part[chosen(part, candidates)]
-            baselines = list(part[part["baseline"].astype(bool)].groupby("family", sort=False))
+            baselines = baseline_families(part, candidates)
             percent = metrics.get(task) in PERCENT_METRICS
             where = {"panel": panel.title, "task": str(task), "percent": percent}
             for _, cand in mine.iterrows():
                 for family, members in baselines:
-                    points.append(_point(rows, examples, where, cand, str(family), members, seed))
+                    points.append(_point(rows, examples, where, cand, family, members, seed))
             for name, cands in mine.groupby("family", sort=False):
                 if len(cands) < 2:
                     continue  # one setting: its point verdicts say all there is
                 for family, members in baselines:
                     if family != name:  # never the candidate against itself
                         frontiers.append(
-                            _frontier(rows, examples, where, str(name), cands, str(family), members, seed)
+                            _frontier(rows, examples, where, str(name), cands, family, members, seed)
                         )
     if not points:
         raise BenchError(
             f"no baseline family to compare {', '.join(candidates)} with: run a sweep; {HOW_TO_SWEEP}"
         )
-    return Verdicts(points, frontiers)
+    return Verdicts(points, frontiers, family_verdicts(points, frontiers))
+
+
+def family_verdicts(points: list[Comparison], frontiers: list[FrontierComparison]) -> list[FamilyVerdict]:
+    """One line per panel, task, candidate family and baseline family, in the points' order: the
+    frontier verdict where there is one, else the candidate's single point's verdict; a swept
+    candidate against its own family (a baseline given as candidate) is "own family", with the
+    tally of its points' verdicts."""
+    fronts = {(f.panel, f.task, f.candidate, f.family): f for f in frontiers}
+    groups: dict[tuple[str, str, str, str], list[Comparison]] = {}
+    for c in points:
+        groups.setdefault((c.panel, c.task, c.candidate_family, c.family), []).append(c)
+    out = []
+    for key, mine in groups.items():
+        tally = dict(pd.Series([c.verdict for c in mine]).value_counts().sort_index())
+        tally = {str(k): int(v) for k, v in tally.items()}
+        where = dict(panel=key[0], task=key[1], candidate=key[2], family=key[3], percent=mine[0].percent)
+        if key in fronts:
+            f = fronts[key]
+            out.append(
+                FamilyVerdict(
+                    **where, candidate_points=f.candidate_points, family_points=f.family_points,
+                    kind="frontier", verdict=f.verdict, reason=f.reason, gap=f.mean_gap,
+                    gap_ci=f.mean_gap_ci, acceptance=f.shared_acceptance, point_verdicts=tally,
+                )  # fmt: skip
+            )
+        elif len(mine) == 1:
+            (c,) = mine
+            out.append(
+                FamilyVerdict(
+                    **where, candidate_points=1, family_points=c.family_points, kind="point",
+                    verdict=c.verdict, reason=c.reason, gap=c.quality_diff, gap_ci=c.quality_diff_ci,
+                    acceptance=(c.acceptance, c.acceptance), point_verdicts=tally,
+                )  # fmt: skip
+            )
+        else:
+            nan = float("nan")
+            out.append(
+                FamilyVerdict(
+                    **where, candidate_points=len(mine), family_points=mine[0].family_points, kind="own",
+                    verdict="own family", reason="", gap=nan, gap_ci=(nan, nan), acceptance=(nan, nan),
+                    point_verdicts=tally,
+                )  # fmt: skip
+            )
+    return out
 
 
 def _point(
@@ -371,6 +302,7 @@ def _point(
         normalised_time=float(cand["normalised_time"]),
         speedup=float(cand["speedup"]),
         time_spread=float(cand["time_spread"]),
+        candidate_family=str(cand["family"]),
         **result,
     )
 
@@ -441,134 +373,3 @@ def _frontier(
     )
 
 
-def _num(value: float, percent: bool, digits: int = 2) -> str:
-    if value is None or not np.isfinite(value):
-        return "NA"
-    return f"{value * 100:.{digits - 1}f}%" if percent else f"{value:.{digits + 1}f}"
-
-
-def _ci(ci: tuple[float, float], percent: bool) -> str:
-    if not all(np.isfinite(ci)):
-        return ""
-    return f" [{_num(ci[0], percent)}, {_num(ci[1], percent)}]"
-
-
-def cells(c: Comparison) -> dict[str, str]:
-    """One point comparison as the formatted cells of a table row."""
-    p, note = c.percent, spread_note(c.time_spread)
-    return {
-        "task": c.task,
-        "candidate": c.candidate,
-        "family": f"{c.family} ({c.family_points} pts)",
-        "examples": str(c.examples),
-        "accept rate": _num(c.acceptance, True) + _ci(c.acceptance_ci, True),
-        "quality": _num(c.quality, p) + _ci(c.quality_ci, p),
-        "frontier quality": _num(c.frontier_quality, p),
-        "Δ quality [95%]": _num(c.quality_diff, p) + _ci(c.quality_diff_ci, p),
-        "Δ accept at equal quality [95%]": _num(c.acceptance_diff, True) + _ci(c.acceptance_diff_ci, True),
-        "norm. time": _num(c.normalised_time, False) + (f" ({note})" if note else ""),
-        "speedup": f"not shown: {note}" if note else _num(c.speedup, False),
-        "verdict": c.verdict + (f": {c.reason}" if c.reason else ""),
-    }
-
-
-def frontier_cells(f: FrontierComparison) -> dict[str, str]:
-    """One frontier comparison as the formatted cells of a table row."""
-    p = f.percent
-    lo, hi = f.shared_acceptance
-    return {
-        "task": f.task,
-        "candidate": f"{f.candidate} ({f.candidate_points} pts)",
-        "family": f"{f.family} ({f.family_points} pts)",
-        "examples": str(f.examples),
-        "shared accept range": f"{_num(lo, True)} to {_num(hi, True)}" if np.isfinite(lo) else "NA",
-        "mean Δ quality [95%]": _num(f.mean_gap, p) + _ci(f.mean_gap_ci, p),
-        "largest lead [95%]": _num(f.largest_lead, p) + _ci(f.largest_lead_ci, p),
-        "largest deficit [95%]": _num(f.largest_deficit, p) + _ci(f.largest_deficit_ci, p),
-        "verdict": f.verdict + (f": {f.reason}" if f.reason else ""),
-    }
-
-
-def frame(comparisons: list[Comparison] | list[FrontierComparison]) -> pd.DataFrame:
-    """Flat numbers, one row per comparison (intervals and ranges split into _low/_high)."""
-    records = []
-    for c in comparisons:
-        rec = asdict(c)
-        for key in [k for k, v in rec.items() if isinstance(v, tuple)]:
-            rec[key + "_low"], rec[key + "_high"] = rec.pop(key)
-        records.append(rec)
-    return pd.DataFrame(records)
-
-
-def _clean(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [
-        {k: (None if isinstance(v, float) and not np.isfinite(v) else v) for k, v in r.items()}
-        for r in records
-    ]
-
-
-def _markdown(table: pd.DataFrame) -> list[str]:
-    cols = list(table.columns)
-    return [
-        "| " + " | ".join(cols) + " |",
-        "|" + "---|" * len(cols),
-        *("| " + " | ".join(row) + " |" for row in table.to_numpy()),
-        "",
-    ]
-
-
-FOOTNOTE = (
-    "Δ quality = candidate minus the family's frontier (upper Pareto hull, interpolated) at the "
-    "candidate's acceptance rate; [95%] = paired bootstrap over examples. above/below: the interval "
-    "excludes 0. Δ accept is NA where no setting of the family reaches the candidate's quality. "
-    "Frontier against frontier (a candidate run at several settings): mean Δ quality = the candidate's "
-    "frontier minus the family's, averaged over the acceptance range both span; largest lead/deficit = "
-    "the largest gap each way there. dominates: the mean's interval is above 0 and the deficit's lower "
-    "end is at most 0 (dominated: the mirror); crosses: both the lead's and the deficit's lower ends are "
-    "above 0; indistinguishable: otherwise. "
-    f"Speedups are not shown where the timed examples' time per token varies more than {SPREAD_LIMIT:g}x. "
-)
-
-
-def render(verdicts: Verdicts, fmt: str) -> str:
-    """The verdicts as text: per panel the point table, then the frontier table."""
-    if fmt not in FORMATS:
-        raise BenchError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
-    points, frontiers = frame(verdicts.points), frame(verdicts.frontiers)
-    if fmt == "csv":
-        both = pd.concat([points.assign(comparison="point"), frontiers.assign(comparison="frontier")])
-        return both[["comparison", *(c for c in both.columns if c != "comparison")]].to_csv(index=False)
-    if fmt == "json":
-        return json.dumps(
-            {"points": _clean(points.to_dict("records")), "frontiers": _clean(frontiers.to_dict("records"))},
-            indent=2,
-        )
-    parts = []
-    titles = dict.fromkeys([*(c.panel for c in verdicts.points), *(f.panel for f in verdicts.frontiers)])
-    for title in titles:
-        point_table = pd.DataFrame([cells(c) for c in verdicts.points if c.panel == title])
-        front_table = pd.DataFrame([frontier_cells(f) for f in verdicts.frontiers if f.panel == title])
-        if fmt == "latex":  # pdflatex has no Δ in its default fonts
-            parts.append(f"% {title}")
-            for name, table in (("points", point_table), ("frontier against frontier", front_table)):
-                if len(table):
-                    parts += [f"% {name}", table.to_latex(index=False, escape=True).replace("Δ", r"$\Delta$")]
-            continue
-        parts += [f"### {title}", ""]
-        if len(point_table):
-            parts += _markdown(point_table)
-        if len(front_table):
-            parts += ["Frontier against frontier:", "", *_markdown(front_table)]
-    if fmt == "markdown":
-        parts.append(FOOTNOTE + HOW_TO_SWEEP + ".")
-    return "\n".join(parts)
-
-
-def write_compare(results: Path, candidates: list[str], fmt: str) -> str:
-    from bench.store import load_results
-
-    if not candidates:
-        raise BenchError(
-            "give --candidate NAME (a method, a family or a label as `diversed-bench table` prints it)"
-        )
-    return render(compare(load_results(results), candidates), fmt)

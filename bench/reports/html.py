@@ -21,17 +21,10 @@ import numpy as np
 import pandas as pd
 
 from bench.errors import BenchError
-from bench.reports.compare import (
-    Comparison,
-    FrontierComparison,
-    Verdicts,
-    cells,
-    chosen,
-    compare,
-    frontier_cells,
-)
-from bench.reports.frontier import hull_points
-from bench.reports.summary import panels, quality_metrics, summarise
+from bench.reports.charts import BASE, CAND, chart, marks
+from bench.reports.compare import POOLED, FamilyVerdict, Verdicts, baseline_families, chosen, compare
+from bench.reports.compare_format import cells, family_line, frontier_cells, gap_text
+from bench.reports.summary import Panel, panels, quality_metrics, summarise
 from bench.reports.table import table_frames
 from bench.store import load_results, load_traces, manifests
 
@@ -47,6 +40,7 @@ th{background:#f5f5f7}.scroll{overflow-x:auto;max-width:100%}.muted{color:#6e6e7
 .verdict-indistinguishable{background:#eef1f5}.verdict-cannot{background:#fff3cd}
 .verdict-dominates{background:#d8f3dc}.verdict-dominated{background:#ffd6d6}.verdict-crosses{background:#e8dcf5}
 .charts{display:flex;flex-wrap:wrap;gap:12px}.chart{border:1px solid #eee}
+.family{max-width:100%}.family details{max-width:470px}.family-verdicts li{padding:1px 6px;margin:2px 0}
 .panes{display:flex;gap:16px}.pane{flex:1;min-width:0;border:1px solid #ddd;padding:8px;border-radius:6px}
 .tokens{white-space:pre-wrap;font:13px/1.9 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;
 word-break:break-word}
@@ -131,7 +125,8 @@ def _settings(results: Path, rows: pd.DataFrame) -> str:
         ],
         index=pd.Index(list(counts.index), name="configuration"),
     )
-    return "\n".join(lines) + _table(table, "manifest")
+    folded = f"<details><summary>{len(table)} configurations</summary>{_table(table, 'manifest')}</details>"
+    return "\n".join(lines) + folded
 
 
 def _figure(path: Path) -> str:
@@ -139,13 +134,12 @@ def _figure(path: Path) -> str:
     return f'<img class="fig" alt="{_esc(path.stem)}" src="data:image/png;base64,{data}">'
 
 
-def _plots(summary: pd.DataFrame) -> str:
+def _plots(found: list[Panel], qualities: dict[str, str]) -> str:
     from bench.reports.plots import PARETO_AXES, plot_pareto
 
     out = []
-    qualities = quality_metrics(summary)
     with tempfile.TemporaryDirectory() as tmp:
-        for panel in panels(summary):
+        for panel in found:
             for x in PARETO_AXES:
                 for path in plot_pareto(panel, qualities, Path(tmp), x):
                     if path.suffix == ".png":
@@ -153,122 +147,43 @@ def _plots(summary: pd.DataFrame) -> str:
     return "\n".join(out)
 
 
-# A point on a chart: acceptance, quality, their intervals, its name, colour and radius.
-Mark = tuple[float, float, tuple[float, float], tuple[float, float], str, str, float]
-
-
-def _chart_frame(
-    series: list[tuple[pd.DataFrame, str, bool]],
-    marks: list[Mark],
-    titles: list[tuple[str, str]],
-    percent: bool,
-    shade: tuple[float, float] | None = None,
-) -> str:
-    """One SVG chart in the (acceptance, quality) plane: each series' frontier (solid or dashed),
-    the marks (a point with its intervals, a name, a colour and a radius), a shaded acceptance
-    range and the title lines (text, colour)."""
-    xs = [v for a, _, ci, _, _, _, _ in marks for v in (a, *ci) if np.isfinite(v)]
-    ys = [v for _, q, _, ci, _, _, _ in marks for v in (q, *ci) if np.isfinite(v)]
-    x0, x1, y0, y1 = min(xs), max(xs), min(ys), max(ys)
-    pad_x, pad_y = (x1 - x0) * 0.08 or 0.01, (y1 - y0) * 0.08 or 0.01
-    x0, x1, y0, y1 = max(x0 - pad_x, 0.0), min(x1 + pad_x, 1.0), y0 - pad_y, y1 + pad_y
-    if min(ys) >= 0:  # a score that cannot be negative gets no negative axis
-        y0 = max(y0, 0.0)
-    if percent:  # nor a share one above 100%
-        y1 = min(y1, 1.0)
-    w, h, m = 420, 270, 48
-    sx = lambda v: m + (v - x0) / (x1 - x0) * (w - m - 10)  # noqa: E731
-    sy = lambda v: h - m + 10 - (v - y0) / (y1 - y0) * (h - m - 10)  # noqa: E731
-    pct = lambda v: f"{100 * v:.1f}%"  # noqa: E731  the table's unit
-    qual = pct if percent else (lambda v: f"{v:.3f}")
-    parts = [
-        f'<svg class="chart" width="{w}" height="{h}" viewBox="0 0 {w} {h}" xmlns="http://www.w3.org/2000/svg" '
-        'font-size="11" font-family="sans-serif">',
-        f'<line x1="{m}" y1="{h - m + 10}" x2="{w - 10}" y2="{h - m + 10}" stroke="#888"/>',
-        f'<line x1="{m}" y1="10" x2="{m}" y2="{h - m + 10}" stroke="#888"/>',
-        f'<text x="{m}" y="{h - m + 24}">{pct(x0)}</text>',
-        f'<text x="{w - 10}" y="{h - m + 24}" text-anchor="end">{pct(x1)}</text>',
-        f'<text x="{(w + m) / 2}" y="{h - 6}" text-anchor="middle">acceptance rate</text>',
-        f'<text x="{m - 3}" y="{h - m + 10}" text-anchor="end">{qual(y0)}</text>',
-        f'<text x="{m - 3}" y="20" text-anchor="end">{qual(y1)}</text>',
-        f'<text transform="translate(12 {(h - m) / 2}) rotate(-90)" text-anchor="middle">quality</text>',
-    ]
-    if shade and all(np.isfinite(shade)):
-        parts.append(
-            f'<rect class="shared" x="{sx(shade[0]):.1f}" y="10" width="{sx(shade[1]) - sx(shade[0]):.1f}" '
-            f'height="{h - m}" fill="#000" fill-opacity="0.05"/>'
-        )
-    for points, colour, dashed in series:
-        hull = hull_points(points["acceptance_rate"].to_numpy(float), points["quality"].to_numpy(float))
-        line = " ".join(f"{sx(a):.1f},{sy(q):.1f}" for a, q in hull)
-        dash = ' stroke-dasharray="5 3"' if dashed else ""
-        parts.append(f'<polyline points="{line}" fill="none" stroke="{colour}" stroke-width="2"{dash}/>')
-    for a, q, aci, qci, name, colour, radius in marks:
-        if all(np.isfinite(aci)):
-            parts.append(
-                f'<line x1="{sx(aci[0]):.1f}" y1="{sy(q):.1f}" x2="{sx(aci[1]):.1f}" y2="{sy(q):.1f}" stroke="{colour}"/>'
-            )
-        if all(np.isfinite(qci)):
-            parts.append(
-                f'<line x1="{sx(a):.1f}" y1="{sy(qci[0]):.1f}" x2="{sx(a):.1f}" y2="{sy(qci[1]):.1f}" stroke="{colour}"/>'
-            )
-        parts.append(f'<circle cx="{sx(a):.1f}" cy="{sy(q):.1f}" r="{radius}" fill="{colour}"/>')
-        if name:
-            parts.append(
-                f'<text x="{sx(a) + 5:.1f}" y="{sy(q) - 5:.1f}" fill="{colour}" font-size="10">{_esc(name)}</text>'
-            )
-    for k, (text, colour) in enumerate(titles):
-        parts.append(f'<text x="{m + 6}" y="{20 + 13 * k}" fill="{colour}">{_esc(text)}</text>')
-    return "".join(parts) + "</svg>"
-
-
-BASE, CAND = "#2a9d8f", "#d62828"
-
-
-def _marks(points: pd.DataFrame, colour: str) -> list[Mark]:
-    """A family's points as chart marks, each named by its swept values."""
-    return [
-        (r.acceptance_rate, r.quality, r.acceptance_rate_ci, r.quality_ci, r.swept, colour, 3.5)
-        for r in points.itertuples()
-    ]
-
-
-def _family(part: pd.DataFrame, task: str, family: str) -> pd.DataFrame:
-    """A baseline family's configurations in one panel and task."""
-    return part[(part["task"] == task) & part["baseline"].astype(bool) & (part["family"] == family)]
-
-
-def _chart(c: Comparison, part: pd.DataFrame) -> str:
-    """An SVG of one point comparison: the family's points (named by their swept values) with their
-    intervals, its frontier, and the candidate with its intervals."""
-    fam = _family(part, c.task, c.family)
-    if len(fam) < 2 or not np.isfinite(c.acceptance):
-        return ""
-    marks = [*_marks(fam, BASE), (c.acceptance, c.quality, c.acceptance_ci, c.quality_ci, "", CAND, 5)]
-    titles = [(f"{c.task}: {_short(c.candidate)}: {c.verdict}", CAND), (f"{c.family} frontier", BASE)]
-    return _chart_frame([(fam, BASE, True)], marks, titles, c.percent)
-
-
-def _frontier_chart(f: FrontierComparison, part: pd.DataFrame, candidates: list[str]) -> str:
-    """An SVG of one frontier comparison: both families' points and hulls (the candidate's solid,
-    the baseline's dashed) and the acceptance range they share, shaded."""
-    base = _family(part, f.task, f.family)
-    cand = part[(part["task"] == f.task) & chosen(part, candidates) & (part["family"] == f.candidate)]
-    if len(base) < 2 or not np.isfinite(f.mean_gap):
-        return ""
-    titles = [(f"{f.task}: {_short(f.candidate)}: {f.verdict}", CAND), (f"{_short(f.family)} frontier", BASE)]
-    return _chart_frame(
-        [(base, BASE, True), (cand, CAND, False)],
-        [*_marks(base, BASE), *_marks(cand, CAND)],
-        titles,
-        f.percent,
-        shade=f.shared_acceptance,
-    )
-
-
-def _short(name: str, width: int = 40) -> str:
-    """A name that fits the chart's legend line; the table beside it gives the whole one."""
+def _short(name: str, width: int = 34) -> str:
+    """A name that fits a chart's title line; the lines and tables beside it give the whole one."""
     return name if len(name) <= width else name[: width - 1] + "…"
+
+
+def _pooled_names(members: pd.DataFrame) -> list[str]:
+    """Names of the pooled family's points: each setting's family and swept values, short."""
+    return [
+        _short(f"{family} {swept}".strip(), 22) if family != "sd" else "sd"
+        for family, swept in zip(members["family"].astype(str), members["swept"].astype(str))
+    ]
+
+
+def _family_chart(v: FamilyVerdict, part: pd.DataFrame, candidates: list[str]) -> str:
+    """One family verdict's chart: the baseline family's points and frontier (dashed), every point
+    of the candidate family and its frontier (solid), the shared range shaded, the verdict on top."""
+    task = part[part["task"] == v.task]
+    base = dict(baseline_families(task, candidates))[v.family]
+    mine = task[chosen(task, candidates) & (task["family"] == v.candidate)]
+    mine = mine[np.isfinite(mine["acceptance_rate"].to_numpy(float))]
+    if mine.empty or base.empty or v.kind == "own":  # its own family: the rows say all there is
+        return ""
+    names = _pooled_names(base) if v.family == POOLED else None
+    own = list(mine["swept"]) if len(mine) > 1 else [""]
+    series = [(base, BASE, True)] + ([(mine, CAND, False)] if len(mine) > 1 else [])
+    titles = [
+        (f"{v.task}: {_short(v.candidate)} vs {_short(v.family, 24)}", "#1d1d1f"),
+        (v.verdict if v.verdict != "cannot judge" else "cannot judge (the rows below say why)", CAND),
+        (gap_text(v), "#6e6e73"),
+    ]
+    return chart(
+        series,
+        [*marks(base, BASE, names), *marks(mine, CAND, own, radius=5)],
+        titles,
+        v.percent,
+        shade=v.acceptance if v.kind == "frontier" else None,
+    )
 
 
 def _rows(items: list[Any], to_cells: Callable[[Any], dict[str, str]], cls: str) -> str:
@@ -283,24 +198,33 @@ def _rows(items: list[Any], to_cells: Callable[[Any], dict[str, str]], cls: str)
     return f'<div class="scroll"><table class="{cls}"><tr>{head}</tr>{body}</table></div>'
 
 
-def _verdicts(verdicts: Verdicts, summary: pd.DataFrame, candidates: list[str]) -> str:
-    parts = {p.title: p.part for p in panels(summary)}
+def _verdicts(verdicts: Verdicts, found: list[Panel], candidates: list[str]) -> str:
+    """Per panel and task: the family lines, then one chart per candidate family and baseline
+    family with its point (and frontier) rows folded under it."""
+    parts = {p.title: p.part for p in found}
     out = []
-    titles = dict.fromkeys([*(c.panel for c in verdicts.points), *(f.panel for f in verdicts.frontiers)])
-    for title in titles:
+    for title in dict.fromkeys(v.panel for v in verdicts.families):
         out.append(f"<h3>{_esc(title)}</h3>")
-        points = [c for c in verdicts.points if c.panel == title]
-        if points:
-            charts = "".join(_chart(c, parts[title]) for c in points)
-            out += [_rows(points, cells, "verdicts"), f'<div class="charts">{charts}</div>']
-        fronts = [f for f in verdicts.frontiers if f.panel == title]
-        if fronts:
-            charts = "".join(_frontier_chart(f, parts[title], candidates) for f in fronts)
-            out += [
-                "<h4>Frontier against frontier</h4>",
-                _rows(fronts, frontier_cells, "verdicts frontiers"),
-                f'<div class="charts">{charts}</div>',
-            ]
+        mine = [v for v in verdicts.families if v.panel == title]
+        for task in dict.fromkeys(v.task for v in mine):
+            lines = [v for v in mine if v.task == task]
+            items = "".join(
+                f'<li class="verdict-{v.verdict.split()[0]}">{_esc(family_line(v))}</li>' for v in lines
+            )
+            out.append(f'<h4>{_esc(task)}</h4><ul class="family-verdicts">{items}</ul><div class="charts">')
+            for v in lines:
+                key = (v.panel, v.task, v.candidate, v.family)
+                rows = [c for c in verdicts.points if (c.panel, c.task, c.candidate_family, c.family) == key]
+                fronts = [f for f in verdicts.frontiers if (f.panel, f.task, f.candidate, f.family) == key]
+                folded = _rows(rows, cells, "verdicts") + (
+                    _rows(fronts, frontier_cells, "verdicts frontiers") if fronts else ""
+                )
+                out.append(
+                    f'<div class="family">{_family_chart(v, parts[title], candidates)}'
+                    f"<details><summary>{len(rows)} point verdict{'s' * (len(rows) != 1)}"
+                    f"{' and the frontier verdict' if fronts else ''}</summary>{folded}</details></div>"
+                )
+            out.append("</div>")
     return "\n".join(out)
 
 
@@ -309,10 +233,9 @@ def _milli(values: pd.Series) -> list[int]:
     return np.where(np.isfinite(v), np.round(v * 1000), -1).astype(int).tolist()
 
 
-def token_groups(summary: pd.DataFrame) -> list[tuple[str, dict[str, str]]]:
+def token_groups(found: list[Panel]) -> list[tuple[str, dict[str, str]]]:
     """(name, {label: config_id}) per panel and task: the configurations whose traces of one
     example sit side by side. Named by the task, and by the panel too where there are several."""
-    found = panels(summary)
     out = []
     for panel in found:
         for task, part in panel.part.groupby("task", sort=False):
@@ -421,26 +344,24 @@ def build_report(results: Path, candidates: list[str], token_examples: int = 100
         raise BenchError(f"--token-examples must be >= 1, got {token_examples}")
     rows = load_results(results)
     summary = summarise(rows)
-    sections = [
-        "<h2>Settings</h2>",
-        _settings(results, rows),
-        "<h2>Table 1</h2>",
-        '<p class="muted">[low, high] is the 95% bootstrap interval over examples.</p>',
-    ]
-    for title, quality, speed in table_frames(summary, quality_metrics(summary)):
-        sections += [f"<h3>{_esc(title)}</h3>", _table(quality, "table1"), _table(speed, "speed")]
-    sections += ["<h2>Pareto plots</h2>", _plots(summary)]
-    if candidates:
+    found, qualities = panels(summary), quality_metrics(summary)
+    sections = []
+    if candidates:  # the answer first
         sections += [
-            "<h2>Compare</h2>",
-            '<p class="muted">Δ quality: the candidate minus the family\'s frontier (upper Pareto hull) at the '
-            "candidate's acceptance rate, with its paired 95% bootstrap interval; above/below when it "
-            "excludes 0. Frontier against frontier (a candidate run at several settings): the mean gap "
-            "between the two frontiers over the acceptance range both span (shaded) and the largest gap "
-            "each way; dominates/dominated, crosses or indistinguishable (docs/compare.md). Charts: points "
-            "with 95% intervals, the baseline's frontier dashed, the candidate's solid.</p>",
-            _verdicts(compare(rows, candidates), summary, candidates),
+            "<h2>Verdicts</h2>",
+            '<p class="muted">Per task, one line per candidate family and baseline family: the frontier '
+            "verdict where the candidate ran several settings (the mean gap between the two frontiers over "
+            "the acceptance range both span, shaded), else its point's verdict (Δ quality: the candidate "
+            "minus the family's frontier at its acceptance), each with its paired 95% bootstrap interval "
+            "(docs/compare.md). <i>all baselines</i>: every baseline point and lossless sd pooled (a random "
+            "mix of any two settings is attainable). Charts: points with 95% intervals, the baseline's "
+            "frontier dashed, the candidate's solid; the point rows fold under each chart.</p>",
+            _verdicts(compare(rows, candidates, summary=summary, found=found), found, candidates),
         ]
+    sections += ["<h2>Table 1</h2>", '<p class="muted">[low, high] is the 95% bootstrap interval over examples.</p>']
+    for title, quality, speed in table_frames(summary, qualities, found):
+        sections += [f"<h3>{_esc(title)}</h3>", _table(quality, "table1"), _table(speed, "speed")]
+    sections += ["<h2>Pareto plots</h2>", _plots(found, qualities)]
     traces = load_traces(results)
     sections.append("<h2>Tokens</h2>")
     if traces.empty:
@@ -448,8 +369,9 @@ def build_report(results: Path, candidates: list[str], token_examples: int = 100
             '<p id="no-traces">No token traces in these results: run with <code>--trace</code>.</p>'
         )
     else:
-        data = trace_data(rows, traces, token_groups(summary), token_examples)
+        data = trace_data(rows, traces, token_groups(found), token_examples)
         sections.append(_token_view(data, pane_order(summary, candidates)))
+    sections += ["<h2>Settings</h2>", _settings(results, rows)]
     body = "\n".join(sections)
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'

@@ -134,9 +134,12 @@ def _obstacles(ax: plt.Axes) -> tuple[list[Bbox], np.ndarray]:
 # Where a label may sit around its point (offset in points), nearest and upper right first.
 LABEL_OFFSETS = [
     (r * dx, r * dy)
-    for r in (5, 12, 22)
+    for r in (5, 12, 22, 34)
     for dx, dy in ((1, 1), (1, -1), (-1, 1), (-1, -1), (1, 0), (-1, 0), (0, 1.4), (0, -1.4))
 ]
+
+
+LABEL_CLASH = 1000  # the cost of a label over another: never paid, the label is left out instead
 
 
 def _rate_err(accepted: Any, total: Any) -> list[list[float]]:
@@ -150,7 +153,9 @@ def _rate_err(accepted: Any, total: Any) -> list[list[float]]:
 
 def _place_labels(ax: plt.Axes, points: list[tuple[float, float]], texts: list[str], color: str) -> None:
     """Label points where they cover the least: each label takes the offset around its point whose
-    box stays inside the axes and meets the fewest other labels, markers, lines and error bars."""
+    box stays inside the axes and meets the fewest other labels, markers, lines and error bars. A
+    label with no offset clear of the axes' edge and of every other label is left out (the table
+    names every point): a label is never drawn over another."""
     ax.figure.canvas.draw()
     renderer = ax.figure.canvas.get_renderer()
     frame = ax.get_window_extent(renderer)
@@ -162,7 +167,7 @@ def _place_labels(ax: plt.Axes, points: list[tuple[float, float]], texts: list[s
             return np.inf
         lx, ly = lines[:, 0], lines[:, 1]
         covered = ((lx >= box.x0) & (lx <= box.x1) & (ly >= box.y0) & (ly <= box.y1)).sum()
-        overlaps = 1000 * sum(box.overlaps(t) for t in taken) + 30 * sum(box.overlaps(m) for m in markers)
+        overlaps = LABEL_CLASH * sum(box.overlaps(t) for t in taken) + 30 * sum(box.overlaps(m) for m in markers)
         return overlaps + float(covered)
 
     for (x, y), text in zip(points, texts):
@@ -179,7 +184,7 @@ def _place_labels(ax: plt.Axes, points: list[tuple[float, float]], texts: list[s
                 va="bottom" if dy > 0 else "top" if dy < 0 else "center",
             )
             score = cost(label.get_window_extent(renderer).expanded(1.05, 1.1))
-            if best is None or score < best_cost:
+            if score < best_cost:
                 if best is not None:
                     best.remove()
                 best, best_cost = label, score
@@ -187,7 +192,11 @@ def _place_labels(ax: plt.Axes, points: list[tuple[float, float]], texts: list[s
                 label.remove()
             if score == 0:
                 break
-        taken.append(best.get_window_extent(renderer))
+        if best is not None and best_cost >= LABEL_CLASH:
+            best.remove()
+            best = None
+        if best is not None:
+            taken.append(best.get_window_extent(renderer))
 
 
 # Methods whose class declares no style (a user's verifier): these in turn, bold enough to find a
@@ -225,15 +234,14 @@ def _merge_coincident(
     points: list[tuple[float, float]], texts: list[str]
 ) -> tuple[list[tuple[float, float]], list[str]]:
     """One label per drawn position: sweep values that land on the same point (``a=0.1``,
-    ``a=0.3``) become one label (``a=0.1, 0.3``) instead of a pile of overlapping ones."""
+    ``a=0.3``) become one label (``a=0.1, 0.3``; ``a=0.1 ... 0.9`` for more than two) instead of
+    a pile of overlapping ones."""
+    from bench.reports.charts import merged_name
+
     merged: dict[tuple[float, float], list[str]] = {}
     for (px, py), text in zip(points, texts):
         merged.setdefault((round(px, 6), round(py, 6)), []).append(text)
-    out = []
-    for group in merged.values():
-        key = group[0].split("=", 1)[0]
-        out.append(group[0] if len(group) == 1 else f"{key}=" + ", ".join(t.split("=", 1)[1] for t in group))
-    return list(merged), out
+    return list(merged), [merged_name(group) for group in merged.values()]
 
 
 def _bound_quality_axis(ax: plt.Axes, metric: str) -> None:
@@ -328,7 +336,7 @@ def plot_pareto(panel: Panel, qualities: dict[str, str], out: Path, x: str = "no
     caption = (
         f"{title}. x: {what}; y: the task's quality. Error bars: 95% bootstrap intervals over examples "
         f"(asymmetric, as measured). Lines: methods swept over one parameter (points labelled), the static "
-        f"ensemble's target-weight sweep among them; dashed: the quality of AR, the target alone.{hollow} "
+        f"ensemble's target-weight sweep among them; a label that would cover another is left out; dashed: the quality of AR, the target alone.{hollow} "
         f"Settings: {panel.title}."
     )
     return _save(fig, out, f"{name}_{panel.slug}", caption)

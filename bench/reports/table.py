@@ -13,6 +13,7 @@ from bench.reports.summary import (
     SPREAD_LIMIT,
     TASK_ORDER,
     TASK_TITLES,
+    Panel,
     panels,
     quality_metrics,
     summarise,
@@ -40,11 +41,12 @@ def spread_note(spread: float) -> str:
 
 
 def table_frames(
-    summary: pd.DataFrame, quality_metric: dict[str, str]
+    summary: pd.DataFrame, quality_metric: dict[str, str], found: list[Panel] | None = None
 ) -> list[tuple[str, pd.DataFrame, pd.DataFrame]]:
-    """(title, Table 1 frame, speed frame) per panel, with formatted cells."""
+    """(title, Table 1 frame, speed frame) per panel (``found``: the summary's panels, when the
+    caller has them), with formatted cells."""
     result = []
-    for panel in panels(summary):
+    for panel in panels(summary) if found is None else found:
         title, part = panel.title, panel.part
         tasks = sorted(part["task"].unique(), key=lambda t: TASK_ORDER.index(t) if t in TASK_ORDER else 99)
         labels = list(dict.fromkeys(part["label"]))

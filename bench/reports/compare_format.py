@@ -1,0 +1,204 @@
+"""``compare``'s verdicts as text: per panel and task one line per candidate family and baseline
+family (the answer), then the table of point verdicts and the table of frontier verdicts; CSV,
+JSON and LaTeX carry the same."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from bench.errors import BenchError
+from bench.reports.compare import HOW_TO_SWEEP, Comparison, FamilyVerdict, FrontierComparison, Verdicts, compare
+from bench.reports.summary import SPREAD_LIMIT
+from bench.reports.table import spread_note
+
+FORMATS = ("markdown", "csv", "json", "latex")
+
+
+def _num(value: float, percent: bool, digits: int = 2) -> str:
+    if value is None or not np.isfinite(value):
+        return "NA"
+    return f"{value * 100:.{digits - 1}f}%" if percent else f"{value:.{digits + 1}f}"
+
+
+def _ci(ci: tuple[float, float], percent: bool) -> str:
+    if not all(np.isfinite(ci)):
+        return ""
+    return f" [{_num(ci[0], percent)}, {_num(ci[1], percent)}]"
+
+
+def cells(c: Comparison) -> dict[str, str]:
+    """One point comparison as the formatted cells of a table row."""
+    p, note = c.percent, spread_note(c.time_spread)
+    return {
+        "task": c.task,
+        "candidate": c.candidate,
+        "family": f"{c.family} ({c.family_points} pts)",
+        "examples": str(c.examples),
+        "accept rate": _num(c.acceptance, True) + _ci(c.acceptance_ci, True),
+        "quality": _num(c.quality, p) + _ci(c.quality_ci, p),
+        "frontier quality": _num(c.frontier_quality, p),
+        "Δ quality [95%]": _num(c.quality_diff, p) + _ci(c.quality_diff_ci, p),
+        "Δ accept at equal quality [95%]": _num(c.acceptance_diff, True) + _ci(c.acceptance_diff_ci, True),
+        "norm. time": _num(c.normalised_time, False) + (f" ({note})" if note else ""),
+        "speedup": f"not shown: {note}" if note else _num(c.speedup, False),
+        "verdict": c.verdict + (f": {c.reason}" if c.reason else ""),
+    }
+
+
+def frontier_cells(f: FrontierComparison) -> dict[str, str]:
+    """One frontier comparison as the formatted cells of a table row."""
+    p = f.percent
+    lo, hi = f.shared_acceptance
+    return {
+        "task": f.task,
+        "candidate": f"{f.candidate} ({f.candidate_points} pts)",
+        "family": f"{f.family} ({f.family_points} pts)",
+        "examples": str(f.examples),
+        "shared accept range": f"{_num(lo, True)} to {_num(hi, True)}" if np.isfinite(lo) else "NA",
+        "mean Δ quality [95%]": _num(f.mean_gap, p) + _ci(f.mean_gap_ci, p),
+        "largest lead [95%]": _num(f.largest_lead, p) + _ci(f.largest_lead_ci, p),
+        "largest deficit [95%]": _num(f.largest_deficit, p) + _ci(f.largest_deficit_ci, p),
+        "verdict": f.verdict + (f": {f.reason}" if f.reason else ""),
+    }
+
+
+def frame(comparisons: list[Comparison] | list[FrontierComparison] | list[FamilyVerdict]) -> pd.DataFrame:
+    """Flat numbers, one row per comparison (intervals and ranges split into _low/_high)."""
+    records = []
+    for c in comparisons:
+        rec = asdict(c)
+        for key in [k for k, v in rec.items() if isinstance(v, tuple)]:
+            rec[key + "_low"], rec[key + "_high"] = rec.pop(key)
+        records.append(rec)
+    return pd.DataFrame(records)
+
+
+def _clean(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        {k: (None if isinstance(v, float) and not np.isfinite(v) else v) for k, v in r.items()}
+        for r in records
+    ]
+
+
+def _markdown(table: pd.DataFrame) -> list[str]:
+    cols = list(table.columns)
+    return [
+        "| " + " | ".join(cols) + " |",
+        "|" + "---|" * len(cols),
+        *("| " + " | ".join(row) + " |" for row in table.to_numpy()),
+        "",
+    ]
+
+
+FOOTNOTE = (
+    "all baselines: every baseline point and lossless sd pooled (a random mix of any two settings is "
+    "attainable), its frontier the upper hull of them all. "
+    "Δ quality = candidate minus the family's frontier (upper Pareto hull, interpolated) at the "
+    "candidate's acceptance rate; [95%] = paired bootstrap over examples. above/below: the interval "
+    "excludes 0. Δ accept is NA where no setting of the family reaches the candidate's quality. "
+    "Frontier against frontier (a candidate run at several settings): mean Δ quality = the candidate's "
+    "frontier minus the family's, averaged over the acceptance range both span; largest lead/deficit = "
+    "the largest gap each way there. dominates: the mean's interval is above 0 and the deficit's lower "
+    "end is at most 0 (dominated: the mirror); crosses: both the lead's and the deficit's lower ends are "
+    "above 0; indistinguishable: otherwise. "
+    f"Speedups are not shown where the timed examples' time per token varies more than {SPREAD_LIMIT:g}x. "
+)
+
+
+def _count(n: int, what: str = "pt") -> str:
+    return f"{n} {what}" + ("s" if n != 1 else "")
+
+
+def gap_text(v: FamilyVerdict) -> str:
+    """A family verdict's gap with its interval and where it was measured ("" when there is none)."""
+    if not np.isfinite(v.gap):
+        return ""
+    p, (low, high) = v.percent, v.acceptance
+    if v.kind == "frontier":
+        where = f"over acceptance {_num(low, True)} to {_num(high, True)}"
+        return f"mean Δ quality {_num(v.gap, p)}{_ci(v.gap_ci, p)} {where}"
+    return f"Δ quality {_num(v.gap, p)}{_ci(v.gap_ci, p)} at acceptance {_num(low, True)}"
+
+
+def family_line(v: FamilyVerdict) -> str:
+    """One family verdict as a line of text: who against whom, the verdict, the gap and where."""
+    who = f"{v.candidate} ({_count(v.candidate_points, 'setting')}) vs {v.family} ({_count(v.family_points)})"
+    text = f"{who}: {v.verdict}" + (f", {gap_text(v)}" if gap_text(v) else "")
+    if v.reason:
+        text += f" ({v.reason})"
+    if v.candidate_points > 1:
+        text += "; point verdicts: " + ", ".join(f"{n} {k}" for k, n in v.point_verdicts.items())
+    return text
+
+
+def family_cells(v: FamilyVerdict) -> dict[str, str]:
+    """One family verdict as the cells of a table row (LaTeX)."""
+    return {"task": v.task, "verdict": family_line(v)}
+
+
+def _by_panel(verdicts: Verdicts) -> list[str]:
+    found = [*verdicts.families, *verdicts.points, *verdicts.frontiers]
+    return list(dict.fromkeys(v.panel for v in found))
+
+
+def render(verdicts: Verdicts, fmt: str) -> str:
+    """The verdicts as text: per panel the family lines per task, the point table, then the
+    frontier table."""
+    if fmt not in FORMATS:
+        raise BenchError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    points, frontiers = frame(verdicts.points), frame(verdicts.frontiers)
+    if fmt == "csv":
+        both = pd.concat([points.assign(comparison="point"), frontiers.assign(comparison="frontier")])
+        return both[["comparison", *(c for c in both.columns if c != "comparison")]].to_csv(index=False)
+    if fmt == "json":
+        return json.dumps(
+            {
+                "verdicts": _clean(frame(verdicts.families).to_dict("records")),
+                "points": _clean(points.to_dict("records")),
+                "frontiers": _clean(frontiers.to_dict("records")),
+            },
+            indent=2,
+        )
+    parts = []
+    for title in _by_panel(verdicts):
+        families = [v for v in verdicts.families if v.panel == title]
+        point_table = pd.DataFrame([cells(c) for c in verdicts.points if c.panel == title])
+        front_table = pd.DataFrame([frontier_cells(f) for f in verdicts.frontiers if f.panel == title])
+        if fmt == "latex":  # pdflatex has no Δ in its default fonts
+            parts.append(f"% {title}")
+            tables = (
+                ("verdicts", pd.DataFrame([family_cells(v) for v in families])),
+                ("points", point_table),
+                ("frontier against frontier", front_table),
+            )
+            for name, table in tables:
+                if len(table):
+                    parts += [f"% {name}", table.to_latex(index=False, escape=True).replace("Δ", r"$\Delta$")]
+            continue
+        parts += [f"### {title}", ""]
+        for task in dict.fromkeys(v.task for v in families):
+            parts += [f"Verdicts, {task}:", ""]
+            parts += [f"- {family_line(v)}" for v in families if v.task == task] + [""]
+        if len(point_table):
+            parts += ["Points:", "", *_markdown(point_table)]
+        if len(front_table):
+            parts += ["Frontier against frontier:", "", *_markdown(front_table)]
+    if fmt == "markdown":
+        parts.append(FOOTNOTE + HOW_TO_SWEEP + ".")
+    return "\n".join(parts)
+
+
+def write_compare(results: Path, candidates: list[str], fmt: str) -> str:
+    from bench.store import load_results
+
+    if not candidates:
+        raise BenchError(
+            "give --candidate NAME (a method, a family or a label as `diversed-bench table` prints it)"
+        )
+    return render(compare(load_results(results), candidates), fmt)

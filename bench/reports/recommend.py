@@ -1,0 +1,269 @@
+"""The setting to deploy: per panel and task, the measured setting with the highest acceptance (or
+speedup, where every timing is trustworthy) whose quality clears a floor, chosen honestly.
+
+The floor is a share of ``ar``'s quality on the same examples (``0.98`` or ``98%``) or an absolute
+value in the task's own unit (``abs:0.5``). A setting clears it when the one-sided 95% lower bound
+of its mean paired margin (per example: its quality minus the floor, ``q_i - f * q_ar,i`` for a
+share) is at least 0: Student's t on the paired margins with one pseudo-example at the worst margin
+a score in [0, 1] allows (quality 0 where ar scores 1). Without it a half with no failure has no
+variance and "clears" floors it cannot support: 25 examples all correct bound an accuracy only at
+88.7% (exact binomial), yet t alone would clear 94%; with it, the false clearances stay under the
+nominal rate (docs/recommend.md gives the simulation).
+
+Picking the best of many settings on the examples that judge it would overstate how well it does
+(the winner's curse), so the examples are split in two by a hash of their id (the same split for
+every setting and every run): the setting is SELECTED on one half (the highest score among those
+that clear the floor there) and CONFIRMED on the other, where one test of one setting holds its
+nominal rate: a confirmed floor holds on fresh examples with probability at least 95% (the
+simulation in tests/test_recommend.py measures it). A setting that fails its confirmation is
+reported as such; the next best is not tried (that would be a second look at the same half).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from bench.errors import BenchError
+from bench.reports.deploy import how_to_run
+from bench.reports.summary import PERCENT_METRICS, SPREAD_LIMIT, panels, quality_metrics, summarise
+
+ALPHA = 0.05  # one-sided: a cleared floor holds with 95% confidence
+FORMATS = ("markdown", "json")
+FLOOR_SYNTAX = "a share of ar's quality (0.98 or 98%) or abs:VALUE (a quality in the task's own unit)"
+
+
+@dataclass(frozen=True)
+class Floor:
+    """The quality a setting must keep: ``value`` times ar's quality, or ``value`` itself."""
+
+    value: float
+    relative: bool
+
+    @classmethod
+    def parse(cls, text: str) -> Floor:
+        body, relative = (text[4:], False) if text.startswith("abs:") else (text.rstrip("%"), True)
+        try:
+            value = float(body) / (100 if relative and text.endswith("%") else 1)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or (relative and value <= 0):
+            raise BenchError(f"--quality-floor {text!r}: give {FLOOR_SYNTAX}")
+        return cls(value, relative)
+
+    def __str__(self) -> str:
+        return f"{self.value:.0%} of ar's quality" if self.relative else f"quality {self.value:g}"
+
+    @property
+    def worst(self) -> float:
+        """The lowest margin a score in [0, 1] allows: quality 0 where ar scores 1."""
+        return -self.value
+
+    def margin(self, quality: np.ndarray, ar: np.ndarray | None) -> np.ndarray:
+        """Per example: quality minus the floor (paired with ar's quality on that example)."""
+        return quality - (self.value * ar if self.relative else self.value)
+
+
+def lower_bound(margin: np.ndarray, worst: float) -> float:
+    """One-sided (1 - ALPHA) lower bound of the mean margin: Student's t on the paired margins and
+    one pseudo-example at ``worst`` (NaN without examples)."""
+    if len(margin) == 0:
+        return math.nan
+    margin = np.append(margin, worst)
+    n = len(margin)
+    spread = float(np.std(margin, ddof=1)) / math.sqrt(n)
+    return float(np.mean(margin)) - float(stats.t.ppf(1 - ALPHA, n - 1)) * spread
+
+
+def confirmation_half(example_id: str) -> bool:
+    """Which half an example is in: a hash of its id, the same for every setting and run."""
+    return bool(hashlib.sha1(str(example_id).encode()).digest()[0] & 1)
+
+
+@dataclass
+class Candidate:
+    """One measured setting: its score on the selection half and its margins on both halves."""
+
+    name: str
+    score: float  # acceptance (or speedup) on the selection half: higher is better
+    select: np.ndarray  # margins on the selection half
+    confirm: np.ndarray  # margins on the confirmation half
+    acceptance: float = math.nan  # on the selection half
+    quality: float = math.nan  # mean quality on the confirmation half
+
+
+@dataclass
+class Choice:
+    """The rule's answer: the pick (None when nothing clears the floor on the selection half)."""
+
+    pick: Candidate | None
+    selection_bound: float
+    confirmation_bound: float
+    confirmed: bool
+    cleared: int  # settings that cleared the floor on the selection half
+
+
+def choose(candidates: list[Candidate], worst: float) -> Choice:
+    """Select on one half, confirm on the other: among the settings whose margin's lower bound
+    clears 0 on the selection half, the highest score (the first given on a tie); confirmed when
+    its lower bound on the confirmation half clears 0 too (``worst``: the floor's worst margin)."""
+    bounds = [lower_bound(c.select, worst) for c in candidates]
+    cleared = [(c, b) for c, b in zip(candidates, bounds) if b >= 0]
+    if not cleared:
+        return Choice(None, math.nan, math.nan, False, 0)
+    pick, bound = max(cleared, key=lambda cb: cb[0].score)
+    confirm = lower_bound(pick.confirm, worst)
+    return Choice(pick, bound, confirm, bool(confirm >= 0), len(cleared))
+
+
+@dataclass
+class Recommendation:
+    """The setting to deploy for one panel and task, and how to run it."""
+
+    panel: str
+    task: str
+    pair: str
+    floor: str
+    ranked_by: str  # "speedup" or "acceptance"
+    settings: int  # settings considered
+    cleared: int  # of them, cleared the floor on the selection half
+    setting: str | None  # the pick's label
+    method: str | None
+    params: dict[str, Any]
+    acceptance: float  # the pick's acceptance on the selection half
+    speedup: float  # over its timed examples (NaN where not timed or not trusted)
+    quality: float  # on the confirmation half
+    floor_quality: float  # the floor on the confirmation half (a share of ar's quality there)
+    selection_bound: float  # lower bound of the margin on the selection half
+    confirmation_bound: float  # lower bound of the margin on the confirmation half
+    examples: tuple[int, int]  # (selection, confirmation) examples
+    status: str  # confirmed, not confirmed, or nothing clears the floor
+    percent: bool  # quality is a share (accuracy, pass@1)
+    run: list[tuple[str, str]] = field(default_factory=list)  # (where, what to write)
+
+
+def _examples(rows: pd.DataFrame, config_id: str) -> pd.DataFrame:
+    return rows[rows["config_id"] == config_id].drop_duplicates("example_id").set_index("example_id")
+
+
+def _candidate(rows: pd.DataFrame, setting: pd.Series, ar: pd.DataFrame | None, floor: Floor, by: str) -> Candidate:
+    """A setting's margins per half (on the examples it shares with ar, for a share of ar's quality)
+    and its score: acceptance on the selection half, or its speedup."""
+    mine = _examples(rows, setting["config_id"])
+    ids = mine.index if ar is None else mine.index.intersection(ar.index)
+    half = np.array([confirmation_half(e) for e in ids], bool)
+    quality = mine.loc[ids, "quality"].to_numpy(float)
+    margin = floor.margin(quality, None if ar is None else ar.loc[ids, "quality"].to_numpy(float))
+    selected = mine.loc[ids[~half]]
+    drafted = selected["drafted_tokens"].sum()
+    acceptance = float(selected["accepted_tokens"].sum() / drafted) if drafted else math.nan
+    score = float(setting["speedup"]) if by == "speedup" else acceptance
+    confirmed = float(quality[half].mean()) if half.any() else math.nan
+    return Candidate(str(setting["config_id"]), score, margin[~half], margin[half], acceptance, confirmed)
+
+
+def recommend(rows: pd.DataFrame, floor: Floor) -> list[Recommendation]:
+    """Per panel and task, the setting to deploy under ``floor`` (module docstring: the rule)."""
+    summary = summarise(rows)
+    metrics = quality_metrics(summary)
+    out = []
+    for panel in panels(summary):
+        for task, part in panel.part.groupby("task", sort=False):
+            percent = metrics.get(task) in PERCENT_METRICS
+            out.append(_one(rows, panel.title, str(task), part, floor, percent))
+    return out
+
+
+def _one(rows: pd.DataFrame, title: str, task: str, part: pd.DataFrame, floor: Floor, percent: bool) -> Recommendation:
+    ar_rows = part[part["method"] == "ar"]
+    if floor.relative and ar_rows.empty:
+        raise BenchError(
+            f"{task} ({title}): a floor relative to ar needs ar's run with the same settings; run "
+            "--method ar too, or give an absolute floor (--quality-floor abs:VALUE)"
+        )
+    ar = _examples(rows, ar_rows["config_id"].iloc[0]) if len(ar_rows) else None
+    settings = part[part["method"] != "ar"]
+    trusted = settings["speedup"].notna() & (settings["time_spread"] <= SPREAD_LIMIT)
+    by = "speedup" if len(settings) and trusted.all() else "acceptance"
+    candidates = [_candidate(rows, s, ar, floor, by) for _, s in settings.iterrows()]
+    choice = choose([c for c in candidates if np.isfinite(c.score)], floor.worst)
+    c = choice.pick or Candidate("", math.nan, np.array([]), np.array([]))
+    pick = settings[settings["config_id"] == c.name].iloc[0] if choice.pick else None
+    sizes = (len(candidates[0].select), len(candidates[0].confirm)) if candidates else (0, 0)
+    status = (
+        "nothing clears the floor on the selection half" if pick is None
+        else "confirmed" if choice.confirmed else "not confirmed on the other half"
+    )  # fmt: skip
+    return Recommendation(
+        panel=title, task=task, pair=str(part["pair"].iloc[0]), floor=str(floor), ranked_by=by,
+        settings=len(settings), cleared=choice.cleared,
+        setting=None if pick is None else str(pick["label"]),
+        method=None if pick is None else str(pick["method"]),
+        params={} if pick is None else dict(pick["params"]),
+        acceptance=c.acceptance, speedup=float(pick["speedup"]) if pick is not None and by == "speedup" else math.nan,
+        quality=c.quality, floor_quality=c.quality - float(np.mean(c.confirm)) if len(c.confirm) else math.nan,
+        selection_bound=choice.selection_bound, confirmation_bound=choice.confirmation_bound,
+        examples=(len(c.select), len(c.confirm)) if pick is not None else sizes, status=status, percent=percent,
+        run=[] if pick is None else how_to_run(str(pick["method"]), dict(pick["params"]), _head(pick), pick),
+    )  # fmt: skip
+
+
+def _head(pick: pd.Series) -> str | None:
+    return pick["head"] if isinstance(pick.get("head"), str) and pick["head"] else None
+
+
+def _num(value: float, percent: bool = True) -> str:
+    if value is None or not np.isfinite(value):
+        return "NA"
+    return f"{value * 100:.1f}%" if percent else f"{value:.3f}"
+
+
+def render(found: list[Recommendation], fmt: str) -> str:
+    """The recommendations as a markdown table per panel with how to run each, or JSON."""
+    if fmt not in FORMATS:
+        raise BenchError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    if fmt == "json":
+        records = [asdict(r) | {"run": [{"where": w, "how": h} for w, h in r.run]} for r in found]
+        clean = [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()} for r in records]
+        return json.dumps(clean, indent=2)
+    parts = []
+    for title in dict.fromkeys(r.panel for r in found):
+        mine = [r for r in found if r.panel == title]
+        parts += [f"### {title}", "", "| task | floor | setting | ranked by | accept rate (selection half) | speedup "
+                  "| quality (confirmation half) | floor there | margin's 95% lower bound (selection; confirmation) "
+                  "| examples (selection, confirmation) | status |", "|" + "---|" * 11]  # fmt: skip
+        for r in mine:
+            parts.append(
+                f"| {r.task} | {r.floor} | {r.setting or 'none'} | {r.ranked_by} | {_num(r.acceptance)} | "
+                f"{_num(r.speedup, False)} | {_num(r.quality, r.percent)} | {_num(r.floor_quality, r.percent)} | "
+                f"{_num(r.selection_bound, r.percent)}; {_num(r.confirmation_bound, r.percent)} | "
+                f"{r.examples[0]}, {r.examples[1]} | "
+                f"{r.status} ({r.cleared} of {r.settings} settings cleared the floor on the selection half) |"
+            )
+        parts.append("")
+        for r in mine:
+            if r.setting:
+                parts += [f"How to run {r.setting} ({r.task}):", *(f"- {w}: `{h}`" for w, h in r.run), ""]
+    parts.append(
+        "Selected on one half of the examples (a hash of their id), confirmed on the other: a confirmed "
+        f"floor holds at {1 - ALPHA:.0%} confidence (one-sided Student t on the paired margins, one "
+        "pseudo-example at the worst margin added). Ranked "
+        f"by speedup only where every setting's timing is trustworthy (times vary less than {SPREAD_LIMIT:g}x). "
+        "Quality and the floor are in the task's unit (shown as %). TARGET and DRAFT: the paths of the "
+        "pair's models (a hub pair's ids are filled in)."
+    )
+    return "\n".join(parts)
+
+
+def write_recommend(results: Path, floor: str, fmt: str) -> str:
+    from bench.store import load_results
+
+    return render(recommend(load_results(results), Floor.parse(floor)), fmt)
