@@ -31,13 +31,14 @@ deficit are significant (lower ends > 0), "indistinguishable" otherwise (docs/co
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from bench.calibration.notes import barely_moves, floor_point, reaches_floor
 from bench.errors import BenchError
 from bench.reports.frontier import acceptance_at, gaps, quality_at
 from bench.reports.summary import BOOTSTRAP, PERCENT_METRICS, SPREAD_LIMIT, panels, quality_metrics, summarise
@@ -111,6 +112,7 @@ class Verdicts:
 
     points: list[Comparison]
     frontiers: list[FrontierComparison]
+    notes: list[str] = field(default_factory=list)  # one line per candidate sweep that barely moves
 
 
 def chosen(part: pd.DataFrame, candidates: list[str]) -> pd.Series:
@@ -309,6 +311,7 @@ def compare(rows: pd.DataFrame, candidates: list[str], *, seed: int = 0) -> Verd
     metrics = quality_metrics(summary)
     points: list[Comparison] = []
     frontiers: list[FrontierComparison] = []
+    notes: list[str] = []
     for panel in panels(summary):
         for task, part in panel.part.groupby("task", sort=False):
             mine = part[chosen(part, candidates)]
@@ -321,6 +324,10 @@ def compare(rows: pd.DataFrame, candidates: list[str], *, seed: int = 0) -> Verd
             for name, cands in mine.groupby("family", sort=False):
                 if len(cands) < 2:
                     continue  # one setting: its point verdicts say all there is
+                note = barely_moves(
+                    str(name), cands["method_info"].iloc[0], list(cands["params"]), list(cands["acceptance_rate"])
+                )
+                notes += [f"{task} | {panel.title}: {note}"] if note else []
                 for family, members in baselines:
                     if family != name:  # never the candidate against itself
                         frontiers.append(
@@ -330,7 +337,7 @@ def compare(rows: pd.DataFrame, candidates: list[str], *, seed: int = 0) -> Verd
         raise BenchError(
             f"no baseline family to compare {', '.join(candidates)} with: run a sweep; {HOW_TO_SWEEP}"
         )
-    return Verdicts(points, frontiers)
+    return Verdicts(points, frontiers, notes)
 
 
 def _point(
@@ -356,7 +363,7 @@ def _point(
     else:
         result = judge(
             _per_example(rows, cand["config_id"], paired),
-            [_per_example(rows, cid, paired) for cid in ids],
+            [_per_example(rows, cid, paired) for cid in ids] + _floor(members, len(paired)),
             seed=seed,
         )
         if len(paired) < total:
@@ -373,6 +380,14 @@ def _point(
         time_spread=float(cand["time_spread"]),
         **result,
     )
+
+
+def _floor(members: pd.DataFrame, examples: int) -> list[dict[str, np.ndarray]]:
+    """A family that ran its calibration path's lowest-acceptance end is known below its sweep
+    (bench.calibration.notes): the point that extends its frontier there, else nothing."""
+    if reaches_floor(list(members["method_info"]), list(members["params"])):
+        return [floor_point(examples)]
+    return []
 
 
 def _blank_point(reason: str, cand: pd.Series) -> dict[str, Any]:
@@ -424,7 +439,7 @@ def _frontier(
     else:
         result = judge_frontiers(
             [_per_example(rows, cid, paired) for cid in cand_ids],
-            [_per_example(rows, cid, paired) for cid in ids],
+            [_per_example(rows, cid, paired) for cid in ids] + _floor(members, len(paired)),
             seed=seed,
         )
         if len(paired) < total:
@@ -560,6 +575,7 @@ def render(verdicts: Verdicts, fmt: str) -> str:
         if len(front_table):
             parts += ["Frontier against frontier:", "", *_markdown(front_table)]
     if fmt == "markdown":
+        parts += [*verdicts.notes, *([""] if verdicts.notes else [])]
         parts.append(FOOTNOTE + HOW_TO_SWEEP + ".")
     return "\n".join(parts)
 
