@@ -231,3 +231,20 @@ def test_a_candidate_sweep_that_barely_moves_is_told_so_in_one_line():
     assert barely_moves("confidence", info, params, [0.70, 0.80, 0.90]) is None
     plain = replace(info, calibration=None)
     assert "declare `calibration`" in barely_moves("confidence", plain, params, [0.8, 0.8, 0.801])
+    ends = barely_moves("confidence", info, [{"floor": 0.0}, {"floor": 1.0}], [0.806, 0.797])
+    assert ends.endswith("that is the whole of its calibration path (floor 0 ... 1)")
+
+
+@pytest.mark.parametrize("rule", ["chow", "diff", "opt", "token"])
+def test_every_cascade_rule_is_lossless_at_the_low_end_of_its_path(rule):
+    import torch
+
+    from bench.distributions import Sampling
+    from bench.verifiers import Round, make_verifier
+
+    g = torch.Generator().manual_seed(0)
+    p_logits, q_logits = torch.randn(64, 3, 50, generator=g) * 3, torch.randn(64, 3, 50, generator=g) * 3
+    p, q = p_logits.softmax(-1), q_logits.softmax(-1)
+    r = Round(torch.zeros(64, 3, dtype=torch.long), q, p, q_logits, p_logits, Sampling(1.0))
+    assert torch.equal(make_verifier("cascade", cascade_rule=rule, cascade_alpha=-1.0).pi(r), p)
+    assert not torch.equal(make_verifier("cascade", cascade_rule=rule, cascade_alpha=1.0).pi(r), p)

@@ -48,11 +48,14 @@ def barely_moves(
         values = sorted({p[name] for p in params if isinstance(p.get(name), (int, float))})
         if len(values) > 1:
             ranges.append(f"{name} {values[0]:g} ... {values[-1]:g}")
-    how = (
-        "its class declares a calibration path: run it without --param to calibrate it"
-        if info.calibration
-        else "declare `calibration` on its class (docs/methods.md) or sweep another parameter"
-    )
+    path = info.calibrated
+    ran = {p.get(path.param) for p in params} if path else set()
+    if path and {path.low, path.high} <= ran:
+        how = f"that is the whole of its calibration path ({path.param} {path.low:g} ... {path.high:g})"
+    elif path:
+        how = "its class declares a calibration path: run it without --param to calibrate it"
+    else:
+        how = "declare `calibration` on its class (docs/methods.md) or sweep another parameter"
     return (
         f"{family}: {' and '.join(ranges) or 'its sweep'} moved acceptance only from {min(finite):.1%} to "
         f"{max(finite):.1%}; {how}"
