@@ -37,13 +37,15 @@ def configs(
     device: str = "auto",
     dtype: str | None = None,
     engine: str = "eager",
+    calibrate: bool | None = None,
     log: Log = print,
     **settings: Any,
 ) -> tuple[list[RunConfig], int | None]:
     """The configurations a run decodes, from a grid or from flags, and the grid's example limit.
     ``settings`` are RunConfig fields the caller set (None: not set). With a grid, ``tasks``,
     ``pairs`` and ``methods`` fill what a template grid leaves open, and a setting the grid fixes
-    is refused."""
+    is refused. ``calibrate`` (None: the grid's choice, off without one) leaves calibrated
+    families' values to `run` (bench.calibration)."""
     from bench.grid import configs_from_flags, configs_from_grid
 
     settings = {k: v for k, v in settings.items() if v is not None}
@@ -59,6 +61,7 @@ def configs(
             heads=heads,
             params=params,
             settings=settings,
+            calibrate=calibrate,
         )
     chosen = list(methods or ALL_METHODS)
     if "diversed" in chosen and not heads:
@@ -76,6 +79,7 @@ def configs(
         device=device,
         dtype=dtype,
         engine=engine,
+        calibrate=bool(calibrate),
         **settings,
     )
     return found, None
@@ -109,6 +113,7 @@ def run(
     progress: bool = True,
     trace: bool = False,
     report: bool = True,
+    calibrate: bool | None = None,
     log: Log = print,
     **settings: Any,
 ) -> RunResult:
@@ -127,6 +132,7 @@ def run(
         device=device,
         dtype=dtype,
         engine=engine,
+        calibrate=calibrate,
         log=log,
         **settings,
     )
@@ -145,6 +151,10 @@ def run(
         log=log,
         trace=trace,
     )
+    from bench.calibration import calibrate as calibrate_sweeps, pending
+
+    if any(map(pending, found)):
+        found, runner.notes = calibrate_sweeps(found, runner, runner.limit, log=log)
     try:
         runner.run(found)
     except KeyboardInterrupt:

@@ -77,7 +77,7 @@ def run(  # fmt: skip
     dtype: o.Dtype = None, shard: o.Shard = "0/1", batch_size: o.BatchSize = 16,
     timing_examples: o.TimingExamples = 4, engine: o.Engine = "eager", threads: o.Threads = None,
     report: o.Report = True, progress: o.Progress = True, sandbox: o.Sandbox = "bwrap",
-    trace: o.Trace = False,
+    trace: o.Trace = False, calibrate: o.Calibrate = None,
 ) -> None:
     """Decode every example with every method; rows are flushed as they finish, and re-running
     the same command resumes where it stopped. A setting a grid fixes is refused, one it leaves

@@ -109,6 +109,15 @@ TimingExamples = Annotated[int, _opt("First K examples decoded alone and timed, 
 Report = Annotated[bool, _opt("Print the table and write the plots at the end.")]
 Progress = Annotated[bool, _opt("A bar on a terminal, one line per configuration in a log.")]
 Trace = Annotated[bool, _opt("Also store every token's fate, p, q and weight (for `report`).")]
+Calibrate = Annotated[
+    Optional[bool],
+    _opt(
+        "Sweep each family that declares a calibration path at acceptance levels found by short decodes "
+        "on examples not judged (default: the grid's choice, on for --grid baselines; off without a grid). "
+        "--no-calibrate runs the classes' fixed sweeps; --param values always run as given.",
+        "--calibrate/--no-calibrate",
+    ),
+]
 TableFormat = Annotated[str, _opt("markdown, latex or csv.", "--format")]
 TableFile = Annotated[Optional[Path], _opt("File to write (default: RESULTS/table.md|tex|csv).")]
 PlotDir = Annotated[Optional[Path], _opt("Folder for the PNG, PDF and SVG files (default: RESULTS/plots).")]

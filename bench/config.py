@@ -27,7 +27,7 @@ from bench.errors import BenchError
 from bench.pairs import pick_device, pick_dtype, resolve_pair
 from bench.store import SCHEMA
 from bench.tasks import default_data, resolve_task
-from bench.verifiers import MethodInfo, make_verifier, verifier_class
+from bench.verifiers import CALIBRATED, MethodInfo, make_verifier, verifier_class
 
 
 @dataclass(frozen=True)
@@ -75,6 +75,8 @@ class RunConfig:
         if self.seed < 0:
             raise BenchError(f"--seed must be >= 0, got {self.seed}")
         check_truncation(self.truncate_prompt)
+        if any(v is CALIBRATED for v in self.params.values()):
+            raise BenchError(f"{cls.name}: a calibrated sweep's values are chosen by `run` (bench.calibration) first")
         # Under greedy decoding every draft is the argmax, whatever the policy.
         policy = (
             "greedy" if self.temperature == 0 else check_draft_policy(self.draft_policy or cls.draft_policy)
@@ -160,12 +162,15 @@ def expand_methods(
     params: Mapping[str, Sequence[Any]] | None = None,
     heads: Iterable[str] = (),
     sweep: bool = False,
+    calibrate: bool = False,
 ) -> list[tuple[str, dict[str, Any], str | None]]:
     """(method, params, head) for every method and every combination of its parameters' values.
 
     ``params`` ({name: values}, from ``--param`` and its aliases) reach every selected method that
     has the parameter; a name that none has is refused. With ``sweep``, a method's swept
-    parameters that were given no values take the default sweep its class declares. A method
+    parameters that were given no values take the default sweep its class declares. With
+    ``calibrate``, a method that declares a calibration path and was given none of its parameters
+    gets ``CALIBRATED`` there instead: `run` chooses the values (bench.calibration). A method
     that reads a head runs once per head."""
     methods = list(dict.fromkeys(methods))
     params = params or {}
@@ -188,12 +193,16 @@ def expand_methods(
         }
         if sweep:
             values = {**{k: list(v) for k, v in cls.sweep.items()}, **values}
+        path = cls.calibration if calibrate else None
+        if path and not set(path.moved) & set(params):
+            values = {**{k: v for k, v in values.items() if k not in path.moved}, path.param: [CALIBRATED]}
         combos: list[dict[str, Any]] = [{}]
         for name, given in values.items():
-            typed = [_coerce(cls.name, name, kinds.get(name), v) for v in given]
+            typed = [v if v is CALIBRATED else _coerce(cls.name, name, kinds.get(name), v) for v in given]
             combos = [{**c, name: v} for c in combos for v in typed]
         for combo in combos:
-            make_verifier(m, **combo)  # validate every value before any model loads
+            # validate every value before any model loads (a calibrated one at its path's end)
+            make_verifier(m, **{**combo, **(path.values(path.top) if path and CALIBRATED in combo.values() else {})})
             out += [(m, combo, h) for h in heads] if cls.needs_hidden else [(m, combo, None)]
     return out
 

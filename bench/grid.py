@@ -27,7 +27,7 @@ PARAM_ALIASES = ("target_weight", "lenience", "cascade_rule", "cascade_alpha", "
 SHARED_KEYS = tuple(
     f.name for f in fields(RunConfig) if f.name not in ("task", "pair", "method", "params", "head", "device", "dtype", "engine")
 )
-GRID_KEYS = {"tasks", "pairs", "methods", "limit", "head", "params", "sweep", *PARAM_ALIASES, *SHARED_KEYS}
+GRID_KEYS = {"tasks", "pairs", "methods", "limit", "head", "params", "sweep", "calibrate", *PARAM_ALIASES, *SHARED_KEYS}
 
 
 def configs_from_flags(
@@ -38,6 +38,7 @@ def configs_from_flags(
     heads: Sequence[str] = (),
     params: Mapping[str, Sequence[Any]] | None = None,
     sweep: bool = False,
+    calibrate: bool = False,
     **shared: Any,
 ) -> list[RunConfig]:
     """Every task x pair x method x drafter configuration; heads may name {task} and {pair}.
@@ -48,7 +49,11 @@ def configs_from_flags(
     for pair in pairs:
         for task in tasks:
             expanded = expand_methods(
-                methods, params=params, heads=[h.format(task=task, pair=pair) for h in heads], sweep=sweep
+                methods,
+                params=params,
+                heads=[h.format(task=task, pair=pair) for h in heads],
+                sweep=sweep,
+                calibrate=calibrate,
             )
             out += [
                 RunConfig(task=task, pair=pair, method=m, params=p, head=h, drafter=d, **shared)
@@ -99,13 +104,15 @@ def configs_from_grid(
     heads: Sequence[str] = (),
     params: Mapping[str, Sequence[Any]] | None = None,
     settings: Mapping[str, Any] | None = None,
+    calibrate: bool | None = None,
 ) -> tuple[list[RunConfig], int | None]:
     """A grid's configurations, and its example limit.
 
     ``candidates`` (with their ``heads``) join a template grid's methods, and ``params`` (from
     --param and its aliases) go to the candidates; with a grid that names its methods, they go to
     the grid's methods unless the grid sets them. ``settings`` (RunConfig fields given on the
-    command line) apply where the grid leaves them open and are refused where it sets them."""
+    command line) apply where the grid leaves them open and are refused where it sets them.
+    ``calibrate`` (--calibrate/--no-calibrate) overrides the grid's ``calibrate`` key."""
     g = load_grid(name_or_path)
     params, settings = dict(params or {}), dict(settings or {})
     template = "tasks" not in g or "pairs" not in g
@@ -129,6 +136,7 @@ def configs_from_grid(
         tasks=_as_list(g.get("tasks", list(tasks))),
         pairs=_as_list(g.get("pairs", list(pairs))),
         sweep=bool(g.get("sweep", False)),
+        calibrate=bool(g.get("calibrate", False)) if calibrate is None else calibrate,
         device=device,
         dtype=dtype,
         engine=engine,

@@ -92,6 +92,7 @@ class Runner:
             log,
         )
         self.trace = trace
+        self.notes: dict[str, dict[str, Any]] = {}  # config id -> more manifest entries (calibration)
         self._pairs: dict[str, Pair] = {}
         self._tasks: dict[tuple[Any, ...], Task] = {}
         self._prompts: dict[str, dict[str, tuple[list[int], int]]] = {}
@@ -168,7 +169,7 @@ class Runner:
             drafter=cfg.drafter,
         )
         budget = cfg.max_new_tokens
-        write_manifest(self.store, cfg, pair.device, self.limit)
+        write_manifest(self.store, cfg, pair.device, self.limit, **self.notes.get(cfg.config_id, {}))
         fixed = fixed_columns(cfg, pair.spec.name, task.name)
         fitted = self._prompts.pop(cfg.config_id, None) or self.prompts(cfg, pending)
         prompts = {example_id: ids for example_id, (ids, _) in fitted.items()}

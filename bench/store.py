@@ -25,6 +25,8 @@ KEY = ["config_id", "example_id"]
 # Token traces (``run --trace``) live beside the rows in their own dataset, one row per token.
 TRACES = "traces"
 TRACE_KEY = [*KEY, "position"]
+# Calibrated sweeps' records (bench.calibration), one JSON file per family and panel.
+CALIBRATION = "calibration"
 # Settings every configuration of one comparison shares: rows are paired with their ar run, and
 # grouped into report panels, on all of them. Each row carries them as columns.
 SHARED_SETTINGS = (
@@ -131,6 +133,27 @@ class ResultStore:
         tmp.write_text(json.dumps({**manifest, "writer": self.writer}, indent=2, sort_keys=True, default=str))
         os.replace(tmp, path)
         check_consistency(self.root)
+
+    def calibration(self, key: str) -> dict[str, Any] | None:
+        """A calibrated sweep's record (bench.calibration), if one was written."""
+        path = self.root / CALIBRATION / f"{key}.json"
+        return json.loads(path.read_text()) if path.is_file() else None
+
+    def write_calibration(self, record: dict[str, Any]) -> dict[str, Any]:
+        """Keep a calibration's record unless another process (a shard) wrote one first: then
+        return that one, so every writer runs the same values."""
+        folder = self.root / CALIBRATION
+        folder.mkdir(exist_ok=True)
+        path = folder / f"{record['key']}.json"
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(record, indent=2, sort_keys=True))
+        try:
+            os.link(tmp, path)  # fails if the record exists: the first writer's stands
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink()
+        return json.loads(path.read_text())
 
 
 def _compact(root: Path, config_id: str, writer: str, key: list[str]) -> None:

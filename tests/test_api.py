@@ -13,9 +13,10 @@ PLUGIN = str(Path(__file__).parent / "example_verifier.py") + ":ConfidenceEnsemb
 
 
 def test_baselines_grid_sweeps_every_family_and_the_candidates_param():
-    configs, limit = configs_from_grid(
-        "baselines", tasks=["arith"], pairs=["ref"], candidates=[PLUGIN], params={"floor": ["0.1", "0.9"]}
-    )
+    configs, limit = configs_from_grid(  # fixed sweeps; calibrated ones: tests/test_calibration.py
+        "baselines", tasks=["arith"], pairs=["ref"], candidates=[PLUGIN], params={"floor": ["0.1", "0.9"]},
+        calibrate=False,
+    )  # fmt: skip
     by_method: dict[str, list] = {}
     for c in configs:
         by_method.setdefault(verifier_class(c.method).name, []).append(c.params)
@@ -29,7 +30,7 @@ def test_baselines_grid_sweeps_every_family_and_the_candidates_param():
 
 
 def test_baselines_grid_sweeps_a_candidate_over_its_declared_sweep():
-    configs, _ = configs_from_grid("baselines", tasks=["arith"], pairs=["ref"], candidates=[PLUGIN])
+    configs, _ = configs_from_grid("baselines", tasks=["arith"], pairs=["ref"], candidates=[PLUGIN], calibrate=False)
     assert [c.params for c in configs if "Confidence" in c.method] == [{"floor": v} for v in (0.2, 0.5, 0.8)]
 
 

@@ -176,6 +176,53 @@ def test_a_sweep_split_in_two_is_indistinguishable_from_itself_at_about_the_nomi
     assert calls.count("indistinguishable") / draws >= 0.85
 
 
+def _calibrated_sweep(rng, n: int, shift: float) -> tuple[list[dict], list[dict]]:
+    """Two families on the frontier of ``_sweep``, each swept by calibration (bench.calibration):
+    five acceptance levels from 0.55 to 0.95 searched along a path t in [0, 1] (acceptance
+    0.55 + 0.4 t) on 16 calibration examples of its own (their noise fixed, so each search sees one
+    monotone-ish curve), then run on the n judged examples shared by both. The candidate's quality
+    is raised by ``shift``."""
+    from bench.calibration import calibrate_path
+    from bench.verifiers import Calibration
+
+    path = Calibration("t", 0.0, 1.0, rising=True, lossless=0.0)
+    u, e = rng.random(n), rng.uniform(-0.1, 0.1, n)
+
+    def family(up: float) -> list[dict]:
+        calib_e, seed = rng.uniform(-0.1, 0.1, 16), int(rng.integers(1 << 30))
+
+        def measure(t: float) -> float:
+            draws = np.random.default_rng(seed).binomial(20, np.clip(0.55 + 0.4 * t + calib_e, 0, 1))
+            return draws.mean() / 20
+
+        levels, _ = calibrate_path(path, measure, measure(0.0), 5)
+        out = []
+        for level in (lv for lv in levels if lv.value is not None):
+            a = 0.55 + 0.4 * level.value
+            draw = np.where(rng.random(n) < 0.7, u, rng.random(n))
+            out.append(
+                {
+                    "accepted": rng.binomial(20, np.clip(a + e, 0, 1)).astype(float),
+                    "drafted": np.full(n, 20.0),
+                    "quality": (draw < 0.95 - 1.2 * (a - 0.5) ** 2 + up).astype(float),
+                }
+            )
+        return out
+
+    return family(shift), family(0.0)
+
+
+def test_calibrated_sweeps_keep_the_frontier_verdicts_false_call_rate_and_power():
+    rng = np.random.default_rng(8)
+    draws = 200
+    calls = [judge_frontiers(*_calibrated_sweep(rng, 150, 0.0), seed=i)["verdict"] for i in range(draws)]
+    false = (calls.count("dominates") + calls.count("dominated")) / draws
+    assert false <= 0.08, {v: calls.count(v) for v in set(calls)}
+    assert calls.count("indistinguishable") / draws >= 0.85
+    up = [judge_frontiers(*_calibrated_sweep(rng, 150, 0.1), seed=i)["verdict"] for i in range(60)]
+    assert up.count("dominates") / len(up) >= 0.95, {v: up.count(v) for v in set(up)}
+
+
 def test_a_frontier_shifted_up_is_called_dominating_nearly_always_and_the_mirror_dominated():
     rng = np.random.default_rng(6)
     up = [judge_frontiers(*_sweep(rng, 150, 0.1), seed=i) for i in range(60)]
@@ -325,6 +372,7 @@ def test_baselines_grid_takes_any_candidate_task_and_pair():
         tasks=["arith"],
         pairs=["ref"],
         candidates=["example_verifier:ConfidenceEnsemble"],
+        calibrate=False,  # the classes' fixed sweeps (calibrated ones: tests/test_calibration.py)
     )
     methods = [c.method for c in configs]
     assert methods.count("ensemble") == 5 and methods.count("lossy") == 4 and methods.count("cascade") == 5

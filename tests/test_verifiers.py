@@ -247,7 +247,7 @@ def test_ensemble_weight_one_is_sd():
         ("lossy", {"lenience": 0.0}, "(0, 1]"),
         ("lossy", {"lenience": 2.0}, "(0, 1]"),
         ("cascade", {"cascade_rule": "vote"}, "chow, diff, opt, token"),
-        ("cascade", {"cascade_alpha": -0.1}, "[0, 1]"),
+        ("cascade", {"cascade_alpha": -1.1}, "[-1, 1]"),
         ("diversed", {"mix": "logit"}, "--mix prob"),
         ("medusa", {}, "ar, sd, lossy, cascade, ensemble, diversed"),
         ("sd", {"target_weight": 0.5}, "unknown parameter"),

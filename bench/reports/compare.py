@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from bench.calibration.notes import barely_moves, floor_point, reaches_floor
 from bench.errors import BenchError
 from bench.reports.judge import judge, judge_frontiers
 from bench.reports.summary import PERCENT_METRICS, Panel, panels, quality_metrics, summarise
@@ -123,6 +124,8 @@ class Verdicts:
     points: list[Comparison]
     frontiers: list[FrontierComparison]
     families: list[FamilyVerdict] = field(default_factory=list)
+    # (panel, task, line) per candidate sweep that barely moves
+    notes: list[tuple[str, str, str]] = field(default_factory=list)
 
 
 def chosen(part: pd.DataFrame, candidates: list[str]) -> pd.Series:
@@ -196,6 +199,7 @@ def compare(
     metrics = quality_metrics(summary)
     points: list[Comparison] = []
     frontiers: list[FrontierComparison] = []
+    notes: list[tuple[str, str, str]] = []
     for panel in panels(summary) if found is None else found:
         for task, part in panel.part.groupby("task", sort=False):
             mine = part[chosen(part, candidates)]
@@ -208,6 +212,10 @@ def compare(
             for name, cands in mine.groupby("family", sort=False):
                 if len(cands) < 2:
                     continue  # one setting: its point verdicts say all there is
+                note = barely_moves(
+                    str(name), cands["method_info"].iloc[0], list(cands["params"]), list(cands["acceptance_rate"])
+                )
+                notes += [(panel.title, str(task), note)] if note else []
                 for family, members in baselines:
                     if family != name:  # never the candidate against itself
                         frontiers.append(
@@ -217,7 +225,7 @@ def compare(
         raise BenchError(
             f"no baseline family to compare {', '.join(candidates)} with: run a sweep; {HOW_TO_SWEEP}"
         )
-    return Verdicts(points, frontiers, family_verdicts(points, frontiers))
+    return Verdicts(points, frontiers, family_verdicts(points, frontiers), notes)
 
 
 def family_verdicts(points: list[Comparison], frontiers: list[FrontierComparison]) -> list[FamilyVerdict]:
@@ -287,7 +295,7 @@ def _point(
     else:
         result = judge(
             _per_example(rows, cand["config_id"], paired),
-            [_per_example(rows, cid, paired) for cid in ids],
+            [_per_example(rows, cid, paired) for cid in ids] + _floor(members, len(paired)),
             seed=seed,
         )
         if len(paired) < total:
@@ -305,6 +313,17 @@ def _point(
         candidate_family=str(cand["family"]),
         **result,
     )
+
+
+def _floor(members: pd.DataFrame, examples: int) -> list[dict[str, np.ndarray]]:
+    """A family that ran its calibration path's lowest-acceptance end is known below its sweep
+    (bench.calibration.notes): the point that extends its frontier there, else nothing. The pooled
+    family extends when any family in it does."""
+    ends = (
+        reaches_floor(list(family["method_info"]), list(family["params"]))
+        for _, family in members.groupby("family", sort=False)
+    )
+    return [floor_point(examples)] if any(ends) else []
 
 
 def _blank_point(reason: str, cand: pd.Series) -> dict[str, Any]:
@@ -356,7 +375,7 @@ def _frontier(
     else:
         result = judge_frontiers(
             [_per_example(rows, cid, paired) for cid in cand_ids],
-            [_per_example(rows, cid, paired) for cid in ids],
+            [_per_example(rows, cid, paired) for cid in ids] + _floor(members, len(paired)),
             seed=seed,
         )
         if len(paired) < total:

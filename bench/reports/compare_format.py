@@ -160,6 +160,7 @@ def render(verdicts: Verdicts, fmt: str) -> str:
         return json.dumps(
             {
                 "verdicts": _clean(frame(verdicts.families).to_dict("records")),
+                "notes": [{"panel": p, "task": t, "note": line} for p, t, line in verdicts.notes],
                 "points": _clean(points.to_dict("records")),
                 "frontiers": _clean(frontiers.to_dict("records")),
             },
@@ -184,7 +185,8 @@ def render(verdicts: Verdicts, fmt: str) -> str:
         parts += [f"### {title}", ""]
         for task in dict.fromkeys(v.task for v in families):
             parts += [f"Verdicts, {task}:", ""]
-            parts += [f"- {family_line(v)}" for v in families if v.task == task] + [""]
+            parts += [f"- {family_line(v)}" for v in families if v.task == task]
+            parts += [f"- note: {line}" for p, t, line in verdicts.notes if (p, t) == (title, task)] + [""]
         if len(point_table):
             parts += ["Points:", "", *_markdown(point_table)]
         if len(front_table):

@@ -85,18 +85,20 @@ def gaps(
     Points are [R, Kc] and [R, Kb]. Returns (low, high) of the shared range and, over it, the mean
     of candidate minus base (the area between the frontiers divided by the range's width), the
     largest value of candidate minus base and the largest of base minus candidate; each [R], the
-    last three NaN where the range is empty or a single acceptance."""
+    last three NaN where the range is empty. A range of a single acceptance (a candidate whose
+    settings all land on one acceptance in a resample) gives the gap there, the limit of the mean
+    over a range shrinking to it."""
     low = np.maximum(cand_a.min(1), base_a.min(1))
     high = np.minimum(cand_a.max(1), base_a.max(1))
     width = high - low
-    ok = width > 0
+    ok = width >= 0
     # Both frontiers bend only at their points' acceptances: read them there and at the range's ends.
     lo_, hi_ = np.where(ok, low, 0.0)[:, None], np.where(ok, high, 1.0)[:, None]
     at = np.sort(np.clip(np.concatenate([cand_a, base_a, lo_, hi_], 1), lo_, hi_), 1)
     diff = quality_at(cand_a, cand_q, at) - quality_at(base_a, base_q, at)
     area = ((diff[:, 1:] + diff[:, :-1]) / 2 * np.diff(at, axis=1)).sum(1)
     with np.errstate(divide="ignore", invalid="ignore"):
-        mean = np.where(ok, area / width, np.nan)
+        mean = np.where(width > 0, area / width, np.where(ok, diff[:, 0], np.nan))
     lead = np.where(ok, diff.max(1), np.nan)
     deficit = np.where(ok, (-diff).max(1), np.nan)
     return low, high, mean, lead, deficit

@@ -2,7 +2,9 @@
 engines' lossy acceptance rules (engines), all reachable by name through one registry."""
 
 from bench.verifiers.base import (
+    CALIBRATED,
     VERIFIERS,
+    Calibration,
     MethodInfo,
     MixtureVerifier,
     Round,
@@ -43,7 +45,9 @@ for _cls in (
 __all__ = [
     "CASCADE_RULES",
     "MIX_MODES",
+    "CALIBRATED",
     "VERIFIERS",
+    "Calibration",
     "Autoregressive",
     "Diversed",
     "LossySD",

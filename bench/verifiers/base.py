@@ -99,6 +99,63 @@ class Verdict:
     bias: Tensor  # [B, N] TV(emitted distribution, p) per position
 
 
+@dataclass(frozen=True)
+class Calibration:
+    """How a family is swept by acceptance instead of by fixed values (docs/compare.md, "Calibrated
+    sweeps"): one parameter moved over [low, high] moves the family's acceptance monotonically,
+    rising with it or falling (``rising``). ``ties`` move other parameters along the same path, each
+    as ``param ** exponent`` (typical's alpha = eps ** 0.5); ``lossless`` is the value where the
+    method is lossless speculative decoding, if it has one: a calibrated sweep always runs it."""
+
+    param: str
+    low: float
+    high: float
+    rising: bool
+    lossless: float | None = None
+    ties: Mapping[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.low < self.high:
+            raise BenchError(f"calibration of {self.param}: low {self.low} must be below high {self.high}")
+        if self.ties and self.low < 0:
+            raise BenchError(f"calibration of {self.param}: tied parameters need low >= 0, got {self.low}")
+        if self.lossless is not None and not self.low <= self.lossless <= self.high:
+            raise BenchError(f"calibration of {self.param}: lossless {self.lossless} is outside [{self.low}, {self.high}]")
+
+    @property
+    def floor(self) -> float:
+        """The end of the path with the lowest acceptance."""
+        return self.low if self.rising else self.high
+
+    @property
+    def top(self) -> float:
+        """The end of the path with the highest acceptance."""
+        return self.high if self.rising else self.low
+
+    @property
+    def moved(self) -> tuple[str, ...]:
+        """Every parameter the path sets."""
+        return (self.param, *self.ties)
+
+    def values(self, x: float) -> dict[str, float]:
+        """The parameters at path position ``x`` (rounded: they name configurations)."""
+        return {self.param: _round(x), **{k: _round(x**e) for k, e in self.ties.items()}}
+
+
+class _Calibrated:
+    """Stands for the value of a parameter that a calibrated sweep chooses (bench.calibration)."""
+
+    def __repr__(self) -> str:
+        return "calibrated"
+
+
+CALIBRATED = _Calibrated()
+
+
+def _round(x: float) -> float:
+    return float(f"{x:.4g}")
+
+
 class Verifier(ABC):
     """Base class of all verifiers; subclasses are frozen dataclasses of their parameters.
 
@@ -129,6 +186,8 @@ class Verifier(ABC):
     style: ClassVar[Mapping[str, Any]] = {}
     # A baseline family: a swept candidate is judged against its frontier.
     baseline: ClassVar[bool] = False
+    # How a calibrated sweep moves its acceptance (``Calibration``); None: fixed values only.
+    calibration: ClassVar[Calibration | None] = None
     # Position in tables and legends (lower first).
     order: ClassVar[int] = 100
 
@@ -287,6 +346,7 @@ class MethodInfo:
     needs_hidden: bool = False
     draft_policy: str = "sample"
     draft_reads: list[str] = field(default_factory=list)
+    calibration: dict[str, Any] | None = None  # the class's Calibration as plain data
 
     @classmethod
     def of(cls, verifier: type[Verifier]) -> MethodInfo:
@@ -296,6 +356,10 @@ class MethodInfo:
         unknown = set(verifier.sweep) - {f.name for f in fields(verifier)}  # type: ignore[arg-type]
         if unknown:
             raise BenchError(f"{verifier.name}: sweep names {sorted(unknown)}, which are not its parameters")
+        calibration = verifier.calibration
+        stray = set(calibration.moved if calibration else ()) - {f.name for f in fields(verifier)}  # type: ignore[arg-type]
+        if stray:
+            raise BenchError(f"{verifier.name}: calibration moves {sorted(stray)}, which are not its parameters")
         return cls(
             name=verifier.name,
             defaults=defaults,
@@ -308,6 +372,7 @@ class MethodInfo:
             needs_hidden=verifier.needs_hidden,
             draft_policy=verifier.draft_policy,
             draft_reads=sorted(verifier.draft_reads),
+            calibration={**asdict(calibration), "ties": dict(calibration.ties)} if calibration else None,
         )
 
     def to_json(self) -> str:
@@ -318,11 +383,18 @@ class MethodInfo:
         return cls(**json.loads(text))
 
     @property
+    def calibrated(self) -> Calibration | None:
+        """The declared calibration path, rebuilt from the rows' plain data."""
+        return Calibration(**self.calibration) if self.calibration else None
+
+    @property
     def swept(self) -> tuple[str, ...]:
-        """The parameters whose values are a family's points: the declared sweep, or, for a class
-        that declares none, every numeric parameter (any of them may be swept with --param)."""
-        if self.sweep:
-            return tuple(self.sweep)
+        """The parameters whose values are a family's points: the declared sweep and the parameters
+        its calibration moves, or, for a class that declares neither, every numeric parameter (any
+        of them may be swept with --param)."""
+        moved = self.calibrated.moved if self.calibration else ()
+        if self.sweep or moved:
+            return tuple(dict.fromkeys([*self.sweep, *moved]))
         return tuple(
             k for k, v in self.defaults.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
         )

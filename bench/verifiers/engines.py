@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from bench.errors import BenchError
-from bench.verifiers.base import Round, Verifier
+from bench.verifiers.base import Calibration, Round, Verifier
 
 # vLLM adds this inside the log of its entropy, so the rule is reproduced with it.
 VLLM_ENTROPY_EPS = 1e-5
@@ -50,6 +50,11 @@ class TypicalAcceptance(Verifier):
     shorthand: ClassVar[Mapping[str, str]] = {"posterior_threshold": "eps", "posterior_alpha": "alpha"}
     style: ClassVar[Mapping[str, Any]] = {"marker": "P", "color": "#56B4E9"}
     baseline: ClassVar[bool] = True
+    # eps and alpha together, alpha = sqrt(eps) as Medusa's defaults (0.09, 0.3): alpha alone stops
+    # moving once alpha * exp(-H) exceeds eps. eps = 0 keeps every token p gives mass to.
+    calibration: ClassVar[Calibration] = Calibration(
+        "posterior_threshold", 0.0, 1.0, rising=False, ties={"posterior_alpha": 0.5}
+    )
     order: ClassVar[int] = 6
     posterior_threshold: float = 0.09
     posterior_alpha: float = 0.3
@@ -83,6 +88,10 @@ class ThresholdAcceptance(Verifier):
     }
     style: ClassVar[Mapping[str, Any]] = {"marker": "X", "color": "#999999"}
     baseline: ClassVar[bool] = True
+    # acc = 1 (with single = 1) keeps x with probability p(x): SD on a greedy draft.
+    calibration: ClassVar[Calibration] = Calibration(
+        "speculative_accept_threshold_acc", 0.01, 1.0, rising=False, lossless=1.0
+    )
     order: ClassVar[int] = 7
     draft_policy: ClassVar[str] = "greedy"  # EAGLE drafts the top-k of the draft's softmax
     speculative_accept_threshold_single: float = 1.0
@@ -120,6 +129,8 @@ class RelaxedAcceptance(Verifier):
     shorthand: ClassVar[Mapping[str, str]] = {"relaxed_topk": "topk", "relaxed_delta": "delta"}
     style: ClassVar[Mapping[str, Any]] = {"marker": "h", "color": "#F0E442", "markeredgecolor": "black"}
     baseline: ClassVar[bool] = True
+    # delta = 0 keeps only the target's argmax; delta = 1 every one of the top-k.
+    calibration: ClassVar[Calibration] = Calibration("relaxed_delta", 0.0, 1.0, rising=True)
     order: ClassVar[int] = 8
     draft_policy: ClassVar[str] = "greedy"  # MTP drafts the argmax of the draft's logits
     relaxed_topk: int = 1

@@ -11,7 +11,7 @@ from torch import Tensor
 
 from bench.distributions import Sampling, process, tv
 from bench.errors import BenchError
-from bench.verifiers.base import MixtureVerifier, Round, Verifier
+from bench.verifiers.base import Calibration, MixtureVerifier, Round, Verifier
 
 
 def check_unit(method: str, param: str, value: float, *, closed_low: bool = False) -> None:
@@ -88,6 +88,8 @@ class LossySD(Verifier):
     shorthand: ClassVar[Mapping[str, str]] = {"lenience": "l"}
     style: ClassVar[Mapping[str, Any]] = {"marker": "v", "color": "#E69F00"}
     baseline: ClassVar[bool] = True
+    # l = 1 is SD; acceptance rises as l falls (min(1, p / (l q)) -> 1).
+    calibration: ClassVar[Calibration] = Calibration("lenience", 0.01, 1.0, rising=False, lossless=1.0)
     order: ClassVar[int] = 2
     lenience: float = 0.5
 
@@ -119,6 +121,9 @@ class SpecCascade(MixtureVerifier):
     shorthand: ClassVar[Mapping[str, str]] = {"cascade_rule": "", "cascade_alpha": "a"}
     style: ClassVar[Mapping[str, Any]] = {"marker": "D", "color": "#CC79A7"}
     baseline: ClassVar[bool] = True
+    # alpha in [0, 1] is the paper's range; below 0 the same formula defers more, down to SD at -1
+    # (opt at alpha = 0 still keeps the draft wherever it is more confident than the target).
+    calibration: ClassVar[Calibration] = Calibration("cascade_alpha", -1.0, 1.0, rising=True, lossless=-1.0)
     order: ClassVar[int] = 3
     cascade_rule: str = "opt"
     cascade_alpha: float = 0.5
@@ -128,7 +133,8 @@ class SpecCascade(MixtureVerifier):
             raise BenchError(
                 f"cascade: cascade_rule must be one of {', '.join(CASCADE_RULES)}, got {self.cascade_rule!r}"
             )
-        check_unit("cascade", "cascade_alpha", self.cascade_alpha, closed_low=True)
+        if not -1 <= self.cascade_alpha <= 1:
+            raise BenchError(f"cascade: cascade_alpha must be in [-1, 1], got {self.cascade_alpha}")
 
     def keep_draft(self, p1: Tensor, q1: Tensor) -> Tensor:
         """[B, N] bool: True where the deferral rule keeps the draft (chow, diff, opt)."""
@@ -165,6 +171,8 @@ class StaticEnsemble(MixtureVerifier):
     shorthand: ClassVar[Mapping[str, str]] = {"target_weight": "w"}
     style: ClassVar[Mapping[str, Any]] = {"marker": "^", "color": "#009E73"}
     baseline: ClassVar[bool] = True
+    # w = 1 is SD; w -> 0 accepts every draft (pi = q).
+    calibration: ClassVar[Calibration] = Calibration("target_weight", 0.01, 1.0, rising=False, lossless=1.0)
     order: ClassVar[int] = 4
     target_weight: float = 0.7
     mix: str = "prob"
