@@ -48,10 +48,11 @@ def build_decoder(
     )
 
 
-def encode_prompt(pair: Pair, prompt: str, chat_template: bool) -> list[int]:
+def encode_prompt(pair: Pair, prompt: str | list[dict[str, str]], chat_template: bool) -> list[int]:
     """A prompt's token ids: with ``chat_template``, the text as the user turn of the tokenizer's
-    chat template (its special tokens come from the template, none are added again)."""
-    if chat_template:
+    chat template, or a whole conversation (its special tokens come from the template, none are
+    added again)."""
+    if chat_template or not isinstance(prompt, str):
         return list(pair.tokenizer(chat_text(pair, prompt), add_special_tokens=False).input_ids)
     return list(pair.tokenizer(prompt).input_ids)
 

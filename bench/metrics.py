@@ -155,3 +155,36 @@ def humaneval(completion: str, doc: dict[str, Any], reference_field: str | None)
         doc["prompt"] + code, humaneval_tests(doc), {doc["entry_point"]}, trusted=doc["prompt"]
     )
     return {"pass@1": float(outcome.passed), "sandbox": outcome.sandbox, "sandbox_note": outcome.note}
+
+
+# --- Spec-Bench --------------------------------------------------------------------------------
+
+# The categories whose ``reference`` an automatic score can read (the MT-bench ones hold hints for
+# an LLM judge, qa has none): the score's name, and how it reads the first reference.
+SPEC_BENCH_SCORES = {"translation": "rougeL", "summarization": "rouge2", "math_reasoning": "exact", "rag": "hit"}
+
+
+def _normalise_text(text: str) -> str:
+    return " ".join(re.sub(r"[^\w\s]", " ", text.lower()).split())
+
+
+@metric("spec_bench")
+def spec_bench(completion: str, doc: dict[str, Any], reference_field: str | None) -> dict[str, float | str]:
+    """The category's reference score, NaN where it has none (``reference_metric`` names it, a
+    text column): ROUGE-L F1 x 100 for translation, ROUGE-2 for summarization, the GSM8K answer
+    (``#### n``, else the last number) for math_reasoning, and for rag whether any reference answer
+    appears in the completion as whole words (lowercased, punctuation dropped): open-domain QA's hit."""
+    name = SPEC_BENCH_SCORES.get(str(doc.get("category")), "")
+    references = doc.get(reference_field or "reference")
+    if not name or references is None or not len(references):
+        return {"reference_metric": "", "reference_score": float("nan")}
+    first = references[0]
+    if name == "exact":
+        score = float(extract_flexible(completion) == extract_strict(str(first)))
+    elif name == "hit":
+        answers = [_normalise_text(str(a)) for a in ([first] if isinstance(first, str) else first)]
+        text = f" {_normalise_text(completion)} "
+        score = float(any(a and f" {a} " in text for a in answers))
+    else:
+        score = rouge(completion, {"reference": str(first)}, None)[name]
+    return {"reference_metric": name, "reference_score": score}

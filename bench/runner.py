@@ -18,6 +18,7 @@ import pandas as pd
 from bench.build import build_decoder, encode_prompt
 from bench.config import RunConfig, example_seed
 from bench.context import Context, fit_prompt
+from bench.conversation import Messages, check_chat, decode_turns
 from bench.decoding import TRACE_FIELDS, Generation, SpeculativeDecoder
 from bench.distributions import Sampling
 from bench.engines import CompiledEngines, make_engine
@@ -47,8 +48,9 @@ class _Job:
     budget: int
     timed: list[Example]  # decoded alone in the timing pass
 
-    def seed(self, example: Example) -> int:
-        return example_seed(self.cfg.seed, example.example_id)
+    def seed(self, example: Example, turn: int = 0) -> int:
+        """The example's seed; a later turn of a conversation draws from its own."""
+        return example_seed(self.cfg.seed, example.example_id + (f"#turn{turn + 1}" if turn else ""))
 
 
 class Runner:
@@ -181,21 +183,43 @@ class Runner:
     def prompts(self, cfg: RunConfig, pending: list[Example]) -> dict[str, tuple[list[int], int]]:
         """Each example's prompt ids and how many prompt tokens were cut to fit the context of the
         models the method feeds (refused with one line unless --truncate-prompt left)."""
+        check_chat(cfg.task, pending, cfg.chat_template)
+        return {e.example_id: self.fit(cfg, e, e.prompt) for e in pending}
+
+    def fit(self, cfg: RunConfig, example: Example, prompt: str | Messages) -> tuple[list[int], int]:
+        """A prompt (or a conversation) encoded, and cut to the context or refused (fit_prompt)."""
         pair = self.pair(cfg)
         uses_draft = verifier_class(cfg.method).uses_draft and cfg.drafter == "model"
-        context = Context.of(pair.target, pair.draft if uses_draft else None)
-        bos = getattr(pair.tokenizer, "bos_token_id", None)
-        return {
-            e.example_id: fit_prompt(
-                encode_prompt(pair, e.prompt, cfg.chat_template),
-                cfg.max_new_tokens,  # type: ignore[arg-type]
-                context,
-                cfg.truncate_prompt,
-                example=f"{cfg.task} example {e.example_id}",
-                bos_token_id=bos,
-            )
-            for e in pending
-        }
+        return fit_prompt(
+            encode_prompt(pair, prompt, cfg.chat_template),
+            cfg.max_new_tokens,  # type: ignore[arg-type]
+            Context.of(pair.target, pair.draft if uses_draft else None),
+            cfg.truncate_prompt,
+            example=f"{cfg.task} example {example.example_id}",
+            bos_token_id=getattr(pair.tokenizer, "bos_token_id", None),
+        )
+
+    def decode(self, job: _Job, examples: list[Example]) -> list[tuple[Generation, list[str] | None]]:
+        """Examples decoded together (one alone is timed); a multi-turn task's later turns follow,
+        each asked with the method's own earlier answers (bench/conversation.py), and the row sums
+        the turns' counters and times. Returns each example's generation and its turns' answers."""
+
+        def batch(prompts: list[list[int]], seeds: list[int]) -> list[Generation]:
+            return job.decoder.generate_batch(prompts, job.budget, seeds)
+
+        gens = batch([job.prompts[e.example_id] for e in examples], [job.seed(e) for e in examples])
+        if not job.task.spec.turns:
+            return [(gen, None) for gen in gens]
+
+        def prompt(example: Example, messages: Messages) -> list[int]:
+            ids, dropped = self.fit(job.cfg, example, messages)
+            job.dropped[example.example_id] += dropped
+            return ids
+
+        def answer(token_ids: list[int]) -> str:
+            return job.task.cut(job.pair.tokenizer.decode(token_ids, skip_special_tokens=True)).strip()
+
+        return decode_turns(examples, gens, batch, prompt, answer, job.seed)  # type: ignore[return-value]
 
     def timing_pass(self, jobs: list[_Job]) -> None:
         """Examples decoded alone, timed: after one warm-up decode per configuration, example i of
@@ -230,8 +254,8 @@ class Runner:
                     overall.describe(
                         f"{job.task.name} | {job.pair.spec.name} | {job.cfg.label} | timing, batch 1"
                     )
-                    gen = job.decoder.generate(job.prompts[example.example_id], job.budget, job.seed(example))
-                    self.store.append(self.row(job, example, gen), self.trace_frame(job, [(example, gen)]))
+                    [(gen, turns)] = self.decode(job, [example])
+                    self.store.append(self.row(job, example, gen, turns), self.trace_frame(job, [(example, gen)]))
                     overall.update(gen.stats)
                     progress.update(gen.stats)
         overall.close()
@@ -251,11 +275,10 @@ class Runner:
         cache_bytes = 0
         for start in range(0, len(rest), self.batch_size):
             batch = rest[start : start + self.batch_size]
-            gens = job.decoder.generate_batch(
-                [job.prompts[e.example_id] for e in batch], job.budget, [job.seed(e) for e in batch]
-            )
+            decoded = self.decode(job, batch)
+            gens = [gen for gen, _ in decoded]
             self.store.append_batch(
-                [self.row(job, example, gen) for example, gen in zip(batch, gens)],
+                [self.row(job, example, gen, turns) for example, (gen, turns) in zip(batch, decoded)],
                 self.trace_frame(job, list(zip(batch, gens))),
             )
             for gen in gens:
@@ -264,7 +287,9 @@ class Runner:
         progress.close(f"KV caches peak {cache_bytes / 2**20:.1f} MiB")
         self.store.compact(job.cfg.config_id)
 
-    def row(self, job: _Job, example: Example, gen: Generation) -> dict[str, Any]:
+    def row(self, job: _Job, example: Example, gen: Generation, turns: list[str] | None = None) -> dict[str, Any]:
+        """An example's row; a multi-turn task's rows add every turn's answer (``turn_completions``),
+        the completion being the last turn's."""
         completion = job.pair.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
         return row(
             job.fixed,
@@ -272,6 +297,8 @@ class Runner:
             completion,
             gen.stats,
             **job.task.score(example.doc, completion),
+            **job.task.columns(example.doc),
+            **({"turns": len(turns), "turn_completions": turns} if turns is not None else {}),
             prompt_tokens_dropped=job.dropped[example.example_id],
         )
 

@@ -37,6 +37,14 @@ class TaskSpec:
     stop: list[str] = field(default_factory=list)
     max_new_tokens: int = 128
     reference_field: str | None = None
+    # A chat benchmark's rows: ``turns`` names the row's list of user turns (each rendered through
+    # ``query`` as ``{turn}``; the later ones are asked with the method's own earlier answers in the
+    # conversation, bench/conversation.py). ``category_field`` names the row's category (rows carry
+    # it as ``category``; examples are drawn round-robin over categories); ``category_groups`` pools
+    # categories into the per-category report's columns, in order.
+    turns: str | None = None
+    category_field: str | None = None
+    category_groups: dict[str, list[str]] = field(default_factory=dict)
 
     @classmethod
     def from_file(cls, path: Path | Any) -> TaskSpec:
@@ -79,11 +87,13 @@ def _local_files(files: Any, dataset: dict[str, Any], path: Path | Any) -> dict[
 
 @dataclass(frozen=True)
 class Example:
-    """One evaluation example: its stable id, its dataset row and the rendered prompt."""
+    """One evaluation example: its stable id, its dataset row and the rendered prompt (the first
+    user turn); ``follow_ups`` are a multi-turn example's later user turns."""
 
     example_id: str
     doc: dict[str, Any]
     prompt: str
+    follow_ups: tuple[str, ...] = ()
 
 
 def task_names() -> list[str]:
@@ -104,6 +114,17 @@ def select(n_rows: int, limit: int | None, seed: int) -> list[int]:
     """The first ``limit`` rows of a seeded permutation: the same subset on any number of processes."""
     order = np.random.default_rng(seed).permutation(n_rows)
     return [int(i) for i in (order if limit is None else order[:limit])]
+
+
+def round_robin(order: list[int], categories: list[str]) -> list[int]:
+    """``order`` regrouped into rounds holding each category's next row (in ``order``'s order):
+    any prefix covers the categories as evenly as they allow, and a longer prefix extends a shorter."""
+    seen: dict[str, int] = {}
+    rank = []
+    for category in categories:
+        rank.append(seen.get(category, 0))
+        seen[category] = rank[-1] + 1
+    return [order[i] for i in sorted(range(len(order)), key=lambda i: (rank[i], i))]
 
 
 class Task:
@@ -155,13 +176,36 @@ class Task:
         return self._fewshot
 
     def render(self, doc: dict[str, Any]) -> str:
-        query = self.spec.query.format(**_fields(doc))
+        query = self.spec.query.format(**_fields(doc), **self._turn(doc, 0))
         prefix = self.fewshot_block()
         return prefix + self.spec.separator + query if prefix else query
+
+    def _turn(self, doc: dict[str, Any], index: int) -> dict[str, str]:
+        """``{turn}`` for a multi-turn task's query: the row's user turn ``index``."""
+        if not self.spec.turns:
+            return {}
+        turns = doc.get(self.spec.turns)
+        if isinstance(turns, str) or not hasattr(turns, "__len__") or not len(turns):
+            raise BenchError(f"task {self.name}: a row's {self.spec.turns!r} is not a list of user turns: {turns!r}")
+        return {"turn": str(turns[index])}
+
+    def follow_ups(self, doc: dict[str, Any]) -> tuple[str, ...]:
+        """A multi-turn row's user turns after the first, each rendered through the query."""
+        count = len(doc[self.spec.turns]) if self.spec.turns else 0
+        return tuple(self.spec.query.format(**_fields(doc), **self._turn(doc, i)) for i in range(1, count))
+
+    def columns(self, doc: dict[str, Any]) -> dict[str, Any]:
+        """Columns a row of this task carries besides its scores: its category, where it has one."""
+        return {"category": str(doc[self.spec.category_field])} if self.spec.category_field else {}
+
+    def _example(self, example_id: str, doc: dict[str, Any]) -> Example:
+        return Example(example_id, doc, self.render(doc), self.follow_ups(doc))
 
     def render_text(self, text: str) -> str:
         """A user's text put where a dataset row's field goes, with the task's instruction and
         exemplars around it: the prompt ``run`` would decode for such a row."""
+        if self.spec.turns:
+            return self.render({self.spec.turns: [text]})
         names = {f for _, f, _, _ in string.Formatter().parse(self.spec.query) if f}
         if len(names) != 1:
             raise BenchError(
@@ -174,15 +218,15 @@ class Task:
         """One example by its id (as in the results' ``example_id``), rendered as ``run`` renders it."""
         for i, doc in enumerate(self.rows()):
             if self.example_id(i, doc) == example_id:
-                return Example(example_id, doc, self.render(doc))
+                return self._example(example_id, doc)
         raise BenchError(f"task {self.name} ({self.data}): no example with id {example_id!r}")
 
     def examples(self, limit: int | None = None, seed: int = 0) -> list[Example]:
         rows = self.rows()
-        return [
-            Example(self.example_id(i, rows[i]), rows[i], self.render(rows[i]))
-            for i in select(len(rows), limit, seed)
-        ]
+        order = select(len(rows), None, seed)
+        if self.spec.category_field:
+            order = round_robin(order, [str(rows[i][self.spec.category_field]) for i in order])
+        return [self._example(self.example_id(i, rows[i]), rows[i]) for i in order[:limit]]
 
     def examples_by_id(self) -> dict[str, dict[str, Any]]:
         return {self.example_id(i, doc): doc for i, doc in enumerate(self.rows())}

@@ -23,8 +23,15 @@ from bench.store import SHARED_SETTINGS
 from bench.verifiers import VERIFIERS, MethodInfo
 
 PERCENT_METRICS = {"exact_flexible", "exact_strict", "pass@1"}
-TASK_ORDER = ["gsm8k", "cnndm", "xsum", "mbpp", "humaneval"]
-TASK_TITLES = {"gsm8k": "GSM8K", "cnndm": "CNNDM", "xsum": "XSum", "mbpp": "MBPP", "humaneval": "HumanEval"}
+TASK_ORDER = ["gsm8k", "cnndm", "xsum", "mbpp", "humaneval", "spec_bench"]
+TASK_TITLES = {
+    "gsm8k": "GSM8K",
+    "cnndm": "CNNDM",
+    "xsum": "XSum",
+    "mbpp": "MBPP",
+    "humaneval": "HumanEval",
+    "spec_bench": "Spec-Bench",
+}
 BOOTSTRAP = 1000
 SPREAD_LIMIT = 2.0  # max / min time over timed examples beyond which a timing is flagged, not trusted
 # A panel of the table holds the configurations that share these settings (tasks are its columns).
@@ -41,6 +48,8 @@ def bootstrap(stat: Any, *arrays: np.ndarray, seed: int = 0) -> tuple[float, flo
         return (float("nan"), float("nan"))
     idx = np.random.default_rng(seed).integers(0, n, size=(BOOTSTRAP, n))
     values = stat(*(a[idx] for a in arrays))
+    if np.isnan(values).all():  # e.g. a task without a score on these examples (Spec-Bench's qa)
+        return (float("nan"), float("nan"))
     lo, hi = np.nanpercentile(values, [2.5, 97.5])
     return float(lo), float(hi)
 

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from bench.errors import BenchError
+from bench.reports.categories import category_tables
 from bench.reports.summary import (
     PERCENT_METRICS,
     SPREAD_LIMIT,
@@ -149,8 +150,11 @@ def render(summary: pd.DataFrame, quality_metric: dict[str, str], fmt: str) -> s
 def write_table(results: Path, fmt: str, output: Path | None = None) -> tuple[str, Path]:
     from bench.store import load_results
 
-    summary = summarise(load_results(results))
+    rows = load_results(results)
+    summary = summarise(rows)
     text = render(summary, quality_metrics(summary), fmt)
+    if fmt == "markdown":  # tasks with categories (Spec-Bench) add their leaderboard-style tables
+        text += "\n" + category_tables(rows, summary)
     path = output or results / {"markdown": "table.md", "latex": "table.tex", "csv": "table.csv"}[fmt]
     path.write_text(text)
     return text, path
