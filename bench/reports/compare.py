@@ -238,28 +238,49 @@ def family_verdicts(points: list[Comparison], frontiers: list[FrontierComparison
             f = fronts[key]
             out.append(
                 FamilyVerdict(
-                    **where, candidate_points=f.candidate_points, family_points=f.family_points,
-                    kind="frontier", verdict=f.verdict, reason=f.reason, gap=f.mean_gap,
-                    gap_ci=f.mean_gap_ci, acceptance=f.shared_acceptance, point_verdicts=tally,
-                )  # fmt: skip
+                    **where,
+                    candidate_points=f.candidate_points,
+                    family_points=f.family_points,
+                    kind="frontier",
+                    verdict=f.verdict,
+                    reason=f.reason,
+                    gap=f.mean_gap,
+                    gap_ci=f.mean_gap_ci,
+                    acceptance=f.shared_acceptance,
+                    point_verdicts=tally,
+                )
             )
         elif len(mine) == 1:
             (c,) = mine
             out.append(
                 FamilyVerdict(
-                    **where, candidate_points=1, family_points=c.family_points, kind="point",
-                    verdict=c.verdict, reason=c.reason, gap=c.quality_diff, gap_ci=c.quality_diff_ci,
-                    acceptance=(c.acceptance, c.acceptance), point_verdicts=tally,
-                )  # fmt: skip
+                    **where,
+                    candidate_points=1,
+                    family_points=c.family_points,
+                    kind="point",
+                    verdict=c.verdict,
+                    reason=c.reason,
+                    gap=c.quality_diff,
+                    gap_ci=c.quality_diff_ci,
+                    acceptance=(c.acceptance, c.acceptance),
+                    point_verdicts=tally,
+                )
             )
         else:
             nan = float("nan")
             out.append(
                 FamilyVerdict(
-                    **where, candidate_points=len(mine), family_points=mine[0].family_points, kind="own",
-                    verdict="own family", reason="", gap=nan, gap_ci=(nan, nan), acceptance=(nan, nan),
+                    **where,
+                    candidate_points=len(mine),
+                    family_points=mine[0].family_points,
+                    kind="own",
+                    verdict="own family",
+                    reason="",
+                    gap=nan,
+                    gap_ci=(nan, nan),
+                    acceptance=(nan, nan),
                     point_verdicts=tally,
-                )  # fmt: skip
+                )
             )
     return out
 
@@ -371,5 +392,3 @@ def _frontier(
         examples=len(paired),
         **result,
     )
-
-
