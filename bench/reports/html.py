@@ -165,6 +165,7 @@ def _family_chart(v: FamilyVerdict, part: pd.DataFrame, candidates: list[str]) -
     of the candidate family and its frontier (solid), the shared range shaded, the verdict on top."""
     task = part[part["task"] == v.task]
     base = dict(baseline_families(task, candidates))[v.family]
+    base = base[np.isfinite(base["acceptance_rate"].to_numpy(float))]  # a rule that drafts nothing has no point
     mine = task[chosen(task, candidates) & (task["family"] == v.candidate)]
     mine = mine[np.isfinite(mine["acceptance_rate"].to_numpy(float))]
     if mine.empty or base.empty or v.kind == "own":  # its own family: the rows say all there is
