@@ -359,7 +359,10 @@ def build_report(results: Path, candidates: list[str], token_examples: int = 100
             "frontier dashed, the candidate's solid; the point rows fold under each chart.</p>",
             _verdicts(compare(rows, candidates, summary=summary, found=found), found, candidates),
         ]
-    sections += ["<h2>Table 1</h2>", '<p class="muted">[low, high] is the 95% bootstrap interval over examples.</p>']
+    sections += [
+        "<h2>Table 1</h2>",
+        '<p class="muted">[low, high] is the 95% bootstrap interval over examples.</p>',
+    ]
     for title, quality, speed in table_frames(summary, qualities, found):
         sections += [f"<h3>{_esc(title)}</h3>", _table(quality, "table1"), _table(speed, "speed")]
     sections += ["<h2>Pareto plots</h2>", _plots(found, qualities)]

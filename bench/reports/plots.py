@@ -167,7 +167,8 @@ def _place_labels(ax: plt.Axes, points: list[tuple[float, float]], texts: list[s
             return np.inf
         lx, ly = lines[:, 0], lines[:, 1]
         covered = ((lx >= box.x0) & (lx <= box.x1) & (ly >= box.y0) & (ly <= box.y1)).sum()
-        overlaps = LABEL_CLASH * sum(box.overlaps(t) for t in taken) + 30 * sum(box.overlaps(m) for m in markers)
+        clashes = sum(box.overlaps(t) for t in taken)
+        overlaps = LABEL_CLASH * clashes + 30 * sum(box.overlaps(m) for m in markers)
         return overlaps + float(covered)
 
     for (x, y), text in zip(points, texts):
@@ -271,7 +272,8 @@ def _pooled_hull(ax: plt.Axes, rows: pd.DataFrame, q_scale: float) -> bool:
     from bench.reports.compare import LOSSLESS
     from bench.reports.frontier import hull_points
 
-    pool = rows[(rows["baseline"].astype(bool) | rows["method"].isin(LOSSLESS)) & rows["acceptance_rate"].notna()]
+    pooled = rows["baseline"].astype(bool) | rows["method"].isin(LOSSLESS)
+    pool = rows[pooled & rows["acceptance_rate"].notna()]
     if pool["family"].nunique() < 2:
         return False
     hull = np.array(hull_points(pool["acceptance_rate"].to_numpy(float), pool["quality"].to_numpy(float)))
@@ -355,7 +357,9 @@ def plot_pareto(panel: Panel, qualities: dict[str, str], out: Path, x: str = "no
     caption = (
         f"{title}. x: {what}; y: the task's quality. Error bars: 95% bootstrap intervals over examples "
         f"(asymmetric, as measured). Lines: methods swept over one parameter (points labelled), the static "
-        f"ensemble's target-weight sweep among them; a label that would cover another is left out; dotted (on the acceptance axis): the upper hull of every baseline point and lossless sd pooled, what a random mix of settings attains; dashed: the quality of AR, the target alone.{hollow} "
+        f"ensemble's target-weight sweep among them; a label that would cover another is left out; dotted "
+        "(on the acceptance axis): the upper hull of every baseline point and lossless sd pooled, what a "
+        f"random mix of settings attains; dashed: the quality of AR, the target alone.{hollow} "
         f"Settings: {panel.title}."
     )
     return _save(fig, out, f"{name}_{panel.slug}", caption)
