@@ -197,3 +197,20 @@ def test_recommend_on_the_demo(demo_results, tmp_path):
     assert found["quality"] >= 0.5 and found["floor_quality"] == pytest.approx(0.5)
     text = CliRunner().invoke(app, ["recommend", str(demo_results), "--quality-floor", "abs:0.5"]).output
     assert "| arith | quality 0.5 |" in text and f"How to run {found['setting']}" in text
+
+
+def test_the_pick_is_ranked_by_speedup_only_where_every_timing_is_trusted():
+    from result_rows import result_rows
+
+    from bench.reports.recommend import recommend
+
+    # ar, sd and lossy score alike on 200 examples and accept alike; lossy is twice as fast as ar.
+    n = 200
+    steady = result_rows({"ar": [1.0] * n, "sd": [0.8] * n, "lossy": [0.5] * n})
+    (found,) = recommend(steady, Floor.parse("0.9"))
+    assert (found.ranked_by, found.setting, found.status) == ("speedup", "lossy", "confirmed")
+    assert found.speedup == pytest.approx(2.0)
+    # One setting's times vary more than 2x: no speedup is trusted, acceptance ranks (a tie: the first).
+    shaky = result_rows({"ar": [1.0] * n, "sd": [0.8] * n, "lossy": [0.2, 0.5] * (n // 2)})
+    (found,) = recommend(shaky, Floor.parse("0.9"))
+    assert (found.ranked_by, found.setting) == ("acceptance", "sd") and math.isnan(found.speedup)
