@@ -90,10 +90,11 @@ class DecodeStats:
     def pool(self, other: DecodeStats) -> None:
         """Add another example's counters to these (per-position lists entry by entry), so that the
         rates below are pooled over both: accepted / drafted over all drafts, not a mean of rates."""
-        for name in ("new_tokens", "rounds", "drafted_tokens", "accepted_tokens", "target_forwards", "draft_forwards"):
+        counts = ("new_tokens", "rounds", "drafted_tokens", "accepted_tokens", "target_forwards", "draft_forwards")
+        for name in counts:
             setattr(self, name, getattr(self, name) + getattr(other, name))
-        for name in ("drafted_per_position", "accepted_per_position", "reached_per_position",
-                     "expected_acceptance_sum", "bias_sum"):  # fmt: skip
+        lists = ("drafted_per_position", "accepted_per_position", "reached_per_position")
+        for name in (*lists, "expected_acceptance_sum", "bias_sum"):
             mine, theirs = getattr(self, name), getattr(other, name)
             mine.extend([0] * (len(theirs) - len(mine)))
             for i, v in enumerate(theirs):

@@ -134,10 +134,10 @@ def test_a_plugin_that_declares_its_sweep_is_reported_like_a_builtin(tmp_path):
     verdicts = json.loads(api.compare(out, ["scaled"], "json"))
     points, frontiers = verdicts["points"], verdicts["frontiers"]
     assert {p["candidate"] for p in points} == set(labels[-3:])
-    assert {p["family"] for p in points} == {"ensemble"}  # judged against the baseline, never itself
-    (frontier,) = frontiers
-    assert frontier["family"] == "ensemble" and frontier["verdict"] in {
-        "dominates", "dominated", "crosses", "indistinguishable"
-    }  # fmt: skip
+    # Judged against the baseline and against it pooled with lossless sd, never against itself.
+    assert {p["family"] for p in points} == {"ensemble", "all baselines"}
+    assert [f["family"] for f in frontiers] == ["all baselines", "ensemble"]
+    for frontier in frontiers:
+        assert frontier["verdict"] in {"dominates", "dominated", "crosses", "indistinguishable"}
     page = api.report(out, tmp_path / "report.html", ["scaled"]).read_text()
     assert "scaled (s=0.5)" in page and "scaled (3 pts)" in page  # its points and its frontier row

@@ -37,7 +37,9 @@ def test_the_lower_bound_counts_one_worst_example():
     from scipy import stats
 
     m = np.array([0.1, 0.2, -0.1, 0.3, 0.0, -0.9])
-    assert lower_bound(m[:-1], -0.9) == pytest.approx(m.mean() - stats.t.ppf(0.95, 5) * m.std(ddof=1) / 6**0.5)
+    assert lower_bound(m[:-1], -0.9) == pytest.approx(
+        m.mean() - stats.t.ppf(0.95, 5) * m.std(ddof=1) / 6**0.5
+    )
 
 
 def test_the_rule_selects_the_best_that_clears_on_one_half_and_confirms_on_the_other():
@@ -128,13 +130,17 @@ def test_the_ensemble_runs_in_transformers_with_the_names_its_generation_config_
     assert config.assistant_ensemble_weight == 0.8 and config.num_assistant_tokens == 5
     assert "--method ensemble --param target_weight=0.8 --param mix=prob" in harness[1]
     # The logit mix is the authors' code, not transformers' rule: the harness only.
-    assert list(_runs("ensemble", {"target_weight": 0.8, "mix": "logit"})) == ["no engine ships this rule: this harness"]
+    assert list(_runs("ensemble", {"target_weight": 0.8, "mix": "logit"})) == [
+        "no engine ships this rule: this harness"
+    ]
 
 
 def test_the_engine_rules_run_with_the_names_read_in_their_sources():
     # SGLang python/sglang/srt/server_args.py: parser.add_argument("--speculative-accept-threshold-single",
     # ...) and ("--speculative-accept-threshold-acc", ...).
-    sglang = _runs("threshold", {"speculative_accept_threshold_single": 0.9, "speculative_accept_threshold_acc": 0.2})
+    sglang = _runs(
+        "threshold", {"speculative_accept_threshold_single": 0.9, "speculative_accept_threshold_acc": 0.2}
+    )
     flags = dict(re.findall(r"(--[\w-]+) (\S+)", sglang["SGLang"]))
     assert flags["--speculative-accept-threshold-single"] == "0.9"
     assert flags["--speculative-accept-threshold-acc"] == "0.2"
@@ -150,7 +156,10 @@ def test_the_engine_rules_run_with_the_names_read_in_their_sources():
     (where, vllm), _ = _runs("typical", {"posterior_threshold": 0.09, "posterior_alpha": 0.3}).items()
     assert where.startswith("vLLM V0 only (<= 0.9.2; V1 verifies losslessly")
     assert 'spec_decoding_acceptance_method="typical_acceptance_sampler"' in vllm
-    assert "typical_acceptance_sampler_posterior_threshold=0.09, typical_acceptance_sampler_posterior_alpha=0.3" in vllm
+    assert (
+        "typical_acceptance_sampler_posterior_threshold=0.09, typical_acceptance_sampler_posterior_alpha=0.3"
+        in vllm
+    )
     # vLLM V1 vllm/config/speculative.py: SpeculativeConfig's `model` and `num_speculative_tokens`.
     lossless = _runs("sd", {})
     assert '"num_speculative_tokens": 5' in lossless["vLLM (V1, lossless)"]
@@ -174,7 +183,9 @@ def test_recommend_on_the_demo(demo_results, tmp_path):
     # The demo fixture has no ar: a share of ar's quality cannot be judged, an absolute floor can.
     result = CliRunner().invoke(app, ["recommend", str(demo_results), "--quality-floor", "0.9"])
     assert result.exit_code != 0 and "needs ar's run" in str(result.exception)
-    result = CliRunner().invoke(app, ["recommend", str(demo_results), "--quality-floor", "abs:0.5", "--format", "json"])
+    result = CliRunner().invoke(
+        app, ["recommend", str(demo_results), "--quality-floor", "abs:0.5", "--format", "json"]
+    )
     assert result.exit_code == 0, result.output
     (found,) = json.loads(result.output)
     assert found["status"] == "confirmed" and found["setting"] and found["run"]
@@ -186,3 +197,20 @@ def test_recommend_on_the_demo(demo_results, tmp_path):
     assert found["quality"] >= 0.5 and found["floor_quality"] == pytest.approx(0.5)
     text = CliRunner().invoke(app, ["recommend", str(demo_results), "--quality-floor", "abs:0.5"]).output
     assert "| arith | quality 0.5 |" in text and f"How to run {found['setting']}" in text
+
+
+def test_the_pick_is_ranked_by_speedup_only_where_every_timing_is_trusted():
+    from result_rows import result_rows
+
+    from bench.reports.recommend import recommend
+
+    # ar, sd and lossy score alike on 200 examples and accept alike; lossy is twice as fast as ar.
+    n = 200
+    steady = result_rows({"ar": [1.0] * n, "sd": [0.8] * n, "lossy": [0.5] * n})
+    (found,) = recommend(steady, Floor.parse("0.9"))
+    assert (found.ranked_by, found.setting, found.status) == ("speedup", "lossy", "confirmed")
+    assert found.speedup == pytest.approx(2.0)
+    # One setting's times vary more than 2x: no speedup is trusted, acceptance ranks (a tie: the first).
+    shaky = result_rows({"ar": [1.0] * n, "sd": [0.8] * n, "lossy": [0.2, 0.5] * (n // 2)})
+    (found,) = recommend(shaky, Floor.parse("0.9"))
+    assert (found.ranked_by, found.setting) == ("acceptance", "sd") and math.isnan(found.speedup)

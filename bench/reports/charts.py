@@ -23,8 +23,16 @@ WIDTH, HEIGHT, LEFT, BOTTOM, RIGHT = 470, 300, 52, 40, 12
 LINE = 13  # a title line's height
 CHAR = 6.0  # a generous width of one character at font-size 10 (sans-serif), in pixels
 # Where a name may sit around its point: (dx, dy, anchor), nearest first.
-SPOTS = [(6, -6, "start"), (6, 13, "start"), (-6, -6, "end"), (-6, 13, "end"), (0, -10, "middle"),
-         (0, 19, "middle"), (12, 3, "start"), (-12, 3, "end")]  # fmt: skip
+SPOTS = [
+    (6, -6, "start"),
+    (6, 13, "start"),
+    (-6, -6, "end"),
+    (-6, 13, "end"),
+    (0, -10, "middle"),
+    (0, 19, "middle"),
+    (12, 3, "start"),
+    (-12, 3, "end"),
+]
 
 
 @dataclass(frozen=True)
@@ -40,11 +48,21 @@ class Mark:
     radius: float = 3.5
 
 
-def marks(points: pd.DataFrame, colour: str, names: list[str] | None = None, radius: float = 3.5) -> list[Mark]:
+def marks(
+    points: pd.DataFrame, colour: str, names: list[str] | None = None, radius: float = 3.5
+) -> list[Mark]:
     """Summary rows as marks, each named by ``names`` (default: its swept values)."""
     names = list(points["swept"]) if names is None else names
     return [
-        Mark(r.acceptance_rate, r.quality, tuple(r.acceptance_rate_ci), tuple(r.quality_ci), name, colour, radius)
+        Mark(
+            r.acceptance_rate,
+            r.quality,
+            tuple(r.acceptance_rate_ci),
+            tuple(r.quality_ci),
+            name,
+            colour,
+            radius,
+        )
         for r, name in zip(points.itertuples(), names)
     ]
 
@@ -153,9 +171,13 @@ def chart(
     for p in points:
         (a, q), (aci, qci), c = (p.acceptance, p.quality), (p.acceptance_ci, p.quality_ci), p.colour
         if all(np.isfinite(aci)):
-            parts.append(f'<line x1="{sx(aci[0]):.1f}" y1="{sy(q):.1f}" x2="{sx(aci[1]):.1f}" y2="{sy(q):.1f}" stroke="{c}"/>')
+            parts.append(
+                f'<line x1="{sx(aci[0]):.1f}" y1="{sy(q):.1f}" x2="{sx(aci[1]):.1f}" y2="{sy(q):.1f}" stroke="{c}"/>'
+            )
         if all(np.isfinite(qci)):
-            parts.append(f'<line x1="{sx(a):.1f}" y1="{sy(qci[0]):.1f}" x2="{sx(a):.1f}" y2="{sy(qci[1]):.1f}" stroke="{c}"/>')
+            parts.append(
+                f'<line x1="{sx(a):.1f}" y1="{sy(qci[0]):.1f}" x2="{sx(a):.1f}" y2="{sy(qci[1]):.1f}" stroke="{c}"/>'
+            )
         parts.append(f'<circle cx="{sx(a):.1f}" cy="{sy(q):.1f}" r="{p.radius}" fill="{c}"/>')
     for x, y, anchor, text, colour in _names(points, sx, sy, (m + 1, top, w - 2, base - 1)):
         parts.append(

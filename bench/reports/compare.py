@@ -237,39 +237,39 @@ def family_verdicts(points: list[Comparison], frontiers: list[FrontierComparison
     groups: dict[tuple[str, str, str, str], list[Comparison]] = {}
     for c in points:
         groups.setdefault((c.panel, c.task, c.candidate_family, c.family), []).append(c)
-    out = []
-    for key, mine in groups.items():
-        tally = dict(pd.Series([c.verdict for c in mine]).value_counts().sort_index())
-        tally = {str(k): int(v) for k, v in tally.items()}
-        where = dict(panel=key[0], task=key[1], candidate=key[2], family=key[3], percent=mine[0].percent)
-        if key in fronts:
-            f = fronts[key]
-            out.append(
-                FamilyVerdict(
-                    **where, candidate_points=f.candidate_points, family_points=f.family_points,
-                    kind="frontier", verdict=f.verdict, reason=f.reason, gap=f.mean_gap,
-                    gap_ci=f.mean_gap_ci, acceptance=f.shared_acceptance, point_verdicts=tally,
-                )  # fmt: skip
-            )
-        elif len(mine) == 1:
-            (c,) = mine
-            out.append(
-                FamilyVerdict(
-                    **where, candidate_points=1, family_points=c.family_points, kind="point",
-                    verdict=c.verdict, reason=c.reason, gap=c.quality_diff, gap_ci=c.quality_diff_ci,
-                    acceptance=(c.acceptance, c.acceptance), point_verdicts=tally,
-                )  # fmt: skip
-            )
-        else:
-            nan = float("nan")
-            out.append(
-                FamilyVerdict(
-                    **where, candidate_points=len(mine), family_points=mine[0].family_points, kind="own",
-                    verdict="own family", reason="", gap=nan, gap_ci=(nan, nan), acceptance=(nan, nan),
-                    point_verdicts=tally,
-                )  # fmt: skip
-            )
-    return out
+    return [_family_line(key, mine, fronts.get(key)) for key, mine in groups.items()]
+
+
+def _family_line(
+    key: tuple[str, str, str, str], mine: list[Comparison], front: FrontierComparison | None
+) -> FamilyVerdict:
+    nan = float("nan")
+    if front is not None:
+        kind, verdict, reason = "frontier", front.verdict, front.reason
+        gap, gap_ci, acceptance = front.mean_gap, front.mean_gap_ci, front.shared_acceptance
+    elif len(mine) == 1:
+        (c,) = mine
+        kind, verdict, reason = "point", c.verdict, c.reason
+        gap, gap_ci, acceptance = c.quality_diff, c.quality_diff_ci, (c.acceptance, c.acceptance)
+    else:
+        kind, verdict, reason, gap, gap_ci, acceptance = "own", "own family", "", nan, (nan, nan), (nan, nan)
+    tally = pd.Series([c.verdict for c in mine]).value_counts().sort_index()
+    return FamilyVerdict(
+        panel=key[0],
+        task=key[1],
+        candidate=key[2],
+        family=key[3],
+        candidate_points=len(mine),
+        family_points=mine[0].family_points,
+        kind=kind,
+        verdict=verdict,
+        reason=reason,
+        gap=gap,
+        gap_ci=gap_ci,
+        acceptance=acceptance,
+        point_verdicts={str(k): int(v) for k, v in tally.items()},
+        percent=mine[0].percent,
+    )
 
 
 def _point(
@@ -390,5 +390,3 @@ def _frontier(
         examples=len(paired),
         **result,
     )
-
-

@@ -13,7 +13,14 @@ import numpy as np
 import pandas as pd
 
 from bench.errors import BenchError
-from bench.reports.compare import HOW_TO_SWEEP, Comparison, FamilyVerdict, FrontierComparison, Verdicts, compare
+from bench.reports.compare import (
+    HOW_TO_SWEEP,
+    Comparison,
+    FamilyVerdict,
+    FrontierComparison,
+    Verdicts,
+    compare,
+)
 from bench.reports.summary import SPREAD_LIMIT
 from bench.reports.table import spread_note
 

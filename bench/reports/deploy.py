@@ -20,6 +20,8 @@ The names were read in the engines' sources (docs/recommend.md cites each file):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from bench.errors import BenchError
@@ -42,7 +44,7 @@ def _models(pair: str) -> tuple[str, str]:
     return "TARGET", "DRAFT"
 
 
-def _harness(method: str, params: dict[str, Any], head: str | None, setting: dict[str, Any]) -> str:
+def _harness(method: str, params: dict[str, Any], head: str | None, setting: Mapping[str, Any]) -> str:
     flags = " ".join(f"--param {k}={v}" for k, v in params.items())
     head_flag = f" --head {head}" if head else ""
     return (
@@ -51,51 +53,92 @@ def _harness(method: str, params: dict[str, Any], head: str | None, setting: dic
     ).replace("  ", " ")
 
 
-def how_to_run(method: str, params: dict[str, Any], head: str | None, setting: dict[str, Any]) -> list[tuple[str, str]]:
+@dataclass(frozen=True)
+class Setting:
+    """What every engine's call needs besides the rule's parameters."""
+
+    target: str
+    draft: str
+    n: int  # draft length
+    sample: str  # transformers' sampling keywords
+
+    def transformers(self, extra: str = "") -> str:
+        return (
+            f"model.generate(**inputs, assistant_model=draft, {extra}num_assistant_tokens={self.n}, "
+            f'num_assistant_tokens_schedule="constant", {self.sample})'
+        )
+
+
+def _sd(p: dict[str, Any], s: Setting) -> list[tuple[str, str]]:
+    v1 = f'LLM(model="{s.target}", speculative_config={{"model": "{s.draft}", "num_speculative_tokens": {s.n}}})'
+    return [("transformers", s.transformers()), ("vLLM (V1, lossless)", v1)]
+
+
+def _ensemble(p: dict[str, Any], s: Setting) -> list[tuple[str, str]]:
+    w = p["target_weight"]
+    if p.get("mix", "prob") != "prob" or not 0 < w < 1:  # the logit mix is the authors' code only
+        return []
+    call = s.transformers(f"assistant_ensemble_weight={w:g}, ") + "  # w weights the target"
+    return [(f"transformers >= {TRANSFORMERS_ENSEMBLE}", call)]
+
+
+def _sglang(p: dict[str, Any], s: Setting) -> list[tuple[str, str]]:
+    single, acc = p["speculative_accept_threshold_single"], p["speculative_accept_threshold_acc"]
+    return [
+        (
+            "SGLang",
+            f"python -m sglang.launch_server --model-path {s.target} --speculative-algorithm STANDALONE "
+            f"--speculative-draft-model-path {s.draft} --speculative-num-steps {s.n} "
+            f"--speculative-eagle-topk 1 --speculative-num-draft-tokens {s.n + 1} "
+            f"--speculative-accept-threshold-single {single:g} --speculative-accept-threshold-acc {acc:g}"
+            "  # drafts greedily (EAGLE top-1 chain)",
+        )
+    ]
+
+
+def _tensorrt_llm(p: dict[str, Any], s: Setting) -> list[tuple[str, str]]:
+    config = (
+        f"MTPDecodingConfig(num_nextn_predict_layers={s.n}, use_relaxed_acceptance_for_thinking=True, "
+        f"relaxed_topk={p['relaxed_topk']}, relaxed_delta={p['relaxed_delta']:g})"
+    )
+    note = "only inside the thinking phase (<think> ... </think>), strict elsewhere; the draft is the model's MTP"
+    return [("TensorRT-LLM", f'LLM(model="{s.target}", speculative_config={config})  # {note}')]
+
+
+def _vllm_v0(p: dict[str, Any], s: Setting) -> list[tuple[str, str]]:
+    return [
+        (
+            f"vLLM V0 only (<= {VLLM_V0_LAST}; V1 verifies losslessly and has no typical acceptance)",
+            f'LLM(model="{s.target}", speculative_model="{s.draft}", num_speculative_tokens={s.n}, '
+            'spec_decoding_acceptance_method="typical_acceptance_sampler", '
+            f"typical_acceptance_sampler_posterior_threshold={p['posterior_threshold']:g}, "
+            f"typical_acceptance_sampler_posterior_alpha={p['posterior_alpha']:g})",
+        )
+    ]
+
+
+SHIPPED = {
+    "sd": _sd,
+    "ensemble": _ensemble,
+    "threshold": _sglang,
+    "relaxed": _tensorrt_llm,
+    "typical": _vllm_v0,
+}
+
+
+def how_to_run(
+    method: str, params: dict[str, Any], head: str | None, setting: Mapping[str, Any]
+) -> list[tuple[str, str]]:
     """(where, what to write) for one measured setting: every engine that ships its rule, then this
     harness's ``generate`` (always, with the setting's exact parameters). ``setting``: the row's
     pair, draft_len and temperature."""
     target, draft = _models(setting["pair"])
-    n, t = int(setting["draft_len"]), float(setting["temperature"])
+    t = float(setting["temperature"])
     sample = f"do_sample=True, temperature={t:g}" if t > 0 else "do_sample=False"
-    out: list[tuple[str, str]] = []
-    if method == "sd":
-        out += [
-            ("transformers", f"model.generate(**inputs, assistant_model=draft, num_assistant_tokens={n}, "
-                             f'num_assistant_tokens_schedule="constant", {sample})'),
-            ("vLLM (V1, lossless)", f'LLM(model="{target}", speculative_config={{"model": "{draft}", '
-                                    f'"num_speculative_tokens": {n}}})'),
-        ]  # fmt: skip
-    elif method == "ensemble" and params.get("mix", "prob") == "prob" and 0 < params["target_weight"] < 1:
-        w = params["target_weight"]
-        out.append(
-            (f"transformers >= {TRANSFORMERS_ENSEMBLE}",
-             f"model.generate(**inputs, assistant_model=draft, assistant_ensemble_weight={w:g}, "
-             f'num_assistant_tokens={n}, num_assistant_tokens_schedule="constant", {sample})  # w weights the target')
-        )  # fmt: skip
-    elif method == "threshold":
-        single, acc = params["speculative_accept_threshold_single"], params["speculative_accept_threshold_acc"]
-        out.append(
-            ("SGLang", f"python -m sglang.launch_server --model-path {target} --speculative-algorithm STANDALONE "
-                       f"--speculative-draft-model-path {draft} --speculative-num-steps {n} --speculative-eagle-topk 1 "
-                       f"--speculative-num-draft-tokens {n + 1} --speculative-accept-threshold-single {single:g} "
-                       f"--speculative-accept-threshold-acc {acc:g}  # drafts greedily (EAGLE top-1 chain)")
-        )  # fmt: skip
-    elif method == "relaxed":
-        out.append(
-            ("TensorRT-LLM", f'LLM(model="{target}", speculative_config=MTPDecodingConfig(num_nextn_predict_layers={n}, '
-                             f"use_relaxed_acceptance_for_thinking=True, relaxed_topk={params['relaxed_topk']}, "
-                             f"relaxed_delta={params['relaxed_delta']:g}))  # only inside the thinking phase "
-                             "(<think> ... </think>), strict elsewhere; the draft is the model's own MTP modules")
-        )  # fmt: skip
-    elif method == "typical":
-        out.append(
-            (f"vLLM V0 only (<= {VLLM_V0_LAST}; V1 verifies losslessly and has no typical acceptance)",
-             f'LLM(model="{target}", speculative_model="{draft}", num_speculative_tokens={n}, '
-             'spec_decoding_acceptance_method="typical_acceptance_sampler", '
-             f"typical_acceptance_sampler_posterior_threshold={params['posterior_threshold']:g}, "
-             f"typical_acceptance_sampler_posterior_alpha={params['posterior_alpha']:g})")
-        )  # fmt: skip
-    shipped = "no engine ships this rule: " if not out else ""
-    out.append((f"{shipped}this harness", _harness(method, params, head, setting)))
-    return out
+    engines = (
+        SHIPPED[method](params, Setting(target, draft, int(setting["draft_len"]), sample))
+        if method in SHIPPED
+        else []
+    )
+    shipped = "" if engines else "no engine ships this rule: "
+    return [*engines, (f"{shipped}this harness", _harness(method, params, head, setting))]

@@ -165,6 +165,7 @@ def _family_chart(v: FamilyVerdict, part: pd.DataFrame, candidates: list[str]) -
     of the candidate family and its frontier (solid), the shared range shaded, the verdict on top."""
     task = part[part["task"] == v.task]
     base = dict(baseline_families(task, candidates))[v.family]
+    base = base[np.isfinite(base["acceptance_rate"].to_numpy(float))]  # a rule that drafts nothing has no point
     mine = task[chosen(task, candidates) & (task["family"] == v.candidate)]
     mine = mine[np.isfinite(mine["acceptance_rate"].to_numpy(float))]
     if mine.empty or base.empty or v.kind == "own":  # its own family: the rows say all there is
@@ -358,7 +359,10 @@ def build_report(results: Path, candidates: list[str], token_examples: int = 100
             "frontier dashed, the candidate's solid; the point rows fold under each chart.</p>",
             _verdicts(compare(rows, candidates, summary=summary, found=found), found, candidates),
         ]
-    sections += ["<h2>Table 1</h2>", '<p class="muted">[low, high] is the 95% bootstrap interval over examples.</p>']
+    sections += [
+        "<h2>Table 1</h2>",
+        '<p class="muted">[low, high] is the 95% bootstrap interval over examples.</p>',
+    ]
     for title, quality, speed in table_frames(summary, qualities, found):
         sections += [f"<h3>{_esc(title)}</h3>", _table(quality, "table1"), _table(speed, "speed")]
     sections += ["<h2>Pareto plots</h2>", _plots(found, qualities)]

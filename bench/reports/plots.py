@@ -167,7 +167,8 @@ def _place_labels(ax: plt.Axes, points: list[tuple[float, float]], texts: list[s
             return np.inf
         lx, ly = lines[:, 0], lines[:, 1]
         covered = ((lx >= box.x0) & (lx <= box.x1) & (ly >= box.y0) & (ly <= box.y1)).sum()
-        overlaps = LABEL_CLASH * sum(box.overlaps(t) for t in taken) + 30 * sum(box.overlaps(m) for m in markers)
+        clashes = sum(box.overlaps(t) for t in taken)
+        overlaps = LABEL_CLASH * clashes + 30 * sum(box.overlaps(m) for m in markers)
         return overlaps + float(covered)
 
     for (x, y), text in zip(points, texts):
@@ -262,6 +263,24 @@ def _bound_quality_axis(ax: plt.Axes, metric: str) -> None:
     ax.set_ylim(low, high)
 
 
+POOLED_LINE = "all baselines (upper hull, sd included)"
+
+
+def _pooled_hull(ax: plt.Axes, rows: pd.DataFrame, q_scale: float) -> bool:
+    """Draw the upper hull of every baseline point and lossless sd (compare's "all baselines"),
+    where they come from at least two families; True when drawn."""
+    from bench.reports.compare import LOSSLESS
+    from bench.reports.frontier import hull_points
+
+    pooled = rows["baseline"].astype(bool) | rows["method"].isin(LOSSLESS)
+    pool = rows[pooled & rows["acceptance_rate"].notna()]
+    if pool["family"].nunique() < 2:
+        return False
+    hull = np.array(hull_points(pool["acceptance_rate"].to_numpy(float), pool["quality"].to_numpy(float)))
+    ax.plot(hull[:, 0] * 100, hull[:, 1] * q_scale, ":", color="0.35", lw=1.6, zorder=1, label=POOLED_LINE)
+    return True
+
+
 def plot_pareto(panel: Panel, qualities: dict[str, str], out: Path, x: str = "normalised_time") -> list[Path]:
     """Quality against ``x`` (time relative to AR, or acceptance rate). A method swept over one
     parameter is a line with its points labelled; the static ensemble's line is the frontier the
@@ -310,6 +329,8 @@ def plot_pareto(panel: Panel, qualities: dict[str, str], out: Path, x: str = "no
                         **({"markerfacecolor": "none"} if unsteady else {}),
                     },
                 )
+        if x == "acceptance_rate" and _pooled_hull(ax, rows, q_scale):
+            drawn.insert(1, POOLED_LINE)
         _bound_quality_axis(ax, metric)
         ax.set_title(TASK_TITLES.get(task, task), fontsize=10)
         ax.set_xlabel(x_label)
@@ -336,7 +357,9 @@ def plot_pareto(panel: Panel, qualities: dict[str, str], out: Path, x: str = "no
     caption = (
         f"{title}. x: {what}; y: the task's quality. Error bars: 95% bootstrap intervals over examples "
         f"(asymmetric, as measured). Lines: methods swept over one parameter (points labelled), the static "
-        f"ensemble's target-weight sweep among them; a label that would cover another is left out; dashed: the quality of AR, the target alone.{hollow} "
+        f"ensemble's target-weight sweep among them; a label that would cover another is left out; dotted "
+        "(on the acceptance axis): the upper hull of every baseline point and lossless sd pooled, what a "
+        f"random mix of settings attains; dashed: the quality of AR, the target alone.{hollow} "
         f"Settings: {panel.title}."
     )
     return _save(fig, out, f"{name}_{panel.slug}", caption)

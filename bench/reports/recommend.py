@@ -154,7 +154,9 @@ def _examples(rows: pd.DataFrame, config_id: str) -> pd.DataFrame:
     return rows[rows["config_id"] == config_id].drop_duplicates("example_id").set_index("example_id")
 
 
-def _candidate(rows: pd.DataFrame, setting: pd.Series, ar: pd.DataFrame | None, floor: Floor, by: str) -> Candidate:
+def _candidate(
+    rows: pd.DataFrame, setting: pd.Series, ar: pd.DataFrame | None, floor: Floor, by: str
+) -> Candidate:
     """A setting's margins per half (on the examples it shares with ar, for a share of ar's quality)
     and its score: acceptance on the selection half, or its speedup."""
     mine = _examples(rows, setting["config_id"])
@@ -182,7 +184,10 @@ def recommend(rows: pd.DataFrame, floor: Floor) -> list[Recommendation]:
     return out
 
 
-def _one(rows: pd.DataFrame, title: str, task: str, part: pd.DataFrame, floor: Floor, percent: bool) -> Recommendation:
+def _one(
+    rows: pd.DataFrame, title: str, task: str, part: pd.DataFrame, floor: Floor, percent: bool
+) -> Recommendation:
+    """One panel and task: every setting but ar, ranked by speedup when every timing is trusted."""
     ar_rows = part[part["method"] == "ar"]
     if floor.relative and ar_rows.empty:
         raise BenchError(
@@ -195,25 +200,33 @@ def _one(rows: pd.DataFrame, title: str, task: str, part: pd.DataFrame, floor: F
     by = "speedup" if len(settings) and trusted.all() else "acceptance"
     candidates = [_candidate(rows, s, ar, floor, by) for _, s in settings.iterrows()]
     choice = choose([c for c in candidates if np.isfinite(c.score)], floor.worst)
-    c = choice.pick or Candidate("", math.nan, np.array([]), np.array([]))
-    pick = settings[settings["config_id"] == c.name].iloc[0] if choice.pick else None
-    sizes = (len(candidates[0].select), len(candidates[0].confirm)) if candidates else (0, 0)
-    status = (
-        "nothing clears the floor on the selection half" if pick is None
-        else "confirmed" if choice.confirmed else "not confirmed on the other half"
-    )  # fmt: skip
-    return Recommendation(
+    record = dict(
         panel=title, task=task, pair=str(part["pair"].iloc[0]), floor=str(floor), ranked_by=by,
-        settings=len(settings), cleared=choice.cleared,
-        setting=None if pick is None else str(pick["label"]),
-        method=None if pick is None else str(pick["method"]),
-        params={} if pick is None else dict(pick["params"]),
-        acceptance=c.acceptance, speedup=float(pick["speedup"]) if pick is not None and by == "speedup" else math.nan,
-        quality=c.quality, floor_quality=c.quality - float(np.mean(c.confirm)) if len(c.confirm) else math.nan,
-        selection_bound=choice.selection_bound, confirmation_bound=choice.confirmation_bound,
-        examples=(len(c.select), len(c.confirm)) if pick is not None else sizes, status=status, percent=percent,
-        run=[] if pick is None else how_to_run(str(pick["method"]), dict(pick["params"]), _head(pick), pick),
+        settings=len(settings), cleared=choice.cleared, selection_bound=choice.selection_bound,
+        confirmation_bound=choice.confirmation_bound, percent=percent,
     )  # fmt: skip
+    if choice.pick is None:
+        nan, first = math.nan, candidates[0] if candidates else Candidate("", math.nan, np.array([]), np.array([]))
+        return Recommendation(
+            **record, setting=None, method=None, params={}, acceptance=nan, speedup=nan, quality=nan,
+            floor_quality=nan, examples=(len(first.select), len(first.confirm)),
+            status="nothing clears the floor on the selection half",
+        )  # fmt: skip
+    c = choice.pick
+    pick = settings[settings["config_id"] == c.name].iloc[0]
+    return Recommendation(
+        **record,
+        setting=str(pick["label"]),
+        method=str(pick["method"]),
+        params=dict(pick["params"]),
+        acceptance=c.acceptance,
+        speedup=float(pick["speedup"]) if by == "speedup" else math.nan,
+        quality=c.quality,
+        floor_quality=c.quality - float(np.mean(c.confirm)) if len(c.confirm) else math.nan,
+        examples=(len(c.select), len(c.confirm)),
+        status="confirmed" if choice.confirmed else "not confirmed on the other half",
+        run=how_to_run(str(pick["method"]), dict(pick["params"]), _head(pick), pick),
+    )
 
 
 def _head(pick: pd.Series) -> str | None:
@@ -232,14 +245,22 @@ def render(found: list[Recommendation], fmt: str) -> str:
         raise BenchError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     if fmt == "json":
         records = [asdict(r) | {"run": [{"where": w, "how": h} for w, h in r.run]} for r in found]
-        clean = [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()} for r in records]
+        clean = [
+            {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()}
+            for r in records
+        ]
         return json.dumps(clean, indent=2)
     parts = []
     for title in dict.fromkeys(r.panel for r in found):
         mine = [r for r in found if r.panel == title]
-        parts += [f"### {title}", "", "| task | floor | setting | ranked by | accept rate (selection half) | speedup "
-                  "| quality (confirmation half) | floor there | margin's 95% lower bound (selection; confirmation) "
-                  "| examples (selection, confirmation) | status |", "|" + "---|" * 11]  # fmt: skip
+        parts += [
+            f"### {title}",
+            "",
+            "| task | floor | setting | ranked by | accept rate (selection half) | speedup "
+            "| quality (confirmation half) | floor there | margin's 95% lower bound (selection; confirmation) "
+            "| examples (selection, confirmation) | status |",
+            "|" + "---|" * 11,
+        ]
         for r in mine:
             parts.append(
                 f"| {r.task} | {r.floor} | {r.setting or 'none'} | {r.ranked_by} | {_num(r.acceptance)} | "
