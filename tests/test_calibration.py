@@ -16,7 +16,14 @@ from bench.calibration.notes import barely_moves, floor_point, reaches_floor
 from bench.config import RunConfig, expand_methods
 from bench.errors import BenchError
 from bench.grid import configs_from_grid
-from bench.verifiers import CALIBRATED, VERIFIERS, Calibration, MethodInfo, SpeculativeDecoding, verifier_class
+from bench.verifiers import (
+    CALIBRATED,
+    VERIFIERS,
+    Calibration,
+    MethodInfo,
+    SpeculativeDecoding,
+    verifier_class,
+)
 
 PLUGIN = str(Path(__file__).parent / "example_verifier.py") + ":ConfidenceEnsemble"
 
@@ -47,7 +54,9 @@ def test_the_search_lands_a_smooth_family_on_every_level_with_few_evaluations():
     rising = Calibration("d", 0.0, 1.0, rising=True)
     levels, _ = calibrate_path(rising, lambda d: 0.7 + 0.3 * d, 0.75, 4)
     assert [lv.value is not None for lv in levels] == [True] * 5
-    assert levels[0].value == 0.0 and sorted(lv.acceptance for lv in levels) == [lv.acceptance for lv in levels]
+    assert levels[0].value == 0.0 and sorted(lv.acceptance for lv in levels) == [
+        lv.acceptance for lv in levels
+    ]
 
 
 def test_a_family_that_jumps_says_which_levels_it_cannot_reach_instead_of_repeating_a_point():
@@ -159,7 +168,9 @@ def test_a_run_calibrates_on_the_shipped_pair_and_a_rerun_reads_the_values_back(
     from bench.runner import Runner
 
     logs: list[str] = []
-    runner = Runner(tmp_path, limit=3, device="cpu", batch_size=4, timing_examples=0, progress=False, log=logs.append)
+    runner = Runner(
+        tmp_path, limit=3, device="cpu", batch_size=4, timing_examples=0, progress=False, log=logs.append
+    )
     plain = RunConfig(task="arith", pair="ref", method="sd", device="cpu")
     configs, notes = calibrate([plain, _placeholder()], runner, 3, log=logs.append)
     ensemble = [c for c in configs if c.method == "ensemble"]
@@ -183,12 +194,19 @@ def test_a_run_calibrates_on_the_shipped_pair_and_a_rerun_reads_the_values_back(
     # The run writes each chosen configuration's manifest with its calibration.
     runner.notes = notes
     runner.run(again)
+    written = runner.store.rows_written
+    assert written == 3 * (1 + len(ensemble))  # sd and every chosen weight, 3 examples each
+    runner.run(calibrate([plain, _placeholder()], runner, 3, log=logs.append)[0])
+    assert runner.store.rows_written == written  # a rerun resumes: the same ids, nothing decoded again
     manifest = json.loads(next((tmp_path / "manifests").glob("*ensemble*.json")).read_text())
     assert manifest["calibration"]["record"] == record["key"]
     assert manifest["calibration"]["target"] in [lv["target"] for lv in reached]
     # A raised --limit that would judge calibration examples of the evaluation split is refused.
     resolved = ensemble[0].resolve()
-    tail = {**record, "examples": [["test", e.example_id] for e in runner.task(resolved).examples(None, 0)[-2:]]}
+    tail = {
+        **record,
+        "examples": [["test", e.example_id] for e in runner.task(resolved).examples(None, 0)[-2:]],
+    }
     sweeps.check_disjoint(tail, resolved, 50)
     with pytest.raises(BenchError, match="now judges"):
         sweeps.check_disjoint(tail, resolved, None)
@@ -210,10 +228,18 @@ def test_a_family_that_ran_its_floor_is_read_below_its_sweep():
     assert not reaches_floor([info], [{"relaxed_delta": 0.2}, {"relaxed_delta": 0.7}])
     n = 200
     family = [  # acceptance 0.5 and 0.8, quality 0.9 and 0.6
-        {"accepted": np.full(n, k), "drafted": np.full(n, 10.0), "quality": (np.arange(n) < q * n).astype(float)}
+        {
+            "accepted": np.full(n, k),
+            "drafted": np.full(n, 10.0),
+            "quality": (np.arange(n) < q * n).astype(float),
+        }
         for k, q in ((5.0, 0.9), (8.0, 0.6))
     ]
-    low = {"accepted": np.full(n, 3.0), "drafted": np.full(n, 10.0), "quality": (np.arange(n) < 0.5 * n) * 1.0}
+    low = {
+        "accepted": np.full(n, 3.0),
+        "drafted": np.full(n, 10.0),
+        "quality": (np.arange(n) < 0.5 * n) * 1.0,
+    }
     assert judge(low, family)["verdict"] == "cannot judge"  # below a sweep that may go further
     known = judge(low, [*family, floor_point(n)])
     assert known["verdict"] == "below" and known["frontier_quality"] == pytest.approx(0.9)

@@ -99,10 +99,10 @@ def calibrate_path(
     path: Calibration, measure: Callable[[float], float], low: float, count: int, extra: Sequence[float] = ()
 ) -> tuple[list[Level], Search]:
     """Levels spread from ``low`` (lossless SD's acceptance) to the highest the family reaches, and
-    the positions that reach them. The family's lossless setting, when it has one, is always a
-    level, and so is its lowest-acceptance end (compare reads the family below its sweep from it,
-bench.calibration.notes). Two levels that land
-    on the same measured acceptance are one point: the second is reported, not repeated."""
+        the positions that reach them. The family's lossless setting, when it has one, is always a
+        level, and so is its lowest-acceptance end (compare reads the family below its sweep from it,
+    bench.calibration.notes). Two levels that land
+        on the same measured acceptance are one point: the second is reported, not repeated."""
     search = Search(path, measure)
     floor, top = search.at(path.floor), search.at(path.top)
     start = max(low, floor)

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from bench.build import build_decoder
-from bench.calibration.search import Level, calibrate_path
+from bench.calibration.search import calibrate_path
 from bench.config import RunConfig
 from bench.distributions import Sampling
 from bench.engines import EagerEngine
@@ -68,7 +69,9 @@ class Panel:
         return dict(self.settings)[key]
 
 
-def calibration_examples(cfg: RunConfig, limit: int | None, count: int | None = None) -> list[tuple[str, Example]]:
+def calibration_examples(
+    cfg: RunConfig, limit: int | None, count: int | None = None
+) -> list[tuple[str, Example]]:
     """(split, example) pairs no run of this panel judges: the task's few-shot split without its
     exemplars first, then the end of the evaluation split's seeded order, past the judged prefix."""
     count = EXAMPLES if count is None else count
@@ -101,7 +104,9 @@ def check_disjoint(record: dict[str, Any], cfg: RunConfig, limit: int | None) ->
     mine = {eid for s, eid in record["examples"] if s == split}
     if not mine:
         return
-    judged = {e.example_id for e in Task(resolve_task(cfg.task), cfg.data, split=split).examples(limit, cfg.seed)}
+    judged = {
+        e.example_id for e in Task(resolve_task(cfg.task), cfg.data, split=split).examples(limit, cfg.seed)
+    }
     if mine & judged:
         raise BenchError(
             f"calibration {record['key']} used {len(mine & judged)} {cfg.task} examples that --limit {limit} now "
@@ -112,10 +117,12 @@ def check_disjoint(record: dict[str, Any], cfg: RunConfig, limit: int | None) ->
 class Calibrator:
     """Decodes a panel's calibration examples for any configuration; results cached per setting."""
 
-    def __init__(self, runner: Any, panel_cfg: RunConfig, limit: int | None, log: Callable[[str], None]) -> None:
+    def __init__(
+        self, runner: Any, panel_cfg: RunConfig, limit: int | None, log: Callable[[str], None]
+    ) -> None:
         self.runner, self.log = runner, log
         self.examples = calibration_examples(panel_cfg, limit)
-        self.decodes = 0
+        self.decodes, self.started = 0, time.perf_counter()
         self._seen: dict[str, float] = {}
 
     def acceptance(self, cfg: RunConfig) -> float:
@@ -220,27 +227,50 @@ def calibrate(
             if record is None:
                 if calib is None:
                     calib = Calibrator(runner, cfg, limit, log)
-                    sd = replace(at(cfg, _path(cfg).top), method="sd", params={}, draft_policy=None, head=None)
+                    sd = replace(
+                        at(cfg, _path(cfg).top), method="sd", params={}, draft_policy=None, head=None
+                    )
                     low = calib.acceptance(sd)
                     extra = sorted({*extra, *(round(calib.acceptance(c), 4) for c in _candidates(group))})
                 record = runner.store.write_calibration(search_family(cfg, calib, low, extra))
             else:
-                log(f"{cfg.task} | {verifier_class(cfg.method).name}: calibrated values read back ({record['key']})")
+                log(
+                    f"{cfg.task} | {verifier_class(cfg.method).name}: calibrated values read back ({record['key']})"
+                )
             check_disjoint(record, at(cfg, _path(cfg).top).resolve(), limit)
             chosen = _chosen(cfg, record, log)
             if not verifier_class(cfg.method).baseline:
-                extra = sorted({*extra, *(round(lv["acceptance"], 4) for lv in record["levels"] if lv["value"] is not None)})
+                extra = sorted(
+                    {
+                        *extra,
+                        *(round(lv["acceptance"], 4) for lv in record["levels"] if lv["value"] is not None),
+                    }
+                )
             for level, c in chosen:
                 out.append(c)
-                cid = replace(c, device=runner.device or c.device, engine=runner.engine_name).resolve().config_id
-                notes[cid] = {"calibration": {"record": record["key"], "target": level["target"],
-                                              "calibration_acceptance": level["acceptance"]}}
+                cid = (
+                    replace(c, device=runner.device or c.device, engine=runner.engine_name)
+                    .resolve()
+                    .config_id
+                )
+                notes[cid] = {
+                    "calibration": {
+                        "record": record["key"],
+                        "target": level["target"],
+                        "calibration_acceptance": level["acceptance"],
+                    }
+                }
         if calib is not None:
-            log(f"{group[0].task}: calibration took {calib.decodes} short decodes of {len(calib.examples)} examples")
+            log(
+                f"{group[0].task}: calibration took {calib.decodes} short decodes of {len(calib.examples)} "
+                f"examples ({time.perf_counter() - calib.started:.0f} s)"
+            )
     return out, notes
 
 
-def _chosen(cfg: RunConfig, record: dict[str, Any], log: Callable[[str], None]) -> list[tuple[dict[str, Any], RunConfig]]:
+def _chosen(
+    cfg: RunConfig, record: dict[str, Any], log: Callable[[str], None]
+) -> list[tuple[dict[str, Any], RunConfig]]:
     """The record's reached levels as configurations; one line per level the family cannot reach."""
     name, out = verifier_class(cfg.method).name, []
     for level in record["levels"]:
