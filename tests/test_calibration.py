@@ -70,7 +70,8 @@ def test_a_family_that_jumps_says_which_levels_it_cannot_reach_instead_of_repeat
     levels, _ = calibrate_path(path, lambda d: 0.85 + 0.1 * d, 0.7, 3)
     assert levels[0].value == 0.0 and all(lv.value is not None for lv in levels)
     flat, _ = calibrate_path(Calibration("d", 0.0, 1.0, rising=True), lambda d: 0.9, 0.8, 4)
-    assert [lv.value for lv in flat] == [0.0]  # nothing to spread: one point, not four copies
+    assert [lv.value for lv in flat] == [0.0, None]  # nothing to spread: one point, not four copies
+    assert flat[1].note == "acceptance does not rise along d (90.0% at most)"
 
 
 def test_target_levels_spread_and_take_the_candidates_range():

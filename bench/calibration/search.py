@@ -18,6 +18,7 @@ from bench.verifiers.base import Calibration
 # below which a target still not met lies in a jump of the family's acceptance.
 MAX_STEPS = 12
 MIN_WIDTH = 2.0**-13
+STILL = "acceptance does not rise along"
 
 
 @dataclass(frozen=True)
@@ -112,6 +113,8 @@ def calibrate_path(
     found = [Level(search.at(x), x, search.at(x)) for x in ends]
     wanted = [t for t in wanted if all(abs(t - level.target) > tol for level in found)]
     found += [search.find(t, tol) for t in wanted]
+    if top <= start:  # nothing above its lowest point (or SD's level): say so, run no copies
+        found.append(Level(top, None, None, f"{STILL} {path.param} ({top:.1%} at most)"))
     out: list[Level] = []
     for level in found:
         twin = next((o for o in out if o.value is not None and o.acceptance == level.acceptance), None)

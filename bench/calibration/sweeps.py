@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from bench.build import build_decoder
-from bench.calibration.search import calibrate_path
+from bench.calibration.search import STILL, calibrate_path
 from bench.config import RunConfig
 from bench.distributions import Sampling
 from bench.engines import EagerEngine
@@ -274,7 +274,9 @@ def _chosen(
     """The record's reached levels as configurations; one line per level the family cannot reach."""
     name, out = verifier_class(cfg.method).name, []
     for level in record["levels"]:
-        if level["value"] is None:
+        if level["value"] is None and level["note"].startswith(STILL):
+            log(f"{cfg.task} | {name}: {level['note']}: one point")
+        elif level["value"] is None:
             log(f"{cfg.task} | {name}: cannot reach acceptance {level['target']:.1%}: {level['note']}")
         else:
             out.append((level, at(cfg, level["value"])))
