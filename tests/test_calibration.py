@@ -152,6 +152,7 @@ def test_calibration_examples_are_never_the_judged_ones():
     assert {s for s, _ in tail} == {"test"}
     first = {e.example_id for e in sweeps.Task(sweeps.resolve_task("gsm8k"), "fixture").examples(5, 0)}
     assert len(tail) == 3 and not {e.example_id for _, e in tail} & first
+    assert len(sweeps.calibration_examples(gsm, 6, count=3)) == 2  # only two left past the judged six
     with pytest.raises(BenchError, match="no example left outside the judged ones"):
         sweeps.calibration_examples(gsm, None, count=3)
     assert judged  # the arith test split loaded
@@ -184,7 +185,7 @@ def test_a_run_calibrates_on_the_shipped_pair_and_a_rerun_reads_the_values_back(
     assert len({lv["acceptance"] for lv in reached}) == len(reached)  # distinct points
     assert record["examples"][0][0] == "train" and len(record["examples"]) == 4
     # A later level's measured acceptance on the calibration examples, decoded again, is the record's.
-    calibrator = sweeps.Calibrator(runner, ensemble[0], 3, logs.append)
+    calibrator = sweeps.Calibrator(runner, ensemble[0], 3)
     mid = next(c for c in ensemble if 0.01 < c.params["target_weight"] < 1)
     level = next(lv for lv in reached if lv["value"] == mid.params["target_weight"])
     assert calibrator.acceptance(mid) == pytest.approx(level["acceptance"])
