@@ -497,12 +497,14 @@ def registries() -> str:
             "fetched": f"{spec.fetch.get('requirement')} (diversed-bench fetch {name}) / early-exit draft",
         }.get(spec.kind, "built in code, offline")
         lines.append(f"  {name:<{width}}{what}")
-    lines.append("methods (the rule; the parameters' defaults; the sweep --grid baselines runs):")
+    lines.append("methods (the rule; the parameters' defaults; the fixed sweep and the calibration path of --grid baselines):")
     for name, cls in sorted(VERIFIERS.items(), key=lambda kv: kv[1].order):
         params = ", ".join(f"{f.name}={f.default}" for f in fields(cls) if f.default is not MISSING)
         extra = " (needs --head)" if cls.needs_hidden else ""
         extra += " (drafts greedily)" if cls.uses_draft and cls.draft_policy == "greedy" else ""
         sweep = "; ".join(f"{k}={','.join(map(str, v))}" for k, v in cls.sweep.items())
+        path = cls.calibration
+        sweep += f"; calibrated along {path.param} {path.floor:g} -> {path.top:g}" if path else ""
         lines.append(f"  {name:<{width}}{(cls.__doc__ or '').strip().splitlines()[0]}")
         lines.append(f"  {'':<{width}}{params or 'no parameters'}{extra}" + (f"; sweep {sweep}" if sweep else ""))
     lines.append("drafters (--drafter NAME[:key=value,...]):")

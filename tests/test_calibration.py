@@ -16,7 +16,14 @@ from bench.calibration.notes import barely_moves, floor_point, reaches_floor
 from bench.config import RunConfig, expand_methods
 from bench.errors import BenchError
 from bench.grid import configs_from_grid
-from bench.verifiers import CALIBRATED, VERIFIERS, Calibration, MethodInfo, SpeculativeDecoding, verifier_class
+from bench.verifiers import (
+    CALIBRATED,
+    VERIFIERS,
+    Calibration,
+    MethodInfo,
+    SpeculativeDecoding,
+    verifier_class,
+)
 
 PLUGIN = str(Path(__file__).parent / "example_verifier.py") + ":ConfidenceEnsemble"
 
@@ -47,7 +54,9 @@ def test_the_search_lands_a_smooth_family_on_every_level_with_few_evaluations():
     rising = Calibration("d", 0.0, 1.0, rising=True)
     levels, _ = calibrate_path(rising, lambda d: 0.7 + 0.3 * d, 0.75, 4)
     assert [lv.value is not None for lv in levels] == [True] * 5
-    assert levels[0].value == 0.0 and sorted(lv.acceptance for lv in levels) == [lv.acceptance for lv in levels]
+    assert levels[0].value == 0.0 and sorted(lv.acceptance for lv in levels) == [
+        lv.acceptance for lv in levels
+    ]
 
 
 def test_a_family_that_jumps_says_which_levels_it_cannot_reach_instead_of_repeating_a_point():
@@ -61,7 +70,8 @@ def test_a_family_that_jumps_says_which_levels_it_cannot_reach_instead_of_repeat
     levels, _ = calibrate_path(path, lambda d: 0.85 + 0.1 * d, 0.7, 3)
     assert levels[0].value == 0.0 and all(lv.value is not None for lv in levels)
     flat, _ = calibrate_path(Calibration("d", 0.0, 1.0, rising=True), lambda d: 0.9, 0.8, 4)
-    assert [lv.value for lv in flat] == [0.0]  # nothing to spread: one point, not four copies
+    assert [lv.value for lv in flat] == [0.0, None]  # nothing to spread: one point, not four copies
+    assert flat[1].note == "acceptance does not rise along d (90.0% at most)"
 
 
 def test_target_levels_spread_and_take_the_candidates_range():
@@ -142,6 +152,7 @@ def test_calibration_examples_are_never_the_judged_ones():
     assert {s for s, _ in tail} == {"test"}
     first = {e.example_id for e in sweeps.Task(sweeps.resolve_task("gsm8k"), "fixture").examples(5, 0)}
     assert len(tail) == 3 and not {e.example_id for _, e in tail} & first
+    assert len(sweeps.calibration_examples(gsm, 6, count=3)) == 2  # only two left past the judged six
     with pytest.raises(BenchError, match="no example left outside the judged ones"):
         sweeps.calibration_examples(gsm, None, count=3)
     assert judged  # the arith test split loaded
@@ -159,7 +170,9 @@ def test_a_run_calibrates_on_the_shipped_pair_and_a_rerun_reads_the_values_back(
     from bench.runner import Runner
 
     logs: list[str] = []
-    runner = Runner(tmp_path, limit=3, device="cpu", batch_size=4, timing_examples=0, progress=False, log=logs.append)
+    runner = Runner(
+        tmp_path, limit=3, device="cpu", batch_size=4, timing_examples=0, progress=False, log=logs.append
+    )
     plain = RunConfig(task="arith", pair="ref", method="sd", device="cpu")
     configs, notes = calibrate([plain, _placeholder()], runner, 3, log=logs.append)
     ensemble = [c for c in configs if c.method == "ensemble"]
@@ -172,7 +185,7 @@ def test_a_run_calibrates_on_the_shipped_pair_and_a_rerun_reads_the_values_back(
     assert len({lv["acceptance"] for lv in reached}) == len(reached)  # distinct points
     assert record["examples"][0][0] == "train" and len(record["examples"]) == 4
     # A later level's measured acceptance on the calibration examples, decoded again, is the record's.
-    calibrator = sweeps.Calibrator(runner, ensemble[0], 3, logs.append)
+    calibrator = sweeps.Calibrator(runner, ensemble[0], 3)
     mid = next(c for c in ensemble if 0.01 < c.params["target_weight"] < 1)
     level = next(lv for lv in reached if lv["value"] == mid.params["target_weight"])
     assert calibrator.acceptance(mid) == pytest.approx(level["acceptance"])
@@ -183,12 +196,19 @@ def test_a_run_calibrates_on_the_shipped_pair_and_a_rerun_reads_the_values_back(
     # The run writes each chosen configuration's manifest with its calibration.
     runner.notes = notes
     runner.run(again)
+    written = runner.store.rows_written
+    assert written == 3 * (1 + len(ensemble))  # sd and every chosen weight, 3 examples each
+    runner.run(calibrate([plain, _placeholder()], runner, 3, log=logs.append)[0])
+    assert runner.store.rows_written == written  # a rerun resumes: the same ids, nothing decoded again
     manifest = json.loads(next((tmp_path / "manifests").glob("*ensemble*.json")).read_text())
     assert manifest["calibration"]["record"] == record["key"]
     assert manifest["calibration"]["target"] in [lv["target"] for lv in reached]
     # A raised --limit that would judge calibration examples of the evaluation split is refused.
     resolved = ensemble[0].resolve()
-    tail = {**record, "examples": [["test", e.example_id] for e in runner.task(resolved).examples(None, 0)[-2:]]}
+    tail = {
+        **record,
+        "examples": [["test", e.example_id] for e in runner.task(resolved).examples(None, 0)[-2:]],
+    }
     sweeps.check_disjoint(tail, resolved, 50)
     with pytest.raises(BenchError, match="now judges"):
         sweeps.check_disjoint(tail, resolved, None)
@@ -210,10 +230,18 @@ def test_a_family_that_ran_its_floor_is_read_below_its_sweep():
     assert not reaches_floor([info], [{"relaxed_delta": 0.2}, {"relaxed_delta": 0.7}])
     n = 200
     family = [  # acceptance 0.5 and 0.8, quality 0.9 and 0.6
-        {"accepted": np.full(n, k), "drafted": np.full(n, 10.0), "quality": (np.arange(n) < q * n).astype(float)}
+        {
+            "accepted": np.full(n, k),
+            "drafted": np.full(n, 10.0),
+            "quality": (np.arange(n) < q * n).astype(float),
+        }
         for k, q in ((5.0, 0.9), (8.0, 0.6))
     ]
-    low = {"accepted": np.full(n, 3.0), "drafted": np.full(n, 10.0), "quality": (np.arange(n) < 0.5 * n) * 1.0}
+    low = {
+        "accepted": np.full(n, 3.0),
+        "drafted": np.full(n, 10.0),
+        "quality": (np.arange(n) < 0.5 * n) * 1.0,
+    }
     assert judge(low, family)["verdict"] == "cannot judge"  # below a sweep that may go further
     known = judge(low, [*family, floor_point(n)])
     assert known["verdict"] == "below" and known["frontier_quality"] == pytest.approx(0.9)

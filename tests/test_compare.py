@@ -212,6 +212,7 @@ def _calibrated_sweep(rng, n: int, shift: float) -> tuple[list[dict], list[dict]
     return family(shift), family(0.0)
 
 
+@pytest.mark.slow
 def test_calibrated_sweeps_keep_the_frontier_verdicts_false_call_rate_and_power():
     rng = np.random.default_rng(8)
     draws = 200

@@ -18,6 +18,7 @@ from bench.verifiers.base import Calibration
 # below which a target still not met lies in a jump of the family's acceptance.
 MAX_STEPS = 12
 MIN_WIDTH = 2.0**-13
+STILL = "acceptance does not rise along"
 
 
 @dataclass(frozen=True)
@@ -99,10 +100,10 @@ def calibrate_path(
     path: Calibration, measure: Callable[[float], float], low: float, count: int, extra: Sequence[float] = ()
 ) -> tuple[list[Level], Search]:
     """Levels spread from ``low`` (lossless SD's acceptance) to the highest the family reaches, and
-    the positions that reach them. The family's lossless setting, when it has one, is always a
-    level, and so is its lowest-acceptance end (compare reads the family below its sweep from it,
-bench.calibration.notes). Two levels that land
-    on the same measured acceptance are one point: the second is reported, not repeated."""
+        the positions that reach them. The family's lossless setting, when it has one, is always a
+        level, and so is its lowest-acceptance end (compare reads the family below its sweep from it,
+    bench.calibration.notes). Two levels that land
+        on the same measured acceptance are one point: the second is reported, not repeated."""
     search = Search(path, measure)
     floor, top = search.at(path.floor), search.at(path.top)
     start = max(low, floor)
@@ -112,6 +113,8 @@ bench.calibration.notes). Two levels that land
     found = [Level(search.at(x), x, search.at(x)) for x in ends]
     wanted = [t for t in wanted if all(abs(t - level.target) > tol for level in found)]
     found += [search.find(t, tol) for t in wanted]
+    if top <= start:  # nothing above its lowest point (or SD's level): say so, run no copies
+        found.append(Level(top, None, None, f"{STILL} {path.param} ({top:.1%} at most)"))
     out: list[Level] = []
     for level in found:
         twin = next((o for o in out if o.value is not None and o.acceptance == level.acceptance), None)

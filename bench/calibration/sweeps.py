@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from bench.build import build_decoder
-from bench.calibration.search import Level, calibrate_path
+from bench.calibration.search import STILL, calibrate_path
 from bench.config import RunConfig
 from bench.distributions import Sampling
 from bench.engines import EagerEngine
@@ -68,7 +69,9 @@ class Panel:
         return dict(self.settings)[key]
 
 
-def calibration_examples(cfg: RunConfig, limit: int | None, count: int | None = None) -> list[tuple[str, Example]]:
+def calibration_examples(
+    cfg: RunConfig, limit: int | None, count: int | None = None
+) -> list[tuple[str, Example]]:
     """(split, example) pairs no run of this panel judges: the task's few-shot split without its
     exemplars first, then the end of the evaluation split's seeded order, past the judged prefix."""
     count = EXAMPLES if count is None else count
@@ -86,7 +89,7 @@ def calibration_examples(cfg: RunConfig, limit: int | None, count: int | None = 
         judged = Task(spec, cfg.data, num_fewshot=cfg.num_fewshot, split=cfg.split)  # type: ignore[arg-type]
         order = judged.examples(None, cfg.seed)
         free = order[limit:] if limit is not None else []
-        out += [(str(cfg.split), e) for e in free[len(free) - (count - len(out)) :]] if free else []
+        out += [(str(cfg.split), e) for e in free[max(0, len(free) - (count - len(out))) :]]
     if not out:
         raise BenchError(
             f"calibration of {cfg.task}: no example left outside the judged ones (split {cfg.split}, "
@@ -101,7 +104,9 @@ def check_disjoint(record: dict[str, Any], cfg: RunConfig, limit: int | None) ->
     mine = {eid for s, eid in record["examples"] if s == split}
     if not mine:
         return
-    judged = {e.example_id for e in Task(resolve_task(cfg.task), cfg.data, split=split).examples(limit, cfg.seed)}
+    judged = {
+        e.example_id for e in Task(resolve_task(cfg.task), cfg.data, split=split).examples(limit, cfg.seed)
+    }
     if mine & judged:
         raise BenchError(
             f"calibration {record['key']} used {len(mine & judged)} {cfg.task} examples that --limit {limit} now "
@@ -112,10 +117,10 @@ def check_disjoint(record: dict[str, Any], cfg: RunConfig, limit: int | None) ->
 class Calibrator:
     """Decodes a panel's calibration examples for any configuration; results cached per setting."""
 
-    def __init__(self, runner: Any, panel_cfg: RunConfig, limit: int | None, log: Callable[[str], None]) -> None:
-        self.runner, self.log = runner, log
+    def __init__(self, runner: Any, panel_cfg: RunConfig, limit: int | None) -> None:
+        self.runner = runner
         self.examples = calibration_examples(panel_cfg, limit)
-        self.decodes = 0
+        self.decodes, self.started = 0, time.perf_counter()
         self._seen: dict[str, float] = {}
 
     def acceptance(self, cfg: RunConfig) -> float:
@@ -197,54 +202,99 @@ def _candidates(group: list[RunConfig]) -> list[RunConfig]:
     return out
 
 
+class PanelSearch:
+    """One panel's calibration: its decodes, SD's level and the candidates' levels, each made once
+    and only when a family has no record yet."""
+
+    def __init__(self, group: list[RunConfig], runner: Any, limit: int | None, log: Callable[[str], None]):
+        self.group, self.runner, self.limit, self.log = group, runner, limit, log
+        self.calib: Calibrator | None = None
+        self.low = 0.0
+        self.extra: list[float] = []  # the candidates' acceptances: levels for the baselines
+
+    def record(self, cfg: RunConfig) -> dict[str, Any]:
+        """The family's record: read back, or searched now and written."""
+        name = verifier_class(cfg.method).name
+        record = self.runner.store.calibration(record_key(cfg))
+        if record is None:
+            self._start(cfg)
+            assert self.calib is not None
+            record = self.runner.store.write_calibration(search_family(cfg, self.calib, self.low, self.extra))
+        else:
+            self.log(f"{cfg.task} | {name}: calibrated values read back ({record['key']})")
+        check_disjoint(record, at(cfg, _path(cfg).top).resolve(), self.limit)
+        if not verifier_class(cfg.method).baseline:
+            reached = (lv["acceptance"] for lv in record["levels"] if lv["value"] is not None)
+            self.extra = sorted({*self.extra, *(round(a, 4) for a in reached)})
+        return record
+
+    def _start(self, cfg: RunConfig) -> None:
+        """The first search of the panel decodes SD and the fixed-value candidates."""
+        if self.calib is not None:
+            return
+        self.calib = Calibrator(self.runner, cfg, self.limit)
+        sd = replace(at(cfg, _path(cfg).top), method="sd", params={}, draft_policy=None, head=None)
+        self.low = self.calib.acceptance(sd)
+        fixed = (round(self.calib.acceptance(c), 4) for c in _candidates(self.group))
+        self.extra = sorted({*self.extra, *fixed})
+
+    def close(self) -> None:
+        if self.calib is not None:
+            self.log(
+                f"{self.group[0].task}: calibration took {self.calib.decodes} short decodes of "
+                f"{len(self.calib.examples)} examples ({time.perf_counter() - self.calib.started:.0f} s)"
+            )
+
+
 def calibrate(
     configs: list[RunConfig], runner: Any, limit: int | None, log: Callable[[str], None] = print
 ) -> tuple[list[RunConfig], dict[str, dict[str, Any]]]:
-    """Every placeholder replaced by its family at the calibrated values (found, or read back from
-    the results directory), and the manifest entry of each chosen configuration by its id."""
-    out = [c for c in configs if not pending(c)]
+    """Every placeholder replaced, in place, by its family at the calibrated values (found, or read
+    back from the results directory), and the manifest entry of each chosen configuration by id."""
+    panels = [Panel.of(c) for c in configs]
+    searches = {
+        panel: PanelSearch([c for c, p in zip(configs, panels) if p == panel], runner, limit, log)
+        for panel, c in zip(panels, configs)
+        if pending(c)
+    }
+    # Candidates (fixed, or calibrated themselves) before the baselines: their levels are added.
+    order = sorted((i for i, c in enumerate(configs) if pending(c)), key=lambda i: _is_baseline(configs[i]))
+    records = {i: searches[panels[i]].record(configs[i]) for i in order}
+    for search in searches.values():
+        search.close()
+    out: list[RunConfig] = []
     notes: dict[str, dict[str, Any]] = {}
-    panels: dict[Panel, list[RunConfig]] = {}
-    for c in configs:
-        panels.setdefault(Panel.of(c), []).append(c)
-    for group in panels.values():
-        todo = [c for c in group if pending(c)]
-        if not todo:
+    for i, cfg in enumerate(configs):
+        if i not in records:
+            out.append(cfg)
             continue
-        # Candidates (fixed values, or calibrated themselves) first: their range becomes levels.
-        todo.sort(key=lambda c: verifier_class(c.method).baseline)
-        calib: Calibrator | None = None
-        extra: list[float] = []
-        for cfg in todo:
-            record = runner.store.calibration(record_key(cfg))
-            if record is None:
-                if calib is None:
-                    calib = Calibrator(runner, cfg, limit, log)
-                    sd = replace(at(cfg, _path(cfg).top), method="sd", params={}, draft_policy=None, head=None)
-                    low = calib.acceptance(sd)
-                    extra = sorted({*extra, *(round(calib.acceptance(c), 4) for c in _candidates(group))})
-                record = runner.store.write_calibration(search_family(cfg, calib, low, extra))
-            else:
-                log(f"{cfg.task} | {verifier_class(cfg.method).name}: calibrated values read back ({record['key']})")
-            check_disjoint(record, at(cfg, _path(cfg).top).resolve(), limit)
-            chosen = _chosen(cfg, record, log)
-            if not verifier_class(cfg.method).baseline:
-                extra = sorted({*extra, *(round(lv["acceptance"], 4) for lv in record["levels"] if lv["value"] is not None)})
-            for level, c in chosen:
-                out.append(c)
-                cid = replace(c, device=runner.device or c.device, engine=runner.engine_name).resolve().config_id
-                notes[cid] = {"calibration": {"record": record["key"], "target": level["target"],
-                                              "calibration_acceptance": level["acceptance"]}}
-        if calib is not None:
-            log(f"{group[0].task}: calibration took {calib.decodes} short decodes of {len(calib.examples)} examples")
+        for level, chosen in _chosen(cfg, records[i], log):
+            out.append(chosen)
+            resolved = replace(
+                chosen, device=runner.device or chosen.device, engine=runner.engine_name
+            ).resolve()
+            entry = {
+                "record": records[i]["key"],
+                "target": level["target"],
+                "calibration_acceptance": level["acceptance"],
+            }
+            notes[resolved.config_id] = {"calibration": entry}
     return out, notes
 
 
-def _chosen(cfg: RunConfig, record: dict[str, Any], log: Callable[[str], None]) -> list[tuple[dict[str, Any], RunConfig]]:
+def _is_baseline(cfg: RunConfig) -> bool:
+    return verifier_class(cfg.method).baseline
+
+
+def _chosen(
+    cfg: RunConfig, record: dict[str, Any], log: Callable[[str], None]
+) -> list[tuple[dict[str, Any], RunConfig]]:
     """The record's reached levels as configurations; one line per level the family cannot reach."""
     name, out = verifier_class(cfg.method).name, []
     for level in record["levels"]:
-        if level["value"] is None:
+        if level["value"] is None and level["note"].startswith(STILL):
+            log(f"{cfg.task} | {name}: {level['note']}: one point")
+        elif level["value"] is None:
             log(f"{cfg.task} | {name}: cannot reach acceptance {level['target']:.1%}: {level['note']}")
         else:
             out.append((level, at(cfg, level["value"])))
