@@ -248,11 +248,13 @@ def check_against_transformers(pair, prompts, n: int, ngram: int, budget: int, e
         assert s.acceptance_length == pytest.approx(s.new_tokens / s.rounds)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n,ngram", [(10, 2), (3, 3), (1, 1)])
 def test_greedy_lookup_sd_equals_ar_and_transformers_prompt_lookup(tiny_pair, n, ngram):
     check_against_transformers(tiny_pair, repetitive_prompts(tiny_pair.tokenizer), n, ngram, 30)
 
 
+@pytest.mark.slow
 def test_greedy_lookup_on_the_compiled_engine(tiny_pair):
     """The compiled engine declares widths 1 and N + 1: a round that found nothing runs at width 1,
     a shorter draft is padded to N + 1; the tokens and forwards stay transformers'."""
@@ -282,6 +284,7 @@ def test_target_loglik_is_the_targets_log_p_of_the_emitted_tokens(tiny_pair):
         assert gen.stats.target_loglik == pytest.approx(want, abs=1e-4), (method, drafter)
 
 
+@pytest.mark.slow
 def test_greedy_lookup_on_smollm2_equals_transformers_and_ar(smollm2):
     """The real weights: transformers' generate(prompt_lookup_num_tokens=10,
     max_matching_ngram_size=3) and ``ar``, token for token, as many target forwards, on a CNN/DM
@@ -309,3 +312,17 @@ def test_lookup_drafter_state_resets_per_batch():
     assert drafter.draft([Row()], [6]).counts == [6]  # +2 after a full acceptance, capped at N
     drafter.start(1)
     assert drafter.lengths == {}
+
+
+def test_a_grid_sweeps_drafters_and_runs_ar_once(tmp_path):
+    """``drafter`` is a grid axis: every method once per drafter, ``ar`` (which drafts nothing) once."""
+    from bench.grid import configs_from_grid
+
+    grid = tmp_path / "g.yaml"
+    grid.write_text("tasks: [arith]\npairs: [ref]\nmethods: [ar, sd, typical]\ndrafter: [model, 'lookup:ngram=3']\n")
+    configs, _ = configs_from_grid(str(grid))
+    resolved = {c.config_id: c for c in (c.resolve() for c in configs)}
+    labels = sorted(c.label for c in resolved.values())
+    assert labels == sorted(
+        ["ar", "sd", "sd (lookup ngram=3)", "typical (alpha=0.3, eps=0.09)", "typical (alpha=0.3, eps=0.09, lookup ngram=3)"]
+    )
