@@ -18,7 +18,7 @@ import torch
 
 from bench.build import build_decoder
 from bench.drafters import canonical_drafter, parse_drafter
-from bench.engines import EngineFactory
+from bench.engines import CompiledEngines, EngineFactory, ModelEngine
 from bench.pairs import Pair
 from bench.speed import GREEDY, Timed, _sync, paired, ratio, run_harness
 
@@ -42,13 +42,26 @@ def run_transformers_lookup(pair: Pair, prompts: list[list[int]], n: int, ngram:
     return Timed(outputs, total)
 
 
+def width_costs(
+    pair: Pair, engine: EngineFactory, prompt: list[int], draft_lens: list[int], repeats: int
+) -> dict[int, float]:
+    """Median ms of one target step of each width after ``prompt``: every width 1 .. N + 1 on an
+    engine that runs any width (eager); on a compiled one the widths the lookup runs compiled (1
+    and each N + 1; more draft lengths measure more widths, a graph per width costs minutes)."""
+    if isinstance(engine, CompiledEngines):
+        sets = [(1, n + 1) for n in draft_lens]
+    else:
+        sets = [tuple(range(1, max(draft_lens) + 2))]
+    out: dict[int, float] = {}
+    for widths in sets:
+        out |= _step_costs(pair, engine(pair.target, widths), prompt, [w for w in widths if w not in out], repeats)
+    return dict(sorted(out.items()))
+
+
 @torch.inference_mode()
-def width_costs(pair: Pair, engine: EngineFactory, prompt: list[int], widths: list[int], repeats: int) -> dict[int, float]:
-    """Median ms of one target step of each width after ``prompt`` (the step writes past the row's
-    length and is rolled back, so every step sees the same context). A compiled engine compiles a
-    graph per width first, untimed."""
-    eng = engine(pair.target, tuple(widths))
-    eng.start(1, len(prompt) + max(widths) + 1)
+def _step_costs(pair: Pair, eng: ModelEngine, prompt: list[int], widths: list[int], repeats: int) -> dict[int, float]:
+    """Each step writes past the row's length and is rolled back: every step sees the same context."""
+    eng.start(1, len(prompt) + max(widths, default=1) + 1)
     eng.step(torch.tensor([prompt[:-1]], device=pair.device), [len(prompt) - 1], keep=1, hidden=False)
     out = {}
     for w in widths:
@@ -92,7 +105,7 @@ def measure_lookup(
     run_harness(pair, "ar", prompts[:1], 1, 8, engine)
     run_transformers_lookup(pair, prompts[:1], draft_lens[0], ngram, 8)
     setup = time.perf_counter() - tick
-    costs = width_costs(pair, engine, prompts[0], list(range(1, max(draft_lens) + 2)), max(repeats, 5))
+    costs = width_costs(pair, engine, prompts[0], draft_lens, max(repeats, 5))
     log("verify cost per width (ms): " + ", ".join(f"{w}: {c:.2f}" for w, c in costs.items()))
     rows = []
     for n in draft_lens:
