@@ -77,10 +77,11 @@ def _step_costs(pair: Pair, eng: ModelEngine, prompt: list[int], widths: list[in
     return out
 
 
-def _stats(pair: Pair, method: str, prompt: list[int], n: int, max_new: int, engine: EngineFactory, drafter: str) -> Any:
-    return build_decoder(pair, method, draft_len=n, sampling=GREEDY, engine=engine, drafter=drafter).generate(
-        prompt, max_new
-    ).stats
+def _stats(
+    pair: Pair, method: str, prompt: list[int], n: int, max_new: int, engine: EngineFactory, drafter: str, params: dict
+) -> Any:
+    decoder = build_decoder(pair, method, params, draft_len=n, sampling=GREEDY, engine=engine, drafter=drafter)
+    return decoder.generate(prompt, max_new).stats
 
 
 def measure_lookup(
@@ -90,18 +91,19 @@ def measure_lookup(
     max_new: int,
     repeats: int,
     drafter: str,
-    methods: list[str],
+    methods: dict[str, tuple[str, dict[str, Any]]],
     engine: EngineFactory,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
-    """Per N: ``ar``, each method with the lookup drafter and transformers' prompt lookup, in one
-    repeat back to back; medians of the time ratios and their range over repeats."""
+    """Per N: ``ar``, each method (label -> (method, params)) with the lookup drafter and
+    transformers' prompt lookup, in one repeat back to back; medians of the time ratios and their
+    range over repeats."""
     spec = canonical_drafter(drafter)
     ngram = int(parse_drafter(spec)[1]["ngram"])
     tick = time.perf_counter()
     for n in draft_lens:  # compile and warm up, untimed
-        for m in methods:
-            run_harness(pair, m, prompts[:1], n, 8, engine, spec)
+        for m, params in methods.values():
+            run_harness(pair, m, prompts[:1], n, 8, engine, spec, **params)
     run_harness(pair, "ar", prompts[:1], 1, 8, engine)
     run_transformers_lookup(pair, prompts[:1], draft_lens[0], ngram, 8)
     setup = time.perf_counter() - tick
@@ -113,11 +115,11 @@ def measure_lookup(
             "ar": lambda: run_harness(pair, "ar", prompts, 1, max_new, engine),
             "hf": lambda: run_transformers_lookup(pair, prompts, n, ngram, max_new),
         }
-        for m in methods:
-            runs[m] = lambda m=m: run_harness(pair, m, prompts, n, max_new, engine, spec)
+        for label, (m, params) in methods.items():
+            runs[label] = lambda m=m, params=params: run_harness(pair, m, prompts, n, max_new, engine, spec, **params)
         got = paired(repeats, **runs)
-        for m in methods:
-            stats = [_stats(pair, m, p, n, max_new, engine, spec) for p in prompts]
+        for m, (method, params) in methods.items():
+            stats = [_stats(pair, method, p, n, max_new, engine, spec, params) for p in prompts]
             rounds = sum(s.rounds for s in stats)
             speedups = [a.seconds / x.seconds for a, x in zip(got["ar"], got[m])]
             rows.append({
