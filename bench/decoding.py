@@ -3,10 +3,11 @@ every batch size.
 
 A batch holds B examples (rows); B = 1 is the latency setting and runs the same code. Each model
 has an engine (``bench.engines``) keeping a KV cache of every token of a row but the last. A round
-drafts n_b = min(N, remaining_b - 1) tokens per row (so no row overshoots its budget), verifies all
-rows with ONE target forward, and rolls each row back to its accepted prefix. Rows accept different
-counts and end at different times; finished rows leave the batch. ``ar`` is the same loop with
-N = 0 and no draft model. One host sync per round: the verdicts.
+has the drafter (``bench.drafters``: the draft model, or prompt lookup) propose up to
+n_b = min(N, remaining_b - 1) tokens per row (so no row overshoots its budget; a lookup may propose
+none), verifies all rows with ONE target forward, and rolls each row back to its accepted prefix.
+Rows accept different counts and end at different times; finished rows leave the batch. ``ar`` is
+the same loop with N = 0 and no drafter. One host sync per round: the verdicts.
 
 Each row draws from its own generator, in the order and shapes it would alone (draft samples per
 step, then the verifier's uniforms and its token), so a row's completion does not depend on which
