@@ -84,6 +84,24 @@ def _stats(
     return decoder.generate(prompt, max_new).stats
 
 
+def _row(m: str, n: int, got: dict[str, list[Timed]], stats: list[Any]) -> dict[str, Any]:
+    """One method at one N: time ratios over the repeats, counters over the prompts."""
+    rounds = sum(s.rounds for s in stats)
+    speedups = [a.seconds / x.seconds for a, x in zip(got["ar"], got[m])]
+    return {
+        "method": m, "draft_len": n,
+        "speedup": statistics.median(speedups), "speedup_range": [min(speedups), max(speedups)],
+        "vs_hf": ratio(got, "hf", m),  # transformers' time / ours: above 1 is faster
+        "hf_speedup": ratio(got, "ar", "hf"),
+        "tokens_per_forward": sum(s.new_tokens for s in stats) / rounds,
+        "drafting_share": sum(s.drafting_rounds for s in stats) / rounds,
+        "acceptance_rate": sum(s.accepted_tokens for s in stats) / max(sum(s.drafted_tokens for s in stats), 1),
+        "target_loglik": sum(s.target_logprob_sum for s in stats) / sum(s.new_tokens for s in stats),
+        "equals_ar": got[m][0].outputs == got["ar"][0].outputs,
+        "equals_hf": got[m][0].outputs == got["hf"][0].outputs,
+    }  # fmt: skip
+
+
 def measure_lookup(
     pair: Pair,
     prompts: list[list[int]],
@@ -120,20 +138,7 @@ def measure_lookup(
         got = paired(repeats, **runs)
         for m, (method, params) in methods.items():
             stats = [_stats(pair, method, p, n, max_new, engine, spec, params) for p in prompts]
-            rounds = sum(s.rounds for s in stats)
-            speedups = [a.seconds / x.seconds for a, x in zip(got["ar"], got[m])]
-            rows.append({
-                "method": m, "draft_len": n,
-                "speedup": statistics.median(speedups), "speedup_range": [min(speedups), max(speedups)],
-                "vs_hf": ratio(got, "hf", m),  # transformers' time / ours: above 1 is faster
-                "hf_speedup": ratio(got, "ar", "hf"),
-                "tokens_per_forward": sum(s.new_tokens for s in stats) / rounds,
-                "drafting_share": sum(s.drafting_rounds for s in stats) / rounds,
-                "acceptance_rate": sum(s.accepted_tokens for s in stats) / max(sum(s.drafted_tokens for s in stats), 1),
-                "target_loglik": sum(s.target_logprob_sum for s in stats) / sum(s.new_tokens for s in stats),
-                "equals_ar": got[m][0].outputs == got["ar"][0].outputs,
-                "equals_hf": got[m][0].outputs == got["hf"][0].outputs,
-            })  # fmt: skip
+            rows.append(_row(m, n, got, stats))
             r = rows[-1]
             log(
                 f"{m} lookup N={n}: speedup over ar {r['speedup']:.2f} ({r['speedup_range'][0]:.2f}-"
