@@ -495,7 +495,7 @@ def registries() -> str:
     lines.append("drafters (--drafter NAME[:key=value,...]):")
     lines.append(f"  {'model':<{width}}the pair's draft model (default)")
     lines.append(
-        f"  {'lookup':<{width}}prompt lookup, no model: ngram=2 (longest n-gram matched), match=first|recent, "
+        f"  {'lookup':<{width}}prompt lookup, no model: ngram=2 (longest n-gram matched), min_ngram=1, match=first|recent, "
         "schedule=constant|heuristic; N = --draft-len (transformers' default is 10)"
     )
     return "\n".join(lines)

@@ -58,14 +58,14 @@ Candidates = Annotated[
 DrafterOpt = Annotated[
     Optional[str],
     _opt(
-        "What drafts: model (the pair's draft model, default) or lookup[:ngram=2,match=first|recent,"
+        "What drafts: model (the pair's draft model, default) or lookup[:ngram=2,min_ngram=1,match=first|recent,"
         "schedule=constant|heuristic] (prompt lookup, no model; N is --draft-len). See `list`."
     ),
 ]
 Drafters = Annotated[
     Optional[list[str]],
     _opt(
-        "What drafts: model (default) or lookup[:ngram=2,match=first|recent,schedule=constant|heuristic] "
+        "What drafts: model (default) or lookup[:ngram=2,min_ngram=1,match=first|recent,schedule=constant|heuristic] "
         "(prompt lookup, no model; N is --draft-len); repeatable, each a configuration.",
         "--drafter",
     ),

@@ -63,12 +63,14 @@ def test_recent_match_takes_the_latest_occurrence():
     assert lookup(ids, 2, 3, "recent") == [9, 4, 1]
     assert lookup([3, 4, 5], 2, 3) == []  # nothing recurs: no draft
     assert lookup(ids, 2, 3, "first", frozenset({7})) == []  # the continuation starts with an EOS
+    assert lookup([5, 1, 6, 2, 1], 2, 2) == [6, 2]  # a 1-gram match...
+    assert lookup([5, 1, 6, 2, 1], 2, 2, min_ngram=2) == []  # ...that min_ngram=2 ignores
 
 
 def test_drafter_specs_are_canonical_and_bad_ones_are_one_line():
-    assert canonical_drafter("lookup") == "lookup:match=first,ngram=2,schedule=constant"
-    assert canonical_drafter(" lookup:ngram=3 ") == "lookup:match=first,ngram=3,schedule=constant"
-    assert drafter_label("lookup:match=first,ngram=3,schedule=constant") == "lookup ngram=3"
+    assert canonical_drafter("lookup") == "lookup:match=first,min_ngram=1,ngram=2,schedule=constant"
+    assert canonical_drafter(" lookup:ngram=3 ") == "lookup:match=first,min_ngram=1,ngram=3,schedule=constant"
+    assert drafter_label("lookup:match=first,min_ngram=1,ngram=3,schedule=constant") == "lookup ngram=3"
     assert drafter_label("model") == ""
     assert parse_drafter("lookup:match=recent")[1]["match"] == "recent"
     for bad, needle in [
@@ -77,6 +79,7 @@ def test_drafter_specs_are_canonical_and_bad_ones_are_one_line():
         ("lookup:ngram=x", "takes an integer"),
         ("lookup:ngram=0", "ngram must be an integer >= 1"),
         ("lookup:match=last", "match must be one of first, recent"),
+        ("lookup:min_ngram=3", r"min_ngram must be an integer in \[1, ngram=2\]"),
     ]:
         with pytest.raises(BenchError, match=needle):
             canonical_drafter(bad)
