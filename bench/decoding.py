@@ -129,7 +129,8 @@ TRACE_FIELDS = (
     "token_id",
     "fate",  # accepted (a draft kept), resampled (from the residual after a rejection), bonus (target)
     "p",  # target probability of the emitted token at its position
-    "q",  # draft probability of the emitted token there (NaN for a bonus token: nothing drafted)
+    "q",  # draft probability of the emitted token there (NaN for a bonus token: nothing drafted;
+    # 1 or 0 under prompt lookup, whose law is the point mass on its token)
     "rejected_token_id",  # the draft token rejected at this position (-1 if none)
     "rejected_p",
     "rejected_q",
