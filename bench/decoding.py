@@ -395,15 +395,7 @@ class SpeculativeDecoder:
         accepted, next_token, floats, weights = self._verify(rows, ns, draft, p_logits, p, h_target)
         loglik = self._target_loglik(p_logits, drafted, accepted, next_token)
         host = torch.cat([accepted, next_token, drafted.flatten()]).tolist()  # the round's sync
-        # Read after the sync above, so without a stall: every row's log p of the tokens it may
-        # emit, then each verified group's [expected acceptance, bias] per position.
-        flat = torch.cat([loglik.flatten(), *(f.flatten() for _, f in floats)]).tolist()
-        sums, at = {}, loglik.numel()
-        for idx, f in floats:
-            k = f.shape[-1]
-            for i in idx:
-                sums[i] = [flat[at : at + k], flat[at + k : at + 2 * k]]
-                at += 2 * k
+        logps, sums = self._read_floats(loglik, floats)
         probs = (
             self._trace_probs(p_logits, p, draft.q if draft else None, drafted, accepted, next_token)
             if self.trace
@@ -415,10 +407,26 @@ class SpeculativeDecoder:
         finished: set[int] = set()
         for i, (row, nb) in enumerate(zip(rows, ns)):
             acc, drafts = host[i], host[2 * count + i * n : 2 * count + i * n + nb]
-            logp = flat[i * (n + 1) : (i + 1) * (n + 1)]
-            if self._emit(row, i, nb, acc, drafts, host[count + i], logp, sums.get(i), weights.get(i), probs):
+            if self._emit(row, i, nb, acc, drafts, host[count + i], logps[i], sums.get(i), weights.get(i), probs):
                 finished.add(i)
         return finished
+
+    @staticmethod
+    def _read_floats(
+        loglik: Tensor, floats: list[tuple[list[int], Tensor]]
+    ) -> tuple[list[list[float]], dict[int, list[list[float]]]]:
+        """One host read, after the round's sync (so without a stall): each row's log p of the
+        tokens it may emit, and each verified row's [expected acceptance, bias] per position."""
+        flat = torch.cat([loglik.flatten(), *(f.flatten() for _, f in floats)]).tolist()
+        width = loglik.shape[1]
+        logps = [flat[i * width : (i + 1) * width] for i in range(loglik.shape[0])]
+        sums, at = {}, loglik.numel()
+        for idx, f in floats:
+            k = f.shape[-1]
+            for i in idx:
+                sums[i] = [flat[at : at + k], flat[at + k : at + 2 * k]]
+                at += 2 * k
+        return logps, sums
 
     @staticmethod
     def _target_loglik(p_logits: Tensor, drafted: Tensor, accepted: Tensor, next_token: Tensor) -> Tensor:
