@@ -329,3 +329,30 @@ def test_a_grid_sweeps_drafters_and_runs_ar_once(tmp_path):
     assert labels == sorted(
         ["ar", "sd", "sd (lookup ngram=3)", "typical (alpha=0.3, eps=0.09)", "typical (alpha=0.3, eps=0.09, lookup ngram=3)"]
     )
+
+
+@pytest.mark.slow
+def test_drafters_sit_in_separate_panels_with_their_counters(tmp_path):
+    """A run over both drafters: one panel each (ar joins both), rows record the drafter, tables
+    show tokens per forward and the share of rounds that drafted."""
+    from bench import api
+    from bench.reports.summary import panels, summarise
+    from bench.store import load_results
+
+    out = tmp_path / "results"
+    api.run(
+        tasks=["arith"], pairs=["ref"], methods=["ar", "sd", "typical"], drafter=["model", "lookup"], limit=4,
+        output_dir=out, batch_size=4, timing_examples=0, progress=False, device="cpu", log=lambda m: None,
+    )  # fmt: skip
+    rows = load_results(out)
+    assert set(rows["drafter"].dropna()) == {"model", "lookup:match=first,min_ngram=1,ngram=2,schedule=constant"}
+    assert rows.loc[rows["method"] == "ar", "drafter"].isna().all()
+    found = panels(summarise(rows))
+    assert len(found) == 2 and all("ar" in set(p.part["method"]) for p in found)
+    assert sorted(p.part["label"].tolist()[-1] for p in found) == ["typical (alpha=0.3, eps=0.09)", "typical (lookup, alpha=0.3, eps=0.09)"]
+    lookup_panel = next(p for p in found if "drafter lookup" in p.title)
+    share = lookup_panel.part.set_index("label").loc["sd (lookup)", "drafting_share"]
+    assert 0 < share < 1  # arithmetic prompts rarely recur: many rounds found nothing
+    text = (out / "table.md").read_text()
+    assert "tokens/fwd" in text and "drafted" in text and "log p/token" in text
+    assert text.count("### ") == 2 and text.count("drafter lookup") == 1
