@@ -336,6 +336,7 @@ def speed(
     drafter: str = "model",
     chat_template: bool = False,
     params: Mapping[str, Sequence[Any]] | None = None,
+    temperature: float = 0.0,
 ) -> tuple[str, list[Path]]:
     """Time the harness against transformers' generate() and assisted generation (greedy, on the
     shipped CNN/DM fixture articles); return the markdown and the files written. With a lookup
@@ -352,9 +353,13 @@ def speed(
         raise BenchError("--engine takes eager, compiled or eager,compiled")
     if drafter != "model":
         return _speed_lookup(pair, draft_lens, methods, prompts, max_new_tokens, repeats, device, dtype,
-                             engines, output_dir, command, log, drafter, chat_template, params or {})  # fmt: skip
-    if params:
-        raise BenchError("speed takes --param only with --drafter lookup (the draft-model comparison has --target-weight)")
+                             engines, output_dir, command, log, drafter, chat_template, params or {},
+                             temperature)  # fmt: skip
+    if params or temperature:
+        raise BenchError(
+            "speed takes --param and --temperature only with --drafter lookup (the draft-model comparison is "
+            "greedy and has --target-weight)"
+        )
     if set(methods) - {"sd", "ensemble"} or "sd" not in methods:
         raise BenchError(f"--method takes sd or sd,ensemble, got {','.join(methods)!r}")
     loaded = load_pair(pair, device=device, dtype=dtype)
@@ -375,6 +380,7 @@ def _speed_lookup(
     pair: str, draft_lens: Sequence[int], methods: Sequence[str], prompts: int, max_new_tokens: int,
     repeats: int, device: str, dtype: str | None, engines: Sequence[str], output_dir: Path | str,
     command: str, log: Log, drafter: str, chat_template: bool, params: Mapping[str, Sequence[Any]],
+    temperature: float,
 ) -> tuple[str, list[Path]]:  # fmt: skip
     """``speed --drafter lookup``: one engine, the methods on lookup drafts against ar and transformers."""
     import json
@@ -390,13 +396,13 @@ def _speed_lookup(
         raise BenchError("speed --drafter lookup times one engine: give one --engine")
     runs = {}  # label -> (method, params); a rule the drafter cannot serve is refused before any model loads
     for m, p, _ in expand_methods(methods, params=params):
-        cfg = RunConfig(task="cnndm", pair=pair, method=m, params=p, drafter=drafter, temperature=0).resolve()
+        cfg = RunConfig(task="cnndm", pair=pair, method=m, params=p, drafter=drafter, temperature=temperature).resolve()
         runs[cfg.info.label(p)] = (m, p)
     loaded = load_pair(pair, device=device, dtype=dtype)
     task = Task(resolve_task("cnndm"), "fixture")
     encoded = [encode_prompt(loaded, e.prompt, chat_template) for e in task.examples()][:prompts]
     result = measure_lookup(loaded, encoded, list(draft_lens), max_new_tokens, repeats, drafter, runs,
-                            make_engine(engines[0]), log=log)  # fmt: skip
+                            make_engine(engines[0]), log=log, temperature=temperature)  # fmt: skip
     result["engine"], result["chat_template"] = engines[0], chat_template
     stem = Path(output_dir) / f"speed_lookup_{loaded.spec.name}"
     stem.parent.mkdir(parents=True, exist_ok=True)
