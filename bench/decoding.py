@@ -227,6 +227,7 @@ class SpeculativeDecoder:
                 reads=verifier.reads(),
                 device=self.device,
                 eos=self.eos,
+                draft_len=self.draft_len,
             )
         # Step widths after the prompt: the target verifies up to N + 1 tokens (fewer near the
         # budget, and where a drafter proposes fewer).

@@ -301,8 +301,7 @@ def test_greedy_lookup_on_smollm2_equals_transformers_and_ar(smollm2):
 
 
 def test_lookup_drafter_state_resets_per_batch():
-    drafter = PromptLookup(schedule="heuristic")
-    drafter.target_widths(6)
+    drafter = PromptLookup(schedule="heuristic").bind(torch.device("cpu"), frozenset(), 6)
 
     class Row:
         index, seq, generator = 0, [1, 2, 3, 1, 2, 3, 1, 2], None

@@ -82,15 +82,14 @@ class PromptLookup(Drafter):
         self.lengths: dict[int, int] = {}  # a row's current N under the heuristic schedule
         self.most = 1  # --draft-len: the widest draft the target's widths allow
 
-    def bind(self, device: torch.device, eos: frozenset[int]) -> PromptLookup:
-        """Where its tokens go and which tokens end an example."""
-        self.device, self.eos = device, eos
+    def bind(self, device: torch.device, eos: frozenset[int], draft_len: int) -> PromptLookup:
+        """Where its tokens go, which tokens end an example, and N (a schedule's ceiling)."""
+        self.device, self.eos, self.most = device, eos, draft_len
         return self
 
     def target_widths(self, cap: int) -> tuple[int, ...]:
-        """A row that found nothing is verified alone at width 1; others at most N + 1 (a compiled
-        engine pads a shorter draft to it)."""
-        self.most = cap
+        """A round in which no row found a continuation is a width-1 step; others are at most
+        N + 1 wide (a compiled engine pads a shorter draft to it)."""
         return (1, cap + 1)
 
     def start(self, rows: int) -> None:
