@@ -206,6 +206,7 @@ def speed(  # fmt: skip
     batch_sizes: o.BatchSizes = "1,4,16,64", examples: o.ThroughputExamples = 64,
     engine: o.SpeedEngines = "eager", threads: o.Threads = None, drafter: o.DrafterOpt = None,
     chat_template: o.GenerateChat = False, param: o.Param = None, temperature: o.SpeedTemperature = 0.0,
+    task: o.SpeedTask = "cnndm", data: o.SpeedData = "fixture", num_fewshot: o.NumFewshot = None,
 ) -> None:
     """Time the harness against transformers generate() and assisted generation, and against the
     ideal speedup S(alpha, N, c); checks that greedy outputs agree. With --throughput, time batched
@@ -234,7 +235,7 @@ def speed(  # fmt: skip
         text, paths = api.speed(draft_lens=lens, methods=o.split_list(method), target_weight=target_weight,
                                 prompts=prompts, engines=o.split_list(engine), drafter=drafter or "model",
                                 chat_template=chat_template, params=o.params(param), temperature=temperature,
-                                **common)  # fmt: skip
+                                task=task, data=data, num_fewshot=num_fewshot, **common)  # fmt: skip
     typer.echo(f"{text}\nwritten: {', '.join(map(str, paths))}")
 
 

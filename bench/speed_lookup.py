@@ -175,7 +175,8 @@ def lookup_markdown(result: dict[str, Any], command: str) -> str:
         "",
         f"Command: `{command}`",
         "",
-        f"Drafter `{r['drafter']}`; {r['prompts']} prompts x {r['max_new_tokens']} new tokens, "
+        f"Drafter `{r['drafter']}`; {r['prompts']} prompts of {r.get('task', 'cnndm')} ({r.get('data', 'fixture')}"
+        f"{', chat template' if r.get('chat_template') else ''}) x {r['max_new_tokens']} new tokens, "
         f"{'greedy' if not r['temperature'] else 'temperature %g' % r['temperature']}; medians "
         f"over {r['repeats']} repeats of runs made back to back (range in brackets); setup {r['setup_s']:.0f} s.",
         "",
