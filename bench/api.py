@@ -353,6 +353,11 @@ def speed(
     log: Log = print,
     drafter: str = "model",
     chat_template: bool = False,
+    params: Mapping[str, Sequence[Any]] | None = None,
+    temperature: float = 0.0,
+    task: str = "cnndm",
+    data: str = "fixture",
+    num_fewshot: int | None = None,
 ) -> tuple[str, list[Path]]:
     """Time the harness against transformers' generate() and assisted generation (greedy, on the
     shipped CNN/DM fixture articles); return the markdown and the files written. With a lookup
@@ -369,7 +374,13 @@ def speed(
         raise BenchError("--engine takes eager, compiled or eager,compiled")
     if drafter != "model":
         return _speed_lookup(pair, draft_lens, methods, prompts, max_new_tokens, repeats, device, dtype,
-                             engines, output_dir, command, log, drafter, chat_template)  # fmt: skip
+                             engines, output_dir, command, log, drafter, chat_template, params or {},
+                             temperature, task, data, num_fewshot)  # fmt: skip
+    if params or temperature or (task, data, num_fewshot) != ("cnndm", "fixture", None):
+        raise BenchError(
+            "speed takes --param, --temperature, --task, --data and --num-fewshot only with --drafter lookup (the draft-model "
+            "comparison is greedy on the CNN/DM fixture and has --target-weight)"
+        )
     if set(methods) - {"sd", "ensemble"} or "sd" not in methods:
         raise BenchError(f"--method takes sd or sd,ensemble, got {','.join(methods)!r}")
     loaded = load_pair(pair, device=device, dtype=dtype)
@@ -389,13 +400,14 @@ def speed(
 def _speed_lookup(
     pair: str, draft_lens: Sequence[int], methods: Sequence[str], prompts: int, max_new_tokens: int,
     repeats: int, device: str, dtype: str | None, engines: Sequence[str], output_dir: Path | str,
-    command: str, log: Log, drafter: str, chat_template: bool,
+    command: str, log: Log, drafter: str, chat_template: bool, params: Mapping[str, Sequence[Any]],
+    temperature: float, task: str, data: str, num_fewshot: int | None,
 ) -> tuple[str, list[Path]]:  # fmt: skip
     """``speed --drafter lookup``: one engine, the methods on lookup drafts against ar and transformers."""
     import json
 
     from bench.build import encode_prompt
-    from bench.config import RunConfig
+    from bench.config import RunConfig, expand_methods
     from bench.engines import make_engine
     from bench.pairs import load_pair
     from bench.speed_lookup import lookup_markdown, measure_lookup
@@ -403,14 +415,16 @@ def _speed_lookup(
 
     if len(engines) != 1:
         raise BenchError("speed --drafter lookup times one engine: give one --engine")
-    for m in methods:  # refuse a rule the drafter cannot serve before any model loads
-        RunConfig(task="cnndm", pair=pair, method=m, drafter=drafter).resolve()
+    runs = {}  # label -> (method, params); a rule the drafter cannot serve is refused before any model loads
+    for m, p, _ in expand_methods(methods, params=params):
+        cfg = RunConfig(task=task, pair=pair, method=m, params=p, drafter=drafter, temperature=temperature).resolve()
+        runs[cfg.info.label(p)] = (m, p)
     loaded = load_pair(pair, device=device, dtype=dtype)
-    task = Task(resolve_task("cnndm"), "fixture")
-    encoded = [encode_prompt(loaded, e.prompt, chat_template) for e in task.examples()][:prompts]
-    result = measure_lookup(loaded, encoded, list(draft_lens), max_new_tokens, repeats, drafter, list(methods),
-                            make_engine(engines[0]), log=log)  # fmt: skip
-    result["engine"], result["chat_template"] = engines[0], chat_template
+    examples = Task(resolve_task(task), data, num_fewshot=num_fewshot).examples(prompts)
+    encoded = [encode_prompt(loaded, e.prompt, chat_template) for e in examples]
+    result = measure_lookup(loaded, encoded, list(draft_lens), max_new_tokens, repeats, drafter, runs,
+                            make_engine(engines[0]), log=log, temperature=temperature)  # fmt: skip
+    result.update(engine=engines[0], chat_template=chat_template, task=task, data=data, num_fewshot=num_fewshot)
     stem = Path(output_dir) / f"speed_lookup_{loaded.spec.name}"
     stem.parent.mkdir(parents=True, exist_ok=True)
     text = lookup_markdown(result, command)
@@ -510,7 +524,7 @@ def registries() -> str:
     lines.append("drafters (--drafter NAME[:key=value,...]):")
     lines.append(f"  {'model':<{width}}the pair's draft model (default)")
     lines.append(
-        f"  {'lookup':<{width}}prompt lookup, no model: ngram=2 (longest n-gram matched), match=first|recent, "
+        f"  {'lookup':<{width}}prompt lookup, no model: ngram=2 (longest n-gram matched), min_ngram=1, match=first|recent, "
         "schedule=constant|heuristic; N = --draft-len (transformers' default is 10)"
     )
     return "\n".join(lines)

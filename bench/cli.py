@@ -224,7 +224,8 @@ def speed(  # fmt: skip
     output_dir: o.SpeedDir = Path("results"), throughput: o.Throughput = False,
     batch_sizes: o.BatchSizes = "1,4,16,64", examples: o.ThroughputExamples = 64,
     engine: o.SpeedEngines = "eager", threads: o.Threads = None, drafter: o.DrafterOpt = None,
-    chat_template: o.GenerateChat = False,
+    chat_template: o.GenerateChat = False, param: o.Param = None, temperature: o.SpeedTemperature = 0.0,
+    task: o.SpeedTask = "cnndm", data: o.SpeedData = "fixture", num_fewshot: o.NumFewshot = None,
 ) -> None:
     """Time the harness against transformers generate() and assisted generation, and against the
     ideal speedup S(alpha, N, c); checks that greedy outputs agree. With --throughput, time batched
@@ -232,7 +233,7 @@ def speed(  # fmt: skip
     time lookup drafts (--method: sd and any rule defined on them) against ar and transformers'
     prompt lookup, and the target's step cost per width 1 .. N + 1.
 
-    Example: diversed-bench speed --pair smollm2 --engine compiled --drafter lookup --draft-len 10 --method sd,typical
+    Example: diversed-bench speed --pair smollm2 --engine compiled --drafter lookup --draft-len 10 --method sd,relaxed --param relaxed_topk=10 --param relaxed_delta=0.2
 
     Example: diversed-bench speed --pair tiny --draft-len 3,5 --repeats 5
 
@@ -252,7 +253,8 @@ def speed(  # fmt: skip
     else:
         text, paths = api.speed(draft_lens=lens, methods=o.split_list(method), target_weight=target_weight,
                                 prompts=prompts, engines=o.split_list(engine), drafter=drafter or "model",
-                                chat_template=chat_template, **common)  # fmt: skip
+                                chat_template=chat_template, params=o.params(param), temperature=temperature,
+                                task=task, data=data, num_fewshot=num_fewshot, **common)  # fmt: skip
     typer.echo(f"{text}\nwritten: {', '.join(map(str, paths))}")
 
 

@@ -58,14 +58,14 @@ Candidates = Annotated[
 DrafterOpt = Annotated[
     Optional[str],
     _opt(
-        "What drafts: model (the pair's draft model, default) or lookup[:ngram=2,match=first|recent,"
+        "What drafts: model (the pair's draft model, default) or lookup[:ngram=2,min_ngram=1,match=first|recent,"
         "schedule=constant|heuristic] (prompt lookup, no model; N is --draft-len). See `list`."
     ),
 ]
 Drafters = Annotated[
     Optional[list[str]],
     _opt(
-        "What drafts: model (default) or lookup[:ngram=2,match=first|recent,schedule=constant|heuristic] "
+        "What drafts: model (default) or lookup[:ngram=2,min_ngram=1,match=first|recent,schedule=constant|heuristic] "
         "(prompt lookup, no model; N is --draft-len); repeatable, each a configuration.",
         "--drafter",
     ),
@@ -144,6 +144,9 @@ TrainSeed = Annotated[int, _opt("Seeds the prompts drawn and every rollout.")]
 SpeedPair = Annotated[str, _opt("Pair name or YAML (llama3-shapes: real 8B/1B shapes, random weights).")]
 DraftLens = Annotated[str, _opt("Draft lengths to measure, comma-separated.")]
 SpeedMethods = Annotated[str, _opt("sd, or sd,ensemble to also time the static ensemble.")]
+SpeedTask = Annotated[str, _opt("With --drafter lookup: the task whose prompts are timed (as `run` renders them).")]
+SpeedData = Annotated[str, _opt("With --drafter lookup: the task's data, fixture (default), hub or a local path.")]
+SpeedTemperature = Annotated[float, _opt("With --drafter lookup: 0 = greedy (outputs compared), else sampled.")]
 SpeedWeight = Annotated[float, _opt("Weight for the ensemble comparison.")]
 SpeedPrompts = Annotated[int, _opt("Number of prompts (fixture CNNDM articles).")]
 SpeedBudget = Annotated[int, _opt("Token budget of each completion.")]

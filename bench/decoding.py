@@ -3,10 +3,11 @@ every batch size.
 
 A batch holds B examples (rows); B = 1 is the latency setting and runs the same code. Each model
 has an engine (``bench.engines``) keeping a KV cache of every token of a row but the last. A round
-drafts n_b = min(N, remaining_b - 1) tokens per row (so no row overshoots its budget), verifies all
-rows with ONE target forward, and rolls each row back to its accepted prefix. Rows accept different
-counts and end at different times; finished rows leave the batch. ``ar`` is the same loop with
-N = 0 and no draft model. One host sync per round: the verdicts.
+has the drafter (``bench.drafters``: the draft model, or prompt lookup) propose up to
+n_b = min(N, remaining_b - 1) tokens per row (so no row overshoots its budget; a lookup may propose
+none), verifies all rows with ONE target forward, and rolls each row back to its accepted prefix.
+Rows accept different counts and end at different times; finished rows leave the batch. ``ar`` is
+the same loop with N = 0 and no drafter. One host sync per round: the verdicts.
 
 Each row draws from its own generator, in the order and shapes it would alone (draft samples per
 step, then the verifier's uniforms and its token), so a row's completion does not depend on which
@@ -141,7 +142,8 @@ TRACE_FIELDS = (
     "token_id",
     "fate",  # accepted (a draft kept), resampled (from the residual after a rejection), bonus (target)
     "p",  # target probability of the emitted token at its position
-    "q",  # draft probability of the emitted token there (NaN for a bonus token: nothing drafted)
+    "q",  # draft probability of the emitted token there (NaN for a bonus token: nothing drafted;
+    # 1 or 0 under prompt lookup, whose law is the point mass on its token)
     "rejected_token_id",  # the draft token rejected at this position (-1 if none)
     "rejected_p",
     "rejected_q",
@@ -238,6 +240,7 @@ class SpeculativeDecoder:
                 reads=verifier.reads(),
                 device=self.device,
                 eos=self.eos,
+                draft_len=self.draft_len,
             )
         # Step widths after the prompt: the target verifies up to N + 1 tokens (fewer near the
         # budget, and where a drafter proposes fewer).
@@ -406,15 +409,7 @@ class SpeculativeDecoder:
         accepted, next_token, floats, weights = self._verify(rows, ns, draft, p_logits, p, h_target)
         loglik = self._target_loglik(p_logits, drafted, accepted, next_token)
         host = torch.cat([accepted, next_token, drafted.flatten()]).tolist()  # the round's sync
-        # Read after the sync above, so without a stall: every row's log p of the tokens it may
-        # emit, then each verified group's [expected acceptance, bias] per position.
-        flat = torch.cat([loglik.flatten(), *(f.flatten() for _, f in floats)]).tolist()
-        sums, at = {}, loglik.numel()
-        for idx, f in floats:
-            k = f.shape[-1]
-            for i in idx:
-                sums[i] = [flat[at : at + k], flat[at + k : at + 2 * k]]
-                at += 2 * k
+        logps, sums = self._read_floats(loglik, floats)
         probs = (
             self._trace_probs(p_logits, p, draft.q if draft else None, drafted, accepted, next_token)
             if self.trace
@@ -426,10 +421,26 @@ class SpeculativeDecoder:
         finished: set[int] = set()
         for i, (row, nb) in enumerate(zip(rows, ns)):
             acc, drafts = host[i], host[2 * count + i * n : 2 * count + i * n + nb]
-            logp = flat[i * (n + 1) : (i + 1) * (n + 1)]
-            if self._emit(row, i, nb, acc, drafts, host[count + i], logp, sums.get(i), weights.get(i), probs):
+            if self._emit(row, i, nb, acc, drafts, host[count + i], logps[i], sums.get(i), weights.get(i), probs):
                 finished.add(i)
         return finished
+
+    @staticmethod
+    def _read_floats(
+        loglik: Tensor, floats: list[tuple[list[int], Tensor]]
+    ) -> tuple[list[list[float]], dict[int, list[list[float]]]]:
+        """One host read, after the round's sync (so without a stall): each row's log p of the
+        tokens it may emit, and each verified row's [expected acceptance, bias] per position."""
+        flat = torch.cat([loglik.flatten(), *(f.flatten() for _, f in floats)]).tolist()
+        width = loglik.shape[1]
+        logps = [flat[i * width : (i + 1) * width] for i in range(loglik.shape[0])]
+        sums, at = {}, loglik.numel()
+        for idx, f in floats:
+            k = f.shape[-1]
+            for i in idx:
+                sums[i] = [flat[at : at + k], flat[at + k : at + 2 * k]]
+                at += 2 * k
+        return logps, sums
 
     @staticmethod
     def _target_loglik(p_logits: Tensor, drafted: Tensor, accepted: Tensor, next_token: Tensor) -> Tensor:

@@ -92,9 +92,10 @@ def run_harness(
     max_new: int,
     engine: EngineFactory = EagerEngine,
     drafter: str = "model",
+    sampling: Sampling = GREEDY,
     **params: Any,
 ) -> Timed:
-    decoder = build_decoder(pair, method, params, draft_len=n, sampling=GREEDY, engine=engine, drafter=drafter)
+    decoder = build_decoder(pair, method, params, draft_len=n, sampling=sampling, engine=engine, drafter=drafter)
     timed = Timed([], 0.0)
     for prompt in prompts:
         gen = decoder.generate(prompt, max_new)

@@ -8,8 +8,9 @@ loading code, and prompted with the GSM8K task's prompts under each tokenizer's 
 
 - the logits of every harness step (prefill, one- and multi-token steps, steps after a rollback)
   equal a full forward of the same ids, within ``TOLERANCE``;
-- greedy ``ar`` and ``sd`` equal ``generate(do_sample=False)`` token for token, on both engines,
-  at batch 1 and in a batch of ragged prompt lengths;
+- greedy ``ar`` and ``sd`` (with the draft model, and with prompt lookup) equal
+  ``generate(do_sample=False)`` token for token, on both engines, at batch 1 and in a batch of
+  ragged prompt lengths;
 - the prompt ids are the tokenizer's (and chat template's) ids of the task's prompt text;
 - the checkpoints continue different prompts differently, so mixed-up rows could not pass.
 
@@ -185,3 +186,20 @@ def test_greedy_ar_and_sd_equal_transformers_generate(name, engine, pairs, promp
             assert alone.token_ids == want, f"{name} {engine} {method}, batch 1"
             rates.append(alone.stats.acceptance_rate)
     assert any(r < 1 for r in rates[ROWS:]), "sd must reject drafts (and roll back) somewhere"
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("name", ARCHITECTURES)
+def test_greedy_lookup_sd_equals_transformers_generate(name, engine, pairs, prompts, references, factories):
+    """Prompt lookup on every architecture: rows that found a continuation verify it at width
+    N + 1 beside rows that found none (width 1), in a ragged batch and alone."""
+    pair = pairs[name]
+    decoder = SpeculativeDecoder(
+        pair.target, None, make_verifier("sd"), draft_len=N, sampling=GREEDY, eos_token_ids=pair.eos_token_ids,
+        engine=factories[engine], drafter="lookup",
+    )  # fmt: skip
+    batch = decoder.generate_batch(prompts[name], BUDGET, list(range(ROWS)))
+    assert [g.token_ids for g in batch] == references[name], f"{name} {engine} lookup, ragged batch"
+    for prompt, want in zip(prompts[name], references[name]):
+        assert decoder.generate(prompt, BUDGET).token_ids == want, f"{name} {engine} lookup, batch 1"
+    assert any(g.stats.drafting_rounds for g in batch), "no lookup found a continuation: nothing was tested"

@@ -63,12 +63,14 @@ def test_recent_match_takes_the_latest_occurrence():
     assert lookup(ids, 2, 3, "recent") == [9, 4, 1]
     assert lookup([3, 4, 5], 2, 3) == []  # nothing recurs: no draft
     assert lookup(ids, 2, 3, "first", frozenset({7})) == []  # the continuation starts with an EOS
+    assert lookup([5, 1, 6, 2, 1], 2, 2) == [6, 2]  # a 1-gram match...
+    assert lookup([5, 1, 6, 2, 1], 2, 2, min_ngram=2) == []  # ...that min_ngram=2 ignores
 
 
 def test_drafter_specs_are_canonical_and_bad_ones_are_one_line():
-    assert canonical_drafter("lookup") == "lookup:match=first,ngram=2,schedule=constant"
-    assert canonical_drafter(" lookup:ngram=3 ") == "lookup:match=first,ngram=3,schedule=constant"
-    assert drafter_label("lookup:match=first,ngram=3,schedule=constant") == "lookup ngram=3"
+    assert canonical_drafter("lookup") == "lookup:match=first,min_ngram=1,ngram=2,schedule=constant"
+    assert canonical_drafter(" lookup:ngram=3 ") == "lookup:match=first,min_ngram=1,ngram=3,schedule=constant"
+    assert drafter_label("lookup:match=first,min_ngram=1,ngram=3,schedule=constant") == "lookup ngram=3"
     assert drafter_label("model") == ""
     assert parse_drafter("lookup:match=recent")[1]["match"] == "recent"
     for bad, needle in [
@@ -77,6 +79,7 @@ def test_drafter_specs_are_canonical_and_bad_ones_are_one_line():
         ("lookup:ngram=x", "takes an integer"),
         ("lookup:ngram=0", "ngram must be an integer >= 1"),
         ("lookup:match=last", "match must be one of first, recent"),
+        ("lookup:min_ngram=3", r"min_ngram must be an integer in \[1, ngram=2\]"),
     ]:
         with pytest.raises(BenchError, match=needle):
             canonical_drafter(bad)
@@ -248,11 +251,13 @@ def check_against_transformers(pair, prompts, n: int, ngram: int, budget: int, e
         assert s.acceptance_length == pytest.approx(s.new_tokens / s.rounds)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n,ngram", [(10, 2), (3, 3), (1, 1)])
 def test_greedy_lookup_sd_equals_ar_and_transformers_prompt_lookup(tiny_pair, n, ngram):
     check_against_transformers(tiny_pair, repetitive_prompts(tiny_pair.tokenizer), n, ngram, 30)
 
 
+@pytest.mark.slow
 def test_greedy_lookup_on_the_compiled_engine(tiny_pair):
     """The compiled engine declares widths 1 and N + 1: a round that found nothing runs at width 1,
     a shorter draft is padded to N + 1; the tokens and forwards stay transformers'."""
@@ -282,6 +287,7 @@ def test_target_loglik_is_the_targets_log_p_of_the_emitted_tokens(tiny_pair):
         assert gen.stats.target_loglik == pytest.approx(want, abs=1e-4), (method, drafter)
 
 
+@pytest.mark.slow
 def test_greedy_lookup_on_smollm2_equals_transformers_and_ar(smollm2):
     """The real weights: transformers' generate(prompt_lookup_num_tokens=10,
     max_matching_ngram_size=3) and ``ar``, token for token, as many target forwards, on a CNN/DM
@@ -295,8 +301,7 @@ def test_greedy_lookup_on_smollm2_equals_transformers_and_ar(smollm2):
 
 
 def test_lookup_drafter_state_resets_per_batch():
-    drafter = PromptLookup(schedule="heuristic")
-    drafter.target_widths(6)
+    drafter = PromptLookup(schedule="heuristic").bind(torch.device("cpu"), frozenset(), 6)
 
     class Row:
         index, seq, generator = 0, [1, 2, 3, 1, 2, 3, 1, 2], None
@@ -309,3 +314,44 @@ def test_lookup_drafter_state_resets_per_batch():
     assert drafter.draft([Row()], [6]).counts == [6]  # +2 after a full acceptance, capped at N
     drafter.start(1)
     assert drafter.lengths == {}
+
+
+def test_a_grid_sweeps_drafters_and_runs_ar_once(tmp_path):
+    """``drafter`` is a grid axis: every method once per drafter, ``ar`` (which drafts nothing) once."""
+    from bench.grid import configs_from_grid
+
+    grid = tmp_path / "g.yaml"
+    grid.write_text("tasks: [arith]\npairs: [ref]\nmethods: [ar, sd, typical]\ndrafter: [model, 'lookup:ngram=3']\n")
+    configs, _ = configs_from_grid(str(grid))
+    resolved = {c.config_id: c for c in (c.resolve() for c in configs)}
+    labels = sorted(c.label for c in resolved.values())
+    assert labels == sorted(
+        ["ar", "sd", "sd (lookup ngram=3)", "typical (alpha=0.3, eps=0.09)", "typical (alpha=0.3, eps=0.09, lookup ngram=3)"]
+    )
+
+
+@pytest.mark.slow
+def test_drafters_sit_in_separate_panels_with_their_counters(tmp_path):
+    """A run over both drafters: one panel each (ar joins both), rows record the drafter, tables
+    show tokens per forward and the share of rounds that drafted."""
+    from bench import api
+    from bench.reports.summary import panels, summarise
+    from bench.store import load_results
+
+    out = tmp_path / "results"
+    api.run(
+        tasks=["arith"], pairs=["ref"], methods=["ar", "sd", "typical"], drafter=["model", "lookup"], limit=4,
+        output_dir=out, batch_size=4, timing_examples=0, progress=False, device="cpu", log=lambda m: None,
+    )  # fmt: skip
+    rows = load_results(out)
+    assert set(rows["drafter"].dropna()) == {"model", "lookup:match=first,min_ngram=1,ngram=2,schedule=constant"}
+    assert rows.loc[rows["method"] == "ar", "drafter"].isna().all()
+    found = panels(summarise(rows))
+    assert len(found) == 2 and all("ar" in set(p.part["method"]) for p in found)
+    assert sorted(p.part["label"].tolist()[-1] for p in found) == ["typical (alpha=0.3, eps=0.09)", "typical (lookup, alpha=0.3, eps=0.09)"]
+    lookup_panel = next(p for p in found if "drafter lookup" in p.title)
+    share = lookup_panel.part.set_index("label").loc["sd (lookup)", "drafting_share"]
+    assert 0 < share < 1  # arithmetic prompts rarely recur: many rounds found nothing
+    text = (out / "table.md").read_text()
+    assert "tokens/fwd" in text and "drafted" in text and "log p/token" in text
+    assert text.count("### ") == 2 and text.count("drafter lookup") == 1

@@ -90,13 +90,14 @@ def make_drafter(
     reads: frozenset[str] = frozenset(),
     device: torch.device = torch.device("cpu"),
     eos: frozenset[int] = frozenset(),
+    draft_len: int = 1,
 ) -> Drafter:
     """The drafter a decoder runs; ``greedy``: a model drafts its argmax; ``hidden``: the verifier
     reads the draft's hidden states; ``reads``: what the verifier reads of the draft."""
     name, params = parse_drafter(spec)
     check_reads(method, reads, spec)
     if name == "lookup":
-        return PromptLookup(**params).bind(device, eos)
+        return PromptLookup(**params).bind(device, eos, draft_len)
     if draft is None:
         raise BenchError(f"{method}: needs a draft model (or --drafter lookup, which needs none)")
     return ModelDrafter(draft, engine, sampling, greedy, hidden)

@@ -5,7 +5,8 @@ The row's last n tokens (n from ``ngram`` down to 1, the longest that matches fi
 in its prompt and emitted tokens; the tokens that followed an earlier occurrence, up to N, are the
 draft. ``match=first`` takes the earliest occurrence with a continuation, as transformers'
 ``PromptLookupCandidateGenerator`` does; ``match=recent`` the latest. A continuation is cut before
-its first EOS, as transformers cuts it, and a row whose lookup finds nothing drafts nothing: its
+its first EOS, as transformers cuts it; ``min_ngram`` (vLLM's ``prompt_lookup_min``) ignores shorter
+matches. A row whose lookup finds nothing drafts nothing: its
 round is a plain target step of width 1. ``schedule=heuristic`` adapts each row's N as transformers'
 assistant schedule does (+2 after a round that kept every draft, -1 otherwise, never below 1),
 capped at --draft-len, the widths a compiled engine declared.
@@ -28,14 +29,22 @@ MATCHES = ("first", "recent")
 SCHEDULES = ("constant", "heuristic")
 
 
-def lookup(ids: Sequence[int], ngram: int, tokens: int, match: str = "first", eos: frozenset[int] = frozenset()) -> list[int]:
+def lookup(
+    ids: Sequence[int],
+    ngram: int,
+    tokens: int,
+    match: str = "first",
+    eos: frozenset[int] = frozenset(),
+    min_ngram: int = 1,
+) -> list[int]:
     """The draft for one row whose tokens so far are ``ids``: transformers' rule (the longest
     n-gram <= ``ngram`` that occurs earlier, its first occurrence with a continuation), or the most
-    recent occurrence with ``match='recent'``. Empty when nothing matches, or when the continuation
-    starts with an EOS (transformers then drafts nothing too)."""
+    recent occurrence with ``match='recent'``; n-grams shorter than ``min_ngram`` do not count
+    (vLLM's ``prompt_lookup_min``). Empty when nothing matches, or when the continuation starts
+    with an EOS (transformers then drafts nothing too)."""
     a = np.asarray(ids, dtype=np.int64)
     length = len(a)
-    for size in range(min(ngram, length - 1), 0, -1):
+    for size in range(min(ngram, length - 1), min_ngram - 1, -1):
         windows = np.lib.stride_tricks.sliding_window_view(a[: length - 1], size)  # each has a successor
         found = np.flatnonzero((windows == a[length - size :]).all(axis=1))
         if not len(found):
@@ -55,12 +64,15 @@ class PromptLookup(Drafter):
     supplies: ClassVar[frozenset[str]] = frozenset({"q"})
     deterministic: ClassVar[bool] = True
     ngram: int = 2  # transformers' max_matching_ngram_size default (generate's `or 2`)
+    min_ngram: int = 1  # vLLM's prompt_lookup_min; transformers matches down to 1
     match: str = "first"
     schedule: str = "constant"
 
     def __post_init__(self) -> None:
         if isinstance(self.ngram, bool) or not isinstance(self.ngram, int) or self.ngram < 1:
             raise BenchError(f"lookup: ngram must be an integer >= 1, got {self.ngram!r}")
+        if isinstance(self.min_ngram, bool) or not isinstance(self.min_ngram, int) or not 1 <= self.min_ngram <= self.ngram:
+            raise BenchError(f"lookup: min_ngram must be an integer in [1, ngram={self.ngram}], got {self.min_ngram!r}")
         if self.match not in MATCHES:
             raise BenchError(f"lookup: match must be one of {', '.join(MATCHES)}, got {self.match!r}")
         if self.schedule not in SCHEDULES:
@@ -70,15 +82,14 @@ class PromptLookup(Drafter):
         self.lengths: dict[int, int] = {}  # a row's current N under the heuristic schedule
         self.most = 1  # --draft-len: the widest draft the target's widths allow
 
-    def bind(self, device: torch.device, eos: frozenset[int]) -> PromptLookup:
-        """Where its tokens go and which tokens end an example."""
-        self.device, self.eos = device, eos
+    def bind(self, device: torch.device, eos: frozenset[int], draft_len: int) -> PromptLookup:
+        """Where its tokens go, which tokens end an example, and N (a schedule's ceiling)."""
+        self.device, self.eos, self.most = device, eos, draft_len
         return self
 
     def target_widths(self, cap: int) -> tuple[int, ...]:
-        """A row that found nothing is verified alone at width 1; others at most N + 1 (a compiled
-        engine pads a shorter draft to it)."""
-        self.most = cap
+        """A round in which no row found a continuation is a width-1 step; others are at most
+        N + 1 wide (a compiled engine pads a shorter draft to it)."""
         return (1, cap + 1)
 
     def start(self, rows: int) -> None:
@@ -86,7 +97,9 @@ class PromptLookup(Drafter):
 
     def draft(self, rows: Sequence[DraftRow], caps: Sequence[int]) -> Draft:
         found = [
-            lookup(r.seq, self.ngram, min(cap, self.lengths.get(r.index, cap)), self.match, self.eos) if cap else []
+            lookup(r.seq, self.ngram, min(cap, self.lengths.get(r.index, cap)), self.match, self.eos, self.min_ngram)
+            if cap
+            else []
             for r, cap in zip(rows, caps)
         ]
         width = max(map(len, found))
