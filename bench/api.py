@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,6 +109,7 @@ def run(
     progress: bool = True,
     trace: bool = False,
     report: bool = True,
+    verbose: bool = False,
     log: Log = print,
     **settings: Any,
 ) -> RunResult:
@@ -143,6 +145,7 @@ def run(
         progress=progress and launch.rank == 0,
         log=log,
         trace=trace,
+        verbose=verbose,
     )
     try:
         runner.run(found)
@@ -222,6 +225,7 @@ def generate(
     engine: str = "eager",
     truncate_prompt: str = "none",
     draft_policy: str | None = None,
+    verbose: bool = False,
 ) -> Generated:
     """Decode one prompt, raw or wrapped in a task's template, as ``run`` would."""
     from bench.build import build_decoder, encode_prompt
@@ -232,7 +236,7 @@ def generate(
 
     text, note = generate_prompt(prompt, task, example, data, resolve_pair(pair).kind)
     check_truncation(truncate_prompt)
-    factory = make_engine(engine)
+    factory = make_engine(engine, verbose, lambda m: print(m, file=sys.stderr))
     loaded = load_pair(pair, device=device, dtype=dtype)
     decoder = build_decoder(
         loaded,
@@ -286,6 +290,7 @@ def train(
     device: str = "auto",
     dtype: str | None = None,
     engine: str = "eager",
+    verbose: bool = False,
     log: Log = print,
     **settings: Any,
 ) -> Path:
@@ -296,7 +301,7 @@ def train(
     from bench.tasks import Task, default_data, resolve_task
     from bench.train import TrainConfig, Trainer, describe
 
-    factory = make_engine(engine)
+    factory = make_engine(engine, verbose, log)
     cfg = TrainConfig(**settings)
     spec = resolve_task(task)
     if "fewshot_split" not in spec.dataset:
@@ -329,6 +334,7 @@ def speed(
     engines: Sequence[str] = ("eager",),
     output_dir: Path | str = "results",
     command: str = "",
+    verbose: bool = False,
     log: Log = print,
 ) -> tuple[str, list[Path]]:
     """Time the harness against transformers' generate() and assisted generation (greedy, on the
@@ -340,7 +346,7 @@ def speed(
     from bench.speed import markdown, measure, plot
     from bench.tasks import Task, resolve_task
 
-    factories = {name: make_engine(name) for name in engines}
+    factories = {name: make_engine(name, verbose, log) for name in engines}
     if not factories:
         raise BenchError("--engine takes eager, compiled or eager,compiled")
     if set(methods) - {"sd", "ensemble"} or "sd" not in methods:
@@ -372,6 +378,7 @@ def throughput(
     engine: str = "eager",
     output_dir: Path | str = "results",
     command: str = "",
+    verbose: bool = False,
     log: Log = print,
 ) -> tuple[str, list[Path]]:
     """Examples/s and tokens/s of ar and sd per batch size; every batch size must give batch 1's
@@ -386,7 +393,7 @@ def throughput(
 
     if examples < 1:
         raise BenchError(f"--examples must be >= 1, got {examples}")
-    factory = make_engine(engine)
+    factory = make_engine(engine, verbose, log)
     loaded = load_pair(pair, device=device, dtype=dtype)
     texts = [e.doc["article"] for e in Task(resolve_task("cnndm"), "fixture").examples()]
     encoded = [list(loaded.tokenizer(texts[i % len(texts)]).input_ids) for i in range(examples)]
