@@ -196,8 +196,9 @@ def _category_rows(logprob: bool) -> pd.DataFrame:
     rows["task"], rows["temperature"] = "spec_bench", 0.0
     rows["category"] = ["writing", "roleplay", "qa", "qa"] * 2
     rows["completion"] = ["w", "r", "q1", "q2 answer"] + ["w", "r", "q1", "q2 other"]
-    turns = [["w", "w2"], ["r", "r2"], ["q1"], ["q2 answer"]] * 2
+    turns = [["w", "w2"], ["r", "r2"], None, ["q2 answer"]] * 2  # None: a row without turns (its completion)
     rows["turn_completions"] = turns[:7] + [["q2 other"]]
+    rows["turn_completions"] = rows["turn_completions"].map(lambda t: np.nan if t is None else t)
     rows["reference_metric"] = ""
     rows["quality"] = np.nan
     if logprob:
