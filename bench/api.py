@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,6 +115,7 @@ def run(
     trace: bool = False,
     report: bool = True,
     calibrate: bool | None = None,
+    verbose: bool = False,
     log: Log = print,
     **settings: Any,
 ) -> RunResult:
@@ -150,6 +152,7 @@ def run(
         progress=progress and launch.rank == 0,
         log=log,
         trace=trace,
+        verbose=verbose,
     )
     from bench.calibration import calibrate as calibrate_sweeps, pending
 
@@ -241,6 +244,7 @@ def generate(
     truncate_prompt: str = "none",
     draft_policy: str | None = None,
     drafter: str = "model",
+    verbose: bool = False,
 ) -> Generated:
     """Decode one prompt, raw or wrapped in a task's template, as ``run`` would."""
     from bench.build import build_decoder, encode_prompt
@@ -251,7 +255,7 @@ def generate(
 
     text, note = generate_prompt(prompt, task, example, data, resolve_pair(pair).kind)
     check_truncation(truncate_prompt)
-    factory = make_engine(engine)
+    factory = make_engine(engine, verbose, lambda m: print(m, file=sys.stderr))
     loaded = load_pair(pair, device=device, dtype=dtype)
     decoder = build_decoder(
         loaded,
@@ -307,6 +311,7 @@ def train(
     device: str = "auto",
     dtype: str | None = None,
     engine: str = "eager",
+    verbose: bool = False,
     log: Log = print,
     **settings: Any,
 ) -> Path:
@@ -317,7 +322,7 @@ def train(
     from bench.tasks import Task, default_data, resolve_task
     from bench.train import TrainConfig, Trainer, describe
 
-    factory = make_engine(engine)
+    factory = make_engine(engine, verbose, log)
     cfg = TrainConfig(**settings)
     spec = resolve_task(task)
     if "fewshot_split" not in spec.dataset:
@@ -350,6 +355,7 @@ def speed(
     engines: Sequence[str] = ("eager",),
     output_dir: Path | str = "results",
     command: str = "",
+    verbose: bool = False,
     log: Log = print,
     drafter: str = "model",
     chat_template: bool = False,
@@ -369,12 +375,12 @@ def speed(
     from bench.speed import markdown, measure, plot
     from bench.tasks import Task, resolve_task
 
-    factories = {name: make_engine(name) for name in engines}
+    factories = {name: make_engine(name, verbose, log) for name in engines}
     if not factories:
         raise BenchError("--engine takes eager, compiled or eager,compiled")
     if drafter != "model":
         return _speed_lookup(pair, draft_lens, methods, prompts, max_new_tokens, repeats, device, dtype,
-                             engines, output_dir, command, log, drafter, chat_template, params or {},
+                             factories, output_dir, command, log, drafter, chat_template, params or {},
                              temperature, task, data, num_fewshot)  # fmt: skip
     if params or temperature or (task, data, num_fewshot) != ("cnndm", "fixture", None):
         raise BenchError(
@@ -399,7 +405,7 @@ def speed(
 
 def _speed_lookup(
     pair: str, draft_lens: Sequence[int], methods: Sequence[str], prompts: int, max_new_tokens: int,
-    repeats: int, device: str, dtype: str | None, engines: Sequence[str], output_dir: Path | str,
+    repeats: int, device: str, dtype: str | None, engines: Mapping[str, Any], output_dir: Path | str,
     command: str, log: Log, drafter: str, chat_template: bool, params: Mapping[str, Sequence[Any]],
     temperature: float, task: str, data: str, num_fewshot: int | None,
 ) -> tuple[str, list[Path]]:  # fmt: skip
@@ -408,13 +414,13 @@ def _speed_lookup(
 
     from bench.build import encode_prompt
     from bench.config import RunConfig, expand_methods
-    from bench.engines import make_engine
     from bench.pairs import load_pair
     from bench.speed_lookup import lookup_markdown, measure_lookup
     from bench.tasks import Task, resolve_task
 
     if len(engines) != 1:
         raise BenchError("speed --drafter lookup times one engine: give one --engine")
+    (engine,) = engines
     runs = {}  # label -> (method, params); a rule the drafter cannot serve is refused before any model loads
     for m, p, _ in expand_methods(methods, params=params):
         cfg = RunConfig(task=task, pair=pair, method=m, params=p, drafter=drafter, temperature=temperature).resolve()
@@ -423,8 +429,8 @@ def _speed_lookup(
     examples = Task(resolve_task(task), data, num_fewshot=num_fewshot).examples(prompts)
     encoded = [encode_prompt(loaded, e.prompt, chat_template) for e in examples]
     result = measure_lookup(loaded, encoded, list(draft_lens), max_new_tokens, repeats, drafter, runs,
-                            make_engine(engines[0]), log=log, temperature=temperature)  # fmt: skip
-    result.update(engine=engines[0], chat_template=chat_template, task=task, data=data, num_fewshot=num_fewshot)
+                            engines[engine], log=log, temperature=temperature)  # fmt: skip
+    result.update(engine=engine, chat_template=chat_template, task=task, data=data, num_fewshot=num_fewshot)
     stem = Path(output_dir) / f"speed_lookup_{loaded.spec.name}"
     stem.parent.mkdir(parents=True, exist_ok=True)
     text = lookup_markdown(result, command)
@@ -446,6 +452,7 @@ def throughput(
     engine: str = "eager",
     output_dir: Path | str = "results",
     command: str = "",
+    verbose: bool = False,
     log: Log = print,
 ) -> tuple[str, list[Path]]:
     """Examples/s and tokens/s of ar and sd per batch size; every batch size must give batch 1's
@@ -460,7 +467,7 @@ def throughput(
 
     if examples < 1:
         raise BenchError(f"--examples must be >= 1, got {examples}")
-    factory = make_engine(engine)
+    factory = make_engine(engine, verbose, log)
     loaded = load_pair(pair, device=device, dtype=dtype)
     texts = [e.doc["article"] for e in Task(resolve_task("cnndm"), "fixture").examples()]
     encoded = [list(loaded.tokenizer(texts[i % len(texts)]).input_ids) for i in range(examples)]

@@ -38,6 +38,7 @@ def generate(  # fmt: skip
     draft_len: o.OneDraftLen = 5, temperature: o.OneTemperature = 1.0, max_new_tokens: o.OneBudget = 64,
     seed: o.OneSeed = 0, device: o.Device = "auto", dtype: o.Dtype = None, engine: o.Engine = "eager",
     truncate_prompt: o.Truncate = None, draft_policy: o.DraftPolicy = None, drafter: o.DrafterOpt = None,
+    verbose: o.Verbose = False,
 ) -> None:
     """Decode one prompt and print the text and its acceptance counters. Without --task the prompt
     is used raw; with --task it is wrapped in the task's template and exemplars, as `run` does.
@@ -77,7 +78,7 @@ def run(  # fmt: skip
     dtype: o.Dtype = None, shard: o.Shard = "0/1", batch_size: o.BatchSize = 16,
     timing_examples: o.TimingExamples = 4, engine: o.Engine = "eager", threads: o.Threads = None,
     report: o.Report = True, progress: o.Progress = True, sandbox: o.Sandbox = "bwrap",
-    trace: o.Trace = False, calibrate: o.Calibrate = None,
+    trace: o.Trace = False, calibrate: o.Calibrate = None, verbose: o.Verbose = False,
 ) -> None:
     """Decode every example with every method; rows are flushed as they finish, and re-running
     the same command resumes where it stopped. A setting a grid fixes is refused, one it leaves
@@ -202,7 +203,7 @@ def train(  # fmt: skip
     reg_weight: o.RegWeight = 0.01, temperature: o.RolloutTemperature = 1.0,
     rollout_tokens: o.RolloutTokens = 128, chat_template: o.TrainChat = False, data: o.TrainData = None,
     output_dir: o.HeadDir = None, seed: o.TrainSeed = 0, device: o.Device = "auto", dtype: o.Dtype = None,
-    engine: o.Engine = "eager", truncate_prompt: o.Truncate = None,
+    engine: o.Engine = "eager", truncate_prompt: o.Truncate = None, verbose: o.Verbose = False,
 ) -> None:
     """Train a DIVERSED weight head with both models frozen; writes head.safetensors, card.json,
     train_log.parquet and a checkpoint that a re-run resumes from.
@@ -226,6 +227,7 @@ def speed(  # fmt: skip
     engine: o.SpeedEngines = "eager", threads: o.Threads = None, drafter: o.DrafterOpt = None,
     chat_template: o.GenerateChat = False, param: o.Param = None, temperature: o.SpeedTemperature = 0.0,
     task: o.SpeedTask = "cnndm", data: o.SpeedData = "fixture", num_fewshot: o.NumFewshot = None,
+    verbose: o.Verbose = False,
 ) -> None:
     """Time the harness against transformers generate() and assisted generation, and against the
     ideal speedup S(alpha, N, c); checks that greedy outputs agree. With --throughput, time batched
@@ -244,7 +246,8 @@ def speed(  # fmt: skip
     o.set_threads(threads)
     lens = [o.positive(n, "--draft-len") for n in o.split_list(draft_len)]
     common = dict(pair=pair, max_new_tokens=max_new_tokens, repeats=repeats, device=device, dtype=dtype,
-                  output_dir=output_dir, command="diversed-bench " + shlex.join(sys.argv[1:]), log=typer.echo)  # fmt: skip
+                  output_dir=output_dir, command="diversed-bench " + shlex.join(sys.argv[1:]), verbose=verbose,
+                  log=typer.echo)  # fmt: skip
     if throughput:
         sizes = [o.positive(b, "--batch-sizes") for b in o.split_list(batch_sizes)]
         if len(lens) != 1 or len(o.split_list(engine)) != 1:

@@ -21,6 +21,9 @@ Dtype = Annotated[Optional[str], _opt("float32, bfloat16 or float16 (default: th
 Engine = Annotated[
     str, _opt("eager (the reference) or compiled (static KV cache, torch.compile'd steps, CUDA graphs on GPU).")
 ]
+Verbose = Annotated[
+    bool, _opt("Also show torch.compile's own output (inductor's autotune tables, warnings) with --engine compiled.")
+]
 Truncate = Annotated[
     Optional[str],
     _opt(

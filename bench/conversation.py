@@ -87,7 +87,8 @@ def decode_turns(
     for turn in range(1, 1 + max((len(e.follow_ups) for e in examples), default=0)):
         ask = [i for i, e in enumerate(examples) if turn <= len(e.follow_ups)]
         for i in ask:
-            history[i] += [
+            history[i] = [
+                *history[i],
                 {"role": "assistant", "content": answers[i][-1]},
                 {"role": "user", "content": examples[i].follow_ups[turn - 1]},
             ]

@@ -75,6 +75,7 @@ class Runner:
         progress: bool = True,
         log: Any = print,
         trace: bool = False,
+        verbose: bool = False,
     ) -> None:
         if limit is not None and limit < 1:
             raise BenchError(f"--limit must be >= 1 (or left out for every example), got {limit}")
@@ -83,7 +84,7 @@ class Runner:
         if timing_examples < 0:
             raise BenchError(f"--timing-examples must be 0 or more, got {timing_examples}")
         self.batch_size, self.timing_examples = batch_size, timing_examples
-        self.engine_name, self.engine = engine, make_engine(engine)
+        self.engine_name, self.engine = engine, make_engine(engine, verbose, log)
         self.store = ResultStore(output_dir, writer=f"{partition[0]}of{partition[1]}")
         self.store.check_writable()
         self.limit, self.partition, self.device, self.progress, self.log = (

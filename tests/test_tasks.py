@@ -23,8 +23,8 @@ HUB_SCHEMA = {
 }
 
 
-def test_registry_lists_the_six_tasks():
-    assert task_names() == ["arith", "cnndm", "gsm8k", "humaneval", "mbpp", "xsum"]
+def test_registry_lists_the_seven_tasks():
+    assert task_names() == ["arith", "cnndm", "gsm8k", "humaneval", "mbpp", "spec_bench", "xsum"]
 
 
 @pytest.mark.parametrize("name", sorted(HUB_SCHEMA))
@@ -131,7 +131,7 @@ def test_local_path_sources(tmp_path):
 
 
 def test_unknown_task_names_the_choices():
-    with pytest.raises(BenchError, match="cnndm, gsm8k, humaneval, mbpp, xsum"):
+    with pytest.raises(BenchError, match="cnndm, gsm8k, humaneval, mbpp, spec_bench, xsum"):
         resolve_task("squad")
 
 

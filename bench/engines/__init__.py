@@ -24,12 +24,13 @@ EngineFactory = Callable[[PreTrainedModel, Sequence[int]], ModelEngine]
 ENGINES = ("eager", "compiled")
 
 
-def make_engine(name: str) -> EngineFactory:
-    """The factory for ``--engine NAME``: ``eager`` (the reference) or ``compiled``."""
+def make_engine(name: str, verbose: bool = False, log: Callable[[str], None] | None = None) -> EngineFactory:
+    """The factory for ``--engine NAME``: ``eager`` (the reference) or ``compiled``, which says on
+    ``log`` what each compile should cost and keeps inductor's own output for ``verbose``."""
     if name == "eager":
         return EagerEngine
     if name == "compiled":
-        return CompiledEngines()
+        return CompiledEngines(verbose, log)
     raise BenchError(f"unknown engine {name!r}: use --engine {' or '.join(ENGINES)}")
 
 

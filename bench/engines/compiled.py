@@ -32,13 +32,14 @@ import shutil
 import time
 import types
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import torch
 from torch import Tensor
 from torch._dynamo.utils import counters
 from transformers import PreTrainedModel
 
+from bench.engines import compile_report
 from bench.engines.base import to_device, weight_bytes
 from bench.engines.eager import EagerEngine, SlotCache
 from bench.errors import BenchError
@@ -110,8 +111,17 @@ class StaticSlotCache(SlotCache):
 class CompiledEngine(EagerEngine):
     """``EagerEngine``'s masks and architecture checks, over a static cache and compiled steps."""
 
-    def __init__(self, model: PreTrainedModel, widths: Sequence[int]) -> None:
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        widths: Sequence[int],
+        verbose: bool = False,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
         super().__init__(model)
+        # Inductor's own output (autotune tables, warnings) only with --verbose; the harness says
+        # before each compile how long it should take and where it is cached (compile_report).
+        self.verbose, self.log = verbose, log
         check_compiler(model.device)
         # Weights that require grad make AOT autograd build a training graph (an autograd.Function
         # around the kernels), even under inference_mode: 1.5-1.7x the inference graph's step on the
@@ -135,6 +145,7 @@ class CompiledEngine(EagerEngine):
         self.caches: list[StaticSlotCache] = []  # one per batch shape met; each has its graphs
         self.fresh = True  # no step since start: the next one is the prompt's prefill
         self.compile_s = 0.0
+        self._last_compile_s = 0.0
         self.warmup_s = 0.0
         # transformers installs its output-capturing hooks at a model's first forward, and graphs
         # guard on hooks: install them now, before any engine compiles (pairs may share layers).
@@ -172,14 +183,32 @@ class CompiledEngine(EagerEngine):
         if self.cuda:
             for buf in [*self.cache.keys.values(), *self.cache.values.values()]:
                 torch._dynamo.mark_static_address(buf)
-        with torch._inductor.config.patch(self._cpu_options()):
+        gemms = self._gemms()
+        rows, before, spent = self.cache.rows, compile_report.cache_counts(), self.compile_s
+        if self.log:
+            config = self.model.config.get_text_config()
+            self.log(
+                f"compiling {config.model_type} ({config.num_hidden_layers} layer"
+                f"{'s' * (config.num_hidden_layers != 1)}) for step "
+                f"width{'s' * (len(self.widths) > 1)} {', '.join(map(str, self.widths))}, batch {rows}: "
+                f"{compile_report.estimate(self.model, rows, self.widths, gemms)}; {compile_report.caching()}"
+            )
+        with torch._inductor.config.patch(self._cpu_options()), compile_report.quiet(self.verbose):
             for width in self.widths:
                 self._compile_width(width, start)
+                compile_report.record(self.model, rows, width, gemms, self._last_compile_s)
+        if self.log:
+            hits, bypassed = (now - then for now, then in zip(compile_report.cache_counts(), before))
+            self.log("  " + compile_report.outcome(self.compile_s - spent, len(self.widths), hits, bypassed))
+
+    def _gemms(self) -> bool:
+        """Whether inductor generates the products from its C++ GEMM templates (CPU, large weights)."""
+        return not self.cuda and weight_bytes(self.model) >= _CPU_GEMMS_FROM_BYTES
 
     def _cpu_options(self) -> dict[str, object]:
         if self.cuda:
             return {}
-        return _CPU_OPTIONS | (_CPU_GEMMS if weight_bytes(self.model) >= _CPU_GEMMS_FROM_BYTES else {})
+        return _CPU_OPTIONS | (_CPU_GEMMS if self._gemms() else {})
 
     def _compile_width(self, width: int, start: Tensor) -> None:
         ids = torch.zeros(self.cache.rows, width, dtype=torch.long, device=start.device)
@@ -202,7 +231,8 @@ class CompiledEngine(EagerEngine):
             if self.cuda:
                 torch.cuda.synchronize(start.device)
             if call == 0:
-                self.compile_s += time.perf_counter() - tick
+                self._last_compile_s = time.perf_counter() - tick
+                self.compile_s += self._last_compile_s
             else:
                 self.warmup_s += time.perf_counter() - tick
 
@@ -247,7 +277,8 @@ class CompiledEngines:
     """Engine factory that keeps one compiled engine per model and width set, so decoders built
     one after another (one per method, per repeat) reuse the graphs instead of recompiling."""
 
-    def __init__(self) -> None:
+    def __init__(self, verbose: bool = False, log: Callable[[str], None] | None = None) -> None:
+        self.verbose, self.log = verbose, log
         self.engines: weakref.WeakKeyDictionary[PreTrainedModel, dict[tuple[int, ...], CompiledEngine]] = (
             weakref.WeakKeyDictionary()
         )
@@ -259,7 +290,7 @@ class CompiledEngines:
         key = tuple(sorted(set(widths)))
         if key not in mine:
             held = next((e for k, e in mine.items() if set(key) <= set(k)), None)
-            mine[key] = held or CompiledEngine(model, key)
+            mine[key] = held or CompiledEngine(model, key, self.verbose, self.log)
         return mine[key]
 
     @property

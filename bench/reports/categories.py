@@ -48,7 +48,9 @@ def groups(task: str, categories: list[str]) -> dict[str, list[str]]:
 def _texts(rows: pd.DataFrame) -> pd.Series:
     """Each row's output as one text: its turns' answers joined, or its completion."""
     if "turn_completions" in rows:
-        turns = rows["turn_completions"].map(lambda t: "\n\n".join(t) if t is not None and len(t) else None)
+        turns = rows["turn_completions"].map(
+            lambda t: "\n\n".join(t) if isinstance(t, (list, tuple, np.ndarray)) and len(t) else None
+        )
         return turns.fillna(rows["completion"])
     return rows["completion"]
 
