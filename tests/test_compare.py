@@ -13,11 +13,13 @@ import pandas as pd
 import pytest
 
 from bench.errors import BenchError
-from bench.reports.compare import compare
+from bench.reports.compare import compare, sweep_hint
 from bench.reports.compare_format import cells, frame, render
 from bench.reports.judge import judge, judge_frontiers
 from bench.reports.frontier import acceptance_at, gaps, hull_points, quality_at
 from bench.store import load_results, load_traces
+from bench.verifiers.base import MethodInfo
+from bench.verifiers.paper import StaticEnsemble
 
 
 def test_frontier_is_the_upper_pareto_hull_read_both_ways():
@@ -349,6 +351,7 @@ def test_compare_reasons_and_bad_candidates(demo_results):
     one = rows[(weight == 0.4) | (rows["method"] == "diversed")]
     (c,) = compare(one, ["diversed"]).points
     assert c.verdict == "cannot judge" and "--param target_weight=0.1,0.3,0.5,0.7,0.9" in c.reason
+    assert "--grid baselines calibrates it by acceptance" in c.reason  # the sweep that moves acceptance
     two = rows[weight.isin([0.6, 0.8]) | (rows["method"] == "diversed")]
     (c,) = compare(two, ["diversed"]).points
     assert c.verdict == "cannot judge" and "outside the sweep's range" in c.reason
@@ -453,3 +456,14 @@ def test_all_baselines_pools_every_family_and_lossless_sd_and_leaves_candidates_
     assert text.index("Verdicts, arith:") < text.index("- diversed") < text.index("Points:")
     assert "vs all baselines (4 pts): above, Δ quality" in text
     assert json.loads(render(result, "json"))["verdicts"][0]["family"] == "all baselines"
+
+
+def test_sweep_hint_names_calibration_only_where_the_class_declares_one():
+    """A family run once is told how to sweep it: by acceptance where its class says how, else the
+    fixed values its class declares (or a placeholder)."""
+    info = MethodInfo.of(StaticEnsemble)
+    hint = sweep_hint(info)
+    assert hint.startswith("--grid baselines calibrates it by acceptance; or fixed: --param target_weight=")
+    fixed = dataclasses.replace(info, calibration=None)
+    assert sweep_hint(fixed) == "--param target_weight=" + ",".join(str(v) for v in info.sweep["target_weight"])
+    assert sweep_hint(dataclasses.replace(fixed, sweep={})) == "--param NAME=v1,v2,v3"

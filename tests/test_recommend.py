@@ -197,6 +197,10 @@ def test_recommend_on_the_demo(demo_results, tmp_path):
     assert found["quality"] >= 0.5 and found["floor_quality"] == pytest.approx(0.5)
     text = CliRunner().invoke(app, ["recommend", str(demo_results), "--quality-floor", "abs:0.5"]).output
     assert "| arith | quality 0.5 |" in text and f"How to run {found['setting']}" in text
+    # A floor no setting can show on half the demo's examples: none, and the fix named.
+    text = CliRunner().invoke(app, ["recommend", str(demo_results), "--quality-floor", "abs:0.999"]).output
+    assert "| arith | quality 0.999 | none |" in text
+    assert "decode more examples (--limit) or lower the floor" in text
 
 
 def test_the_pick_is_ranked_by_speedup_only_where_every_timing_is_trusted():

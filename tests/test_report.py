@@ -176,6 +176,7 @@ def test_report_shows_frontier_verdicts_and_orders_panes_by_structure_not_labels
     (chart,) = [c for c in charts if "ensemble-half vs ensemble<" in c]
     assert chart.count("<polyline") == 2 and chart.count("<circle") == 4 and 'class="shared"' in chart
     assert all(f">w={w}<" in chart for w in (0.2, 0.4, 0.6, 0.8)) and ">indistinguishable<" in chart
+    assert all('paint-order="stroke"' in t for t in re.findall(r"<text[^>]*>w=", chart))  # names on a halo
     # One chart per task, candidate family and baseline family: DIVERSED against both families,
     # ensemble-half against ensemble (not against itself); never one per point.
     assert len(charts) == 3

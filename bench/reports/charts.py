@@ -21,6 +21,7 @@ from bench.reports.frontier import hull_points
 BASE, CAND = "#2a9d8f", "#d62828"
 WIDTH, HEIGHT, LEFT, BOTTOM, RIGHT = 470, 300, 52, 40, 12
 LINE = 13  # a title line's height
+HALO = 'stroke="#fff" stroke-width="3" paint-order="stroke"'
 CHAR = 6.0  # a generous width of one character at font-size 10 (sans-serif), in pixels
 # Where a name may sit around its point: (dx, dy, anchor), nearest first.
 SPOTS = [
@@ -180,8 +181,9 @@ def chart(
             )
         parts.append(f'<circle cx="{sx(a):.1f}" cy="{sy(q):.1f}" r="{p.radius}" fill="{c}"/>')
     for x, y, anchor, text, colour in _names(points, sx, sy, (m + 1, top, w - 2, base - 1)):
+        # A white halo under each name: a hull or an interval drawn through it does not strike it out.
         parts.append(
-            f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}" fill="{colour}" font-size="10">'
+            f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}" fill="{colour}" font-size="10" {HALO}>'
             f"{html.escape(text)}</text>"
         )
     for k, (text, colour) in enumerate(titles):

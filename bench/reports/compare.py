@@ -135,12 +135,14 @@ def chosen(part: pd.DataFrame, candidates: list[str]) -> pd.Series:
 
 
 def sweep_hint(info: MethodInfo) -> str:
-    """The flags that sweep a method, from the sweep its class declares."""
-    if not info.sweep:
-        return "--param NAME=v1,v2,v3"
-    return " ".join(
+    """How to sweep a method: by acceptance where its class declares a calibration (the sweep that
+    moves acceptance on any pair), else with the fixed values its class declares."""
+    fixed = " ".join(
         f"--param {name}={','.join(str(v) for v in values)}" for name, values in info.sweep.items()
     )
+    if info.calibration:
+        return "--grid baselines calibrates it by acceptance" + (f"; or fixed: {fixed}" if fixed else "")
+    return fixed or "--param NAME=v1,v2,v3"
 
 
 def baseline_families(part: pd.DataFrame, candidates: list[str]) -> list[tuple[str, pd.DataFrame]]:

@@ -72,6 +72,12 @@ class Floor:
         return quality - (self.value * ar if self.relative else self.value)
 
 
+# Too few examples is the usual cause (docs/recommend.md: 25 clean examples support 88.7%): name the fix.
+NOTHING_CLEARS = (
+    "nothing clears the floor on the selection half: decode more examples (--limit) or lower the floor"
+)
+
+
 def lower_bound(margin: np.ndarray, worst: float) -> float:
     """One-sided (1 - ALPHA) lower bound of the mean margin: Student's t on the paired margins and
     one pseudo-example at ``worst`` (NaN without examples)."""
@@ -210,7 +216,7 @@ def _one(
         return Recommendation(
             **record, setting=None, method=None, params={}, acceptance=nan, speedup=nan, quality=nan,
             floor_quality=nan, examples=(len(first.select), len(first.confirm)),
-            status="nothing clears the floor on the selection half",
+            status=NOTHING_CLEARS,
         )  # fmt: skip
     c = choice.pick
     pick = settings[settings["config_id"] == c.name].iloc[0]
