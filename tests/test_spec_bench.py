@@ -202,7 +202,7 @@ def _category_rows(logprob: bool) -> pd.DataFrame:
     rows["reference_metric"] = ""
     rows["quality"] = np.nan
     if logprob:
-        rows["mean_logprob"] = [-1.0, -2.0, -1.0, -1.0, -1.0, -2.0, -1.0, -4.0]
+        rows["target_loglik"] = [-1.0, -2.0, -1.0, -1.0, -1.0, -2.0, -1.0, -4.0]
     return rows
 
 

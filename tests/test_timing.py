@@ -11,10 +11,10 @@ def test_each_configuration_warms_up_before_its_first_timed_example(tmp_path, mo
     from bench.store import ResultStore
 
     events: list[str] = []
-    generate, append = SpeculativeDecoder.generate, ResultStore.append
+    generate, append = SpeculativeDecoder.generate_batch, ResultStore.append
     monkeypatch.setattr(
         SpeculativeDecoder,
-        "generate",
+        "generate_batch",
         lambda self, *a, **k: events.append("decode") or generate(self, *a, **k),
     )
     monkeypatch.setattr(

@@ -7,7 +7,7 @@ MT-bench's eight pooled), then ``overall``; a row per configuration; one table p
   decoded alone have a time: give ``--timing-examples`` the ``--limit`` to time them all.
 - mean accepted tokens: emitted tokens / decoding rounds (= target forwards after the prefill):
   Spec-Bench's "#Mean accepted tokens", the bonus token included; 1.00 for ``ar``.
-- mean log-likelihood: the target's log-probability per emitted token (``mean_logprob``, weighted
+- mean log-likelihood: the target's log-probability per emitted token (``target_loglik``, weighted
   by tokens), where the rows record it: a quality measure that needs no gold answer.
 - agreement with ``ar`` (greedy panels only): the share of examples whose every turn's text equals
   ``ar``'s, and the prefix agreement: per example, the characters before the first difference
@@ -67,10 +67,10 @@ def _measures(part: pd.DataFrame, ar: pd.DataFrame | None, greedy: bool) -> dict
     cells: dict[str, str] = {"examples": str(len(part))}
     rounds = part["rounds"].sum()
     cells["accepted"] = f"{part['new_tokens'].sum() / rounds:.2f}" if rounds else "NA"
-    if "mean_logprob" in part:
-        known = part[part["mean_logprob"].notna() & (part["new_tokens"] > 0)]
+    if "target_loglik" in part:
+        known = part[part["target_loglik"].notna() & (part["new_tokens"] > 0)]
         tokens = known["new_tokens"].sum()
-        cells["logprob"] = f"{(known['mean_logprob'] * known['new_tokens']).sum() / tokens:.3f}" if tokens else "NA"
+        cells["logprob"] = f"{(known['target_loglik'] * known['new_tokens']).sum() / tokens:.3f}" if tokens else "NA"
     scored = part["quality"].dropna()
     names = sorted({n for n in part.get("reference_metric", pd.Series(dtype=str)).dropna() if n})
     percent = bool(names) and set(names) <= PERCENT
@@ -147,7 +147,7 @@ def task_tables(task: str, title: str, configs: pd.DataFrame, rows: pd.DataFrame
     for key, caption in TABLES:
         if key in ("same", "prefix") and not greedy:
             continue
-        if key == "logprob" and "mean_logprob" not in rows:
+        if key == "logprob" and "target_loglik" not in rows:
             out += ["Mean log-likelihood: not recorded in these rows (a harness version without it).", ""]
             continue
         header = columns
