@@ -508,15 +508,18 @@ class SpeculativeDecoder:
         if sliced:  # only when needed: each slice is a dispatch
             mine = [t[sel, :k] if t is not None else None for t in mine]
         draft_ids, draft_q, draft_logits, draft_h = mine
+        target = p[sel, :k]
+        if draft_q is None:  # a deterministic drafter: its law is the point mass on its token
+            draft_q = torch.zeros_like(target).scatter_(-1, draft_ids.unsqueeze(-1), 1.0)
         return Round(
             draft=draft_ids,
             q=draft_q,
-            p=p[sel, :k],
+            p=target,
             q_logits=draft_logits,
             p_logits=p_logits[sel, :k],
             sampling=self.sampling,
             weights=self.head(draft_h, h_target[sel, :k]) if self.verifier.needs_hidden else None,
-            greedy_draft=self.greedy_draft or self.drafter.deterministic,  # type: ignore[union-attr]
+            greedy_draft=self.greedy_draft and draft.q is not None,  # a lookup's q is its proposal
         )
 
     def _emit(

@@ -165,13 +165,14 @@ POINT_MASS_CASES = [
 @pytest.mark.parametrize("x", [0, 1, 3, 5])
 @pytest.mark.parametrize("method,params", POINT_MASS_CASES)
 def test_emitted_token_on_a_lookup_draft_follows_the_rules_formula(method, params, x):
-    """A lookup round has no q, no logits, no hidden states: the verifier sees the drafted token
-    and the target only. The first emitted token's frequencies match the formula (chi-square), and
-    the logged acceptance and bias are the formula's."""
+    """A lookup round as the loop builds it: q the point mass on the drafted token, no draft
+    logits, no hidden states. The first emitted token's frequencies match the formula
+    (chi-square), and the logged acceptance and bias are the formula's."""
     g = torch.Generator().manual_seed(11 + x)
     expand = lambda d: d.view(1, 1, -1).expand(DRAWS, 1, -1)  # noqa: E731
     draft = torch.full((DRAWS, 1), x)
-    r = Round(draft, None, expand(P), None, expand(P.log()), Sampling(1.0), greedy_draft=True)
+    point = torch.nn.functional.one_hot(draft, len(P)).float()
+    r = Round(draft, point, expand(P), None, expand(P.log()), Sampling(1.0))
     verdict = verify(make_verifier(method, **params), r, BONUS.expand(DRAWS, -1), g)
     emitted = torch.where(verdict.accepted >= 1, draft[:, 0], verdict.next_token)
     law = point_mass_law(method, params, P, x)
@@ -355,3 +356,28 @@ def test_drafters_sit_in_separate_panels_with_their_counters(tmp_path):
     text = (out / "table.md").read_text()
     assert "tokens/fwd" in text and "drafted" in text and "log p/token" in text
     assert text.count("### ") == 2 and text.count("drafter lookup") == 1
+
+
+def test_a_lookup_round_shows_the_verifier_a_point_mass_and_no_draft_model(tiny_pair):
+    """What the verifier reads of a lookup round: q is the point mass on each drafted token (the law
+    the token came from, so the proposal is q itself), and there are no draft logits or weights."""
+    from dataclasses import dataclass
+
+    from bench.verifiers import SpeculativeDecoding
+
+    seen = []
+
+    @dataclass(frozen=True)
+    class Recording(SpeculativeDecoding):
+        def rule(self, r):
+            seen.append(r)
+            return super().rule(r)
+
+    dec = SpeculativeDecoder(tiny_pair.target, None, Recording(), draft_len=4, sampling=Sampling(1.0), drafter="lookup")
+    for i, prompt in enumerate(repetitive_prompts(tiny_pair.tokenizer)):
+        dec.generate(prompt, 16, seed=i)
+    assert seen
+    for r in seen:
+        assert r.q_logits is None and r.weights is None and not r.greedy_draft
+        assert torch.equal(r.q, torch.nn.functional.one_hot(r.draft, r.p.shape[-1]).float())
+        assert r.proposal is r.q

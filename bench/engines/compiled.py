@@ -284,23 +284,16 @@ class CompiledEngines:
         )
 
     def __call__(self, model: PreTrainedModel, widths: Sequence[int]) -> CompiledEngine:
-        """An engine with a graph of every one of ``widths``: one already compiled for them (or for
-        more: ``ar`` after a lookup run, which declared widths 1 and N + 1, compiles nothing)."""
         mine = self.engines.setdefault(model, {})
         key = tuple(sorted(set(widths)))
         if key not in mine:
-            held = next((e for k, e in mine.items() if set(key) <= set(k)), None)
-            mine[key] = held or CompiledEngine(model, key, self.verbose, self.log)
+            mine[key] = CompiledEngine(model, key, self.verbose, self.log)
         return mine[key]
 
     @property
     def compile_s(self) -> float:
-        return sum(e.compile_s for e in self._unique())
+        return sum(e.compile_s for m in self.engines.values() for e in m.values())
 
     @property
     def warmup_s(self) -> float:
-        return sum(e.warmup_s for e in self._unique())
-
-    def _unique(self) -> list[CompiledEngine]:
-        """Each engine once (one may serve several width sets)."""
-        return list({id(e): e for m in self.engines.values() for e in m.values()}.values())
+        return sum(e.warmup_s for m in self.engines.values() for e in m.values())

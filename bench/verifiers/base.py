@@ -49,13 +49,13 @@ class Round:
     """
 
     draft: Tensor  # [B, N] drafted token ids
-    q: Tensor | None  # [B, N, V]; None from a drafter without a model (prompt lookup)
+    q: Tensor  # [B, N, V] the drafter's law: a draft model's, or the point mass on a lookup's token
     p: Tensor  # [B, N, V] at the drafted positions (the bonus row is not here)
-    q_logits: Tensor | None  # [B, N, V]; None without a draft model
+    q_logits: Tensor | None  # [B, N, V]; None without a draft model (prompt lookup)
     p_logits: Tensor  # [B, N, V]
     sampling: Sampling
     weights: Tensor | None = None  # [B, N]
-    greedy_draft: bool = False  # the drafts are deterministic: the draft's argmax, or a lookup
+    greedy_draft: bool = False  # the draft drafted its argmax instead of sampling q
 
     @property
     def temperature(self) -> float:
@@ -65,16 +65,11 @@ class Round:
     def proposal(self) -> Tensor:
         """The law the drafted tokens were drawn from: ``q`` when the draft samples, the one-hot on
         the drafted token when it drafts its argmax. Acceptance and residual are taken against it,
-        while ``q`` stays the draft model's distribution (the ensemble's component)."""
-        if not self.greedy_draft and self.q is not None:
+        while ``q`` stays the draft model's distribution (the ensemble's component). A lookup's
+        ``q`` is already the point mass it drew from."""
+        if not self.greedy_draft:
             return self.q
-        return torch.zeros_like(self.p).scatter_(-1, self.draft.unsqueeze(-1), 1.0)
-
-    @property
-    def draft_law(self) -> Tensor:
-        """The drafter's distribution, the ensemble's component: the draft model's ``q``, or, for a
-        drafter without a model (prompt lookup), the point mass on its token."""
-        return self.q if self.q is not None else self.proposal
+        return torch.zeros_like(self.q).scatter_(-1, self.draft.unsqueeze(-1), 1.0)
 
     @cached_property
     def q1(self) -> Tensor:
@@ -169,8 +164,8 @@ class Verifier(ABC):
     uses_draft: ClassVar[bool] = True
     needs_hidden: ClassVar[bool] = False
     # What the rule reads of the draft besides its tokens and the proposal they came from: "q" (the
-    # drafter's law, ``Round.draft_law``: a point mass for prompt lookup), "q_logits" (the draft
-    # model's scores) and "hidden" (its hidden states). A drafter that cannot supply one of them
+    # drafter's law: a point mass for prompt lookup), "q_logits" (the draft model's scores) and
+    # "hidden" (its hidden states). A drafter that cannot supply one of them
     # (prompt lookup has no model) is refused with this method.
     draft_reads: ClassVar[frozenset[str]] = frozenset()
     # How the engine a rule comes from drafts: "sample" (draw from q) or "greedy" (argmax of q).

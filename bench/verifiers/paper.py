@@ -37,7 +37,7 @@ def mixture(r: Round, w: Tensor | float, mix: str) -> Tensor:
     elif w == 1:
         return r.p
     if mix == "prob":
-        return w * r.p + (1 - w) * r.draft_law
+        return w * r.p + (1 - w) * r.q
     s = r.sampling
     if s.greedy:
         return (w * r.p_logits.float() + (1 - w) * r.q_logits.float()).softmax(-1)
@@ -156,7 +156,7 @@ class SpecCascade(MixtureVerifier):
     def pi(self, r: Round) -> Tensor:
         if self.cascade_rule == "token":
             a = self.token_accept_set(r.p1)
-            kept = r.draft_law * a
+            kept = r.q * a
             return kept + (1 - kept.sum(-1, keepdim=True)) * r.p
         return torch.where(self.keep_draft(r.p1, r.q1).unsqueeze(-1), r.q, r.p)
 
