@@ -239,3 +239,15 @@ def test_per_category_table_without_logprob_or_greedy():
     assert "not recorded in these rows" in text
     assert "Same output as ar" not in text and "Speedup over ar" in text
     assert category_tables(result_rows({"ar": [1.0, 1.0]}), summarise(result_rows({"ar": [1.0, 1.0]}))) == ""
+
+
+def test_no_empty_quality_figure_for_a_task_without_one(tmp_path):
+    from bench.reports.plots import plot_pareto
+    from bench.reports.summary import panels
+
+    rows = _category_rows(logprob=False)
+    [panel] = panels(summarise(rows))
+    assert plot_pareto(panel, {"spec_bench": "reference_score"}, tmp_path) == []
+    rows["quality"] = 1.0
+    [panel] = panels(summarise(rows))
+    assert plot_pareto(panel, {"spec_bench": "reference_score"}, tmp_path)

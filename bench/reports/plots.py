@@ -287,7 +287,10 @@ def plot_pareto(panel: Panel, qualities: dict[str, str], out: Path, x: str = "no
     paper compares with; every other method (a user's verifier too) is a marker of its own."""
     part = panel.part
     name, title, x_label, x_scale = PARETO_AXES[x]
-    tasks = _tasks(part)
+    # A task without one quality (Spec-Bench: per category, in the table) has nothing to draw here.
+    tasks = [t for t in _tasks(part) if part.loc[part["task"] == t, "quality"].notna().any()]
+    if not tasks:
+        return []
     styles = method_styles(part)
     fig, axes = _grid(len(tasks))
     sweeps: list[tuple[plt.Axes, list[tuple[float, float]], list[str], str]] = []
