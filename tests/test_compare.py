@@ -465,5 +465,6 @@ def test_sweep_hint_names_calibration_only_where_the_class_declares_one():
     hint = sweep_hint(info)
     assert hint.startswith("--grid baselines calibrates it by acceptance; or fixed: --param target_weight=")
     fixed = dataclasses.replace(info, calibration=None)
-    assert sweep_hint(fixed) == "--param target_weight=" + ",".join(str(v) for v in info.sweep["target_weight"])
+    values = ",".join(str(v) for v in info.sweep["target_weight"])
+    assert sweep_hint(fixed) == f"--param target_weight={values}"
     assert sweep_hint(dataclasses.replace(fixed, sweep={})) == "--param NAME=v1,v2,v3"

@@ -53,6 +53,26 @@ def test_sweep_labels_cover_no_marker_error_bar_or_other_label():
         assert not ((x >= box.x0) & (x <= box.x1) & (y >= box.y0) & (y <= box.y1)).any()
 
 
+def test_a_label_with_no_spot_clear_of_every_point_is_left_out_and_labels_wear_a_halo():
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from bench.reports.plots import _place_labels
+
+    fig, ax = plt.subplots(figsize=(4, 3))
+    ax.set_xlim(0, 4)
+    ax.set_ylim(0, 2)
+    grid = np.mgrid[0:4.01:0.1, 0:2.01:0.1].reshape(2, -1)  # other methods' points everywhere
+    ax.plot(*grid, "s", markersize=12)
+    _place_labels(ax, [(2.0, 1.0)], ["w=0.5"], "green")
+    assert not ax.texts  # every spot covers a point: left out (the table names it), never drawn over one
+    ax.lines[0].remove()
+    _place_labels(ax, [(2.0, 1.0)], ["w=0.5"], "green")
+    (label,) = ax.texts
+    assert label.get_bbox_patch().get_facecolor()[:3] == (1, 1, 1)  # a line through it does not strike it out
+    plt.close(fig)
+
+
 def test_a_quality_axis_shows_no_impossible_values():
     import matplotlib.pyplot as plt
 

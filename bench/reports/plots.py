@@ -139,7 +139,10 @@ LABEL_OFFSETS = [
 ]
 
 
-LABEL_CLASH = 1000  # the cost of a label over another: never paid, the label is left out instead
+LABEL_CLASH = 1000  # the cost of a label over another or a marker: never paid, the label is left out
+# A white ground under each label: a line or an error bar through it does not strike it out (a box,
+# not a path effect, which would turn the label's text into paths in the SVG and PDF).
+HALO = dict(boxstyle="square,pad=0.1", facecolor="white", edgecolor="none", alpha=0.8)
 
 
 def _rate_err(accepted: Any, total: Any) -> list[list[float]]:
@@ -153,9 +156,9 @@ def _rate_err(accepted: Any, total: Any) -> list[list[float]]:
 
 def _place_labels(ax: plt.Axes, points: list[tuple[float, float]], texts: list[str], color: str) -> None:
     """Label points where they cover the least: each label takes the offset around its point whose
-    box stays inside the axes and meets the fewest other labels, markers, lines and error bars. A
-    label with no offset clear of the axes' edge and of every other label is left out (the table
-    names every point): a label is never drawn over another."""
+    box stays inside the axes and meets the fewest lines and error bars. A label with no offset clear
+    of the axes' edge, of every other label and of every marker is left out (the table names every
+    point): a label is never drawn over another, nor over a point."""
     ax.figure.canvas.draw()
     renderer = ax.figure.canvas.get_renderer()
     frame = ax.get_window_extent(renderer)
@@ -168,7 +171,7 @@ def _place_labels(ax: plt.Axes, points: list[tuple[float, float]], texts: list[s
         lx, ly = lines[:, 0], lines[:, 1]
         covered = ((lx >= box.x0) & (lx <= box.x1) & (ly >= box.y0) & (ly <= box.y1)).sum()
         clashes = sum(box.overlaps(t) for t in taken)
-        overlaps = LABEL_CLASH * clashes + 30 * sum(box.overlaps(m) for m in markers)
+        overlaps = LABEL_CLASH * (clashes + sum(box.overlaps(m) for m in markers))
         return overlaps + float(covered)
 
     for (x, y), text in zip(points, texts):
@@ -183,6 +186,7 @@ def _place_labels(ax: plt.Axes, points: list[tuple[float, float]], texts: list[s
                 color=color,
                 ha="left" if dx > 0 else "right" if dx < 0 else "center",
                 va="bottom" if dy > 0 else "top" if dy < 0 else "center",
+                bbox=HALO,
             )
             score = cost(label.get_window_extent(renderer).expanded(1.05, 1.1))
             if score < best_cost:
@@ -360,7 +364,8 @@ def plot_pareto(panel: Panel, qualities: dict[str, str], out: Path, x: str = "no
     caption = (
         f"{title}. x: {what}; y: the task's quality. Error bars: 95% bootstrap intervals over examples "
         f"(asymmetric, as measured). Lines: methods swept over one parameter (points labelled), the static "
-        f"ensemble's target-weight sweep among them; a label that would cover another is left out; dotted "
+        f"ensemble's target-weight sweep among them; a label that would cover another or a point is left "
+        "out; dotted "
         "(on the acceptance axis): the upper hull of every baseline point and lossless sd pooled, what a "
         f"random mix of settings attains; dashed: the quality of AR, the target alone.{hollow} "
         f"Settings: {panel.title}."
