@@ -62,3 +62,18 @@ def test_lm_eval_extra_installs_as_documented():
     assert "lm-eval" in meta.get_all("Provides-Extra")
     assert any(r.startswith("lm-eval") and 'extra == "lm-eval"' in r for r in meta.get_all("Requires-Dist"))
     assert 'pip install ".[lm-eval]"' in (REPO / "docs" / "lm-eval.md").read_text()
+
+
+def test_every_package_folder_is_declared_in_pyproject():
+    """pyproject lists packages by hand: a new folder of bench/ left out installs without it, and
+    only an installed copy (CI's) fails, on import."""
+    import tomllib
+
+    repo = Path(__file__).resolve().parents[1]
+    declared = set(tomllib.loads((repo / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {
+        ".".join(init.parent.relative_to(repo).parts)
+        for init in (repo / "bench").rglob("__init__.py")
+        if "__pycache__" not in init.parts
+    }
+    assert found - {"bench.registry"} <= declared, sorted(found - declared)
