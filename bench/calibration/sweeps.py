@@ -137,6 +137,7 @@ class Calibrator:
                 sampling=Sampling(cfg.temperature),
                 engine=EagerEngine,
                 draft_policy=cfg.draft_policy,
+                drafter=cfg.drafter,  # a lookup configuration calibrates on lookup drafts
             )
             examples = [e for _, e in self.examples]
             prompts = self.runner.prompts(cfg, examples)
