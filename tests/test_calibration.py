@@ -276,3 +276,19 @@ def test_every_cascade_rule_is_lossless_at_the_low_end_of_its_path(rule):
     r = Round(torch.zeros(64, 3, dtype=torch.long), q, p, q_logits, p_logits, Sampling(1.0))
     assert torch.equal(make_verifier("cascade", cascade_rule=rule, cascade_alpha=-1.0).pi(r), p)
     assert not torch.equal(make_verifier("cascade", cascade_rule=rule, cascade_alpha=1.0).pi(r), p)
+
+
+def test_calibration_decodes_with_the_configurations_drafter(tmp_path, monkeypatch):
+    """A lookup configuration is calibrated on lookup drafts, not on the pair's draft model."""
+    from bench.drafters import PromptLookup
+    from bench.runner import Runner
+
+    built = []
+    real = sweeps.build_decoder
+    monkeypatch.setattr(sweeps, "build_decoder", lambda *a, **k: built.append(real(*a, **k)) or built[-1])
+    runner = Runner(tmp_path, limit=3, device="cpu", timing_examples=0, progress=False, log=lambda m: None)
+    model = RunConfig(task="arith", pair="ref", method="sd", device="cpu", max_new_tokens=8)
+    lookup = replace(model, drafter="lookup")
+    calibrator = sweeps.Calibrator(runner, model, 3)
+    calibrator.acceptance(model), calibrator.acceptance(lookup)
+    assert [isinstance(d.drafter, PromptLookup) for d in built] == [False, True]
