@@ -364,6 +364,7 @@ def speed(
     task: str = "cnndm",
     data: str = "fixture",
     num_fewshot: int | None = None,
+    category: str | None = None,
 ) -> tuple[str, list[Path]]:
     """Time the harness against transformers' generate() and assisted generation (greedy, on the
     shipped CNN/DM fixture articles); return the markdown and the files written. With a lookup
@@ -381,10 +382,10 @@ def speed(
     if drafter != "model":
         return _speed_lookup(pair, draft_lens, methods, prompts, max_new_tokens, repeats, device, dtype,
                              factories, output_dir, command, log, drafter, chat_template, params or {},
-                             temperature, task, data, num_fewshot)  # fmt: skip
-    if params or temperature or (task, data, num_fewshot) != ("cnndm", "fixture", None):
+                             temperature, task, data, num_fewshot, category)  # fmt: skip
+    if params or temperature or (task, data, num_fewshot, category) != ("cnndm", "fixture", None, None):
         raise BenchError(
-            "speed takes --param, --temperature, --task, --data and --num-fewshot only with --drafter lookup (the draft-model "
+            "speed takes --param, --temperature, --task, --data, --num-fewshot and --category only with --drafter lookup (the draft-model "
             "comparison is greedy on the CNN/DM fixture and has --target-weight)"
         )
     if set(methods) - {"sd", "ensemble"} or "sd" not in methods:
@@ -407,15 +408,20 @@ def _speed_lookup(
     pair: str, draft_lens: Sequence[int], methods: Sequence[str], prompts: int, max_new_tokens: int,
     repeats: int, device: str, dtype: str | None, engines: Mapping[str, Any], output_dir: Path | str,
     command: str, log: Log, drafter: str, chat_template: bool, params: Mapping[str, Sequence[Any]],
-    temperature: float, task: str, data: str, num_fewshot: int | None,
+    temperature: float, task: str, data: str, num_fewshot: int | None, category: str | None,
 ) -> tuple[str, list[Path]]:  # fmt: skip
-    """``speed --drafter lookup``: one engine, the methods on lookup drafts against ar and transformers."""
+    """``speed --drafter lookup``: one engine, the methods on lookup drafts against ar and
+    transformers, each judged beside its speed; a table and a speed-against-fidelity plot.
+    ``category`` times one category group of the task (Spec-Bench's ``summarization``); a
+    multi-turn example is timed on its first turn only, as ``speed`` decodes one prompt each."""
     import json
 
     from bench.build import encode_prompt
     from bench.config import RunConfig, expand_methods
     from bench.pairs import load_pair
-    from bench.speed_lookup import lookup_markdown, measure_lookup
+    from bench.speed_lookup.fidelity import Judge
+    from bench.speed_lookup.measure import measure_lookup
+    from bench.speed_lookup.report import lookup_markdown, lookup_plot
     from bench.tasks import Task, resolve_task
 
     if len(engines) != 1:
@@ -423,20 +429,29 @@ def _speed_lookup(
     (engine,) = engines
     runs = {}  # label -> (method, params); a rule the drafter cannot serve is refused before any model loads
     for m, p, _ in expand_methods(methods, params=params):
+        if m == "ar":
+            raise BenchError("speed --drafter lookup times ar as the baseline of every run: drop ar from --method")
         cfg = RunConfig(task=task, pair=pair, method=m, params=p, drafter=drafter, temperature=temperature).resolve()
         runs[cfg.info.label(p)] = (m, p)
+    source = Task(resolve_task(task), data, num_fewshot=num_fewshot)
+    examples = source.examples(prompts, categories=source.category_members(category) if category else None)
+    if not examples:
+        raise BenchError(f"task {task} ({data}) has no example in category group {category}")
+    if any(e.follow_ups for e in examples):
+        log("speed: multi-turn examples are timed on their first turn only")
     loaded = load_pair(pair, device=device, dtype=dtype)
-    examples = Task(resolve_task(task), data, num_fewshot=num_fewshot).examples(prompts)
     encoded = [encode_prompt(loaded, e.prompt, chat_template) for e in examples]
-    result = measure_lookup(loaded, encoded, list(draft_lens), max_new_tokens, repeats, drafter, runs,
-                            engines[engine], log=log, temperature=temperature)  # fmt: skip
-    result.update(engine=engine, chat_template=chat_template, task=task, data=data, num_fewshot=num_fewshot)
+    result = measure_lookup(loaded, Judge(loaded, source, examples, encoded), list(draft_lens), max_new_tokens,
+                            repeats, drafter, runs, engines[engine], log=log, temperature=temperature)  # fmt: skip
+    result.update(engine=engine, chat_template=chat_template, task=task, data=data, num_fewshot=num_fewshot,
+                  category=category)  # fmt: skip
     stem = Path(output_dir) / f"speed_lookup_{loaded.spec.name}"
     stem.parent.mkdir(parents=True, exist_ok=True)
     text = lookup_markdown(result, command)
     stem.with_suffix(".md").write_text(text)
     stem.with_suffix(".json").write_text(json.dumps(result, indent=2))
-    return text, [stem.with_suffix(s) for s in (".md", ".json")]
+    lookup_plot(result, stem.with_suffix(".png"))
+    return text, [stem.with_suffix(s) for s in (".md", ".json", ".png")]
 
 
 def throughput(

@@ -227,7 +227,7 @@ def speed(  # fmt: skip
     engine: o.SpeedEngines = "eager", threads: o.Threads = None, drafter: o.DrafterOpt = None,
     chat_template: o.GenerateChat = False, param: o.Param = None, temperature: o.SpeedTemperature = 0.0,
     task: o.SpeedTask = "cnndm", data: o.SpeedData = "fixture", num_fewshot: o.NumFewshot = None,
-    verbose: o.Verbose = False,
+    category: o.SpeedCategory = None, verbose: o.Verbose = False,
 ) -> None:
     """Time the harness against transformers generate() and assisted generation, and against the
     ideal speedup S(alpha, N, c); checks that greedy outputs agree. With --throughput, time batched
@@ -257,7 +257,8 @@ def speed(  # fmt: skip
         text, paths = api.speed(draft_lens=lens, methods=o.split_list(method), target_weight=target_weight,
                                 prompts=prompts, engines=o.split_list(engine), drafter=drafter or "model",
                                 chat_template=chat_template, params=o.params(param), temperature=temperature,
-                                task=task, data=data, num_fewshot=num_fewshot, **common)  # fmt: skip
+                                task=task, data=data, num_fewshot=num_fewshot, category=category,
+                                **common)  # fmt: skip
     typer.echo(f"{text}\nwritten: {', '.join(map(str, paths))}")
 
 

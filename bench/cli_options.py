@@ -149,6 +149,10 @@ DraftLens = Annotated[str, _opt("Draft lengths to measure, comma-separated.")]
 SpeedMethods = Annotated[str, _opt("sd, or sd,ensemble to also time the static ensemble.")]
 SpeedTask = Annotated[str, _opt("With --drafter lookup: the task whose prompts are timed (as `run` renders them).")]
 SpeedData = Annotated[str, _opt("With --drafter lookup: the task's data, fixture (default), hub or a local path.")]
+SpeedCategory = Annotated[
+    Optional[str],
+    _opt("With --drafter lookup: time only this category group of the task (spec_bench: summarization, ...)."),
+]
 SpeedTemperature = Annotated[float, _opt("With --drafter lookup: 0 = greedy (outputs compared), else sampled.")]
 SpeedWeight = Annotated[float, _opt("Weight for the ensemble comparison.")]
 SpeedPrompts = Annotated[int, _opt("Number of prompts (fixture CNNDM articles).")]

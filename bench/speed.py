@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from bench.build import build_decoder
+from bench.decoding import DecodeStats
 from bench.distributions import Sampling
 from bench.engines import CompiledEngine, EagerEngine, EngineFactory, ModelEngine
 from bench.engines.base import weight_bytes
@@ -82,6 +83,7 @@ class Timed:
     verified: int = 0
     prefill: float = 0.0  # seconds of it spent on the prompts (both models' prefill)
     steps: dict[str, list[float]] = field(default_factory=dict)  # each model's step times, when clocked
+    stats: list[DecodeStats] = field(default_factory=list)  # the harness's counters, one per prompt
 
 
 def run_harness(
@@ -105,6 +107,7 @@ def run_harness(
         timed.drafted += gen.stats.drafted_tokens
         timed.accepted += gen.stats.accepted_tokens
         timed.verified += sum(gen.stats.reached_per_position)
+        timed.stats.append(gen.stats)
     return timed
 
 
@@ -124,6 +127,13 @@ def run_transformers(
     kwargs: dict[str, Any] = {"assistant_model": pair.draft} if assisted else {}
     if ensemble_weight is not None:
         kwargs["assistant_ensemble_weight"] = ensemble_weight
+    return timed_generate(pair, prompts, max_new, do_sample=False, **kwargs)
+
+
+@torch.inference_mode()
+def timed_generate(pair: Pair, prompts: list[list[int]], max_new: int, **kwargs: Any) -> Timed:
+    """The target's ``generate(**kwargs)`` on each prompt alone, the device synchronised around
+    each call: the transformers side of every comparison, timed as the harness's runs are."""
     outputs, total = [], 0.0
     for prompt in prompts:
         ids = torch.tensor([prompt], device=pair.device)
@@ -132,7 +142,6 @@ def run_transformers(
         out = pair.target.generate(
             ids,
             attention_mask=torch.ones_like(ids),
-            do_sample=False,
             max_new_tokens=max_new,
             eos_token_id=pair.eos_token_ids or None,
             pad_token_id=pair.tokenizer.pad_token_id,

@@ -221,9 +221,29 @@ class Task:
                 return self._example(example_id, doc)
         raise BenchError(f"task {self.name} ({self.data}): no example with id {example_id!r}")
 
-    def examples(self, limit: int | None = None, seed: int = 0) -> list[Example]:
+    def category_members(self, group: str) -> list[str]:
+        """The categories the task file pools as ``group`` (its ``category_groups``); refused in one
+        line for a task without categories or a group it does not declare."""
+        if not self.spec.category_groups:
+            raise BenchError(
+                f"task {self.name} has no category groups; --category takes a task that declares them (spec_bench)"
+            )
+        if group not in self.spec.category_groups:
+            raise BenchError(
+                f"task {self.name} has no category group {group!r}; "
+                f"choose one of {', '.join(self.spec.category_groups)}"
+            )
+        return list(self.spec.category_groups[group])
+
+    def examples(
+        self, limit: int | None = None, seed: int = 0, categories: list[str] | None = None
+    ) -> list[Example]:
+        """The first ``limit`` examples of a seeded order (round-robin over categories where rows
+        carry one); only those of ``categories`` when given."""
         rows = self.rows()
         order = select(len(rows), None, seed)
+        if categories is not None:
+            order = [i for i in order if str(rows[i][self.spec.category_field]) in categories]
         if self.spec.category_field:
             order = round_robin(order, [str(rows[i][self.spec.category_field]) for i in order])
         return [self._example(self.example_id(i, rows[i]), rows[i]) for i in order[:limit]]
