@@ -77,40 +77,33 @@ def plot_points(result: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def lookup_plot(result: dict[str, Any], path: Path) -> None:
-    """Speedup over ar (median, range as an error bar) against the target's log p/token: a point per
-    method setting, transformers' lookup a black square, ar's fidelity a dashed vertical line."""
+    """Speedup over ar (median, range as an error bar) against the target's log p/token: a numbered
+    point per method setting (the key beside the axes names it: many settings' labels would
+    overlap on the points), transformers' lookup a black square, ar's log p a dashed vertical line."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
-    fig, ax = plt.subplots(figsize=(7, 4.8))
+    fig, ax = plt.subplots(figsize=(9, 4.8))
     for x in {r["target_loglik"] for r in result["rows"] if r["method"] == AR}:
         ax.axvline(x, color="grey", ls="--", lw=0.9)
     ax.axhline(1, color="grey", lw=0.8)
-    for k, p in enumerate(plot_points(result)):
+    key = [Line2D([], [], color="grey", ls="--", label="ar (log p/token; speedup 1)")]
+    for k, p in enumerate(plot_points(result), start=1):
         lo, hi = p["range"]
-        ax.errorbar(
-            p["x"], p["y"], yerr=[[p["y"] - lo], [hi - p["y"]]], fmt="s" if p["transformers"] else "o",
-            color="black" if p["transformers"] else f"C{k % 10}", capsize=3, ms=6,
-        )  # fmt: skip
-        ax.annotate(p["label"], (p["x"], p["y"]), xytext=(5, 4), textcoords="offset points", fontsize=7)
-    ax.margins(x=0.3, y=0.1)  # room for the labels right of the points
+        style = {"marker": "s" if p["transformers"] else "o", "color": "black" if p["transformers"] else f"C{k % 10}"}
+        ax.errorbar(p["x"], p["y"], yerr=[[p["y"] - lo], [hi - p["y"]]], ls="", capsize=3, ms=6, **style)
+        ax.annotate(str(k), (p["x"], p["y"]), xytext=(4, 3), textcoords="offset points", fontsize=7)
+        key.append(Line2D([], [], ls="", **style, label=f"{k}: {p['label']}"))
+    ax.margins(x=0.1, y=0.1)
     ax.xaxis.set_major_locator(plt.MaxNLocator(6))
     ax.set_xlabel("target log p per token (fidelity; higher is closer to the target)")
     ax.set_ylabel("speedup over ar (median; bar: range over repeats)")
     sampled = f"temperature {result['temperature']:g}" if result["temperature"] else "greedy"
     ax.set_title(f"Prompt lookup on {result['pair']} ({result['dtype']}), {result['task']}, {sampled}", fontsize=9)
-    ax.legend(
-        handles=[
-            Line2D([], [], color="grey", ls="--", label="ar's log p/token (speedup 1)"),
-            Line2D([], [], color="C0", marker="o", ls="", label="harness, lookup drafts"),
-            Line2D([], [], color="black", marker="s", ls="", label="transformers' prompt lookup"),
-        ],
-        fontsize=7,
-        loc="best",
-    )
+    ax.legend(handles=key, fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1), borderaxespad=0)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=150)
