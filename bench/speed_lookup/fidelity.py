@@ -55,8 +55,10 @@ class Judge:
         """Quality, log p per emitted token and (greedy) agreement with ``ar``'s outputs."""
         texts, ar_texts = self.texts(outputs), self.texts(ar)
         logp = sum(target_loglik(self.pair, p, o) for p, o in zip(self.prompts, outputs))
+        quality, metric = self.quality(texts)
         out: dict[str, Any] = {
-            **dict(zip(("quality", "quality_metric"), self.quality(texts))),
+            "quality": quality,
+            "quality_metric": metric,
             "target_loglik": logp / max(sum(map(len, outputs)), 1),
             "prefix_agreement": None,
             "same_as_ar": None,
