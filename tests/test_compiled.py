@@ -275,3 +275,18 @@ def test_cli_refuses_an_unknown_engine_in_one_line():
     out = bench_cli("generate", "Question: 2 + 3?", "--engine", "nosuch", "--max-new-tokens", "2")
     assert out.returncode == 2
     assert out.stderr.strip() == "error: unknown engine 'nosuch': use --engine eager or compiled"
+
+
+def test_a_step_that_would_compile_again_is_refused():
+    """Graphs compiled in ``start`` outside inference mode fail their guards in a step inside it:
+    the step would compile a graph without ``start``'s CPU options (slower, silently); refused."""
+    config = LlamaConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2
+    )
+    model = LlamaForCausalLM(config).eval()
+    engine = make_engine("compiled")(model, (1,))
+    engine.start(1, 8)  # compiled with grad mode on
+    with torch.inference_mode():
+        engine.step(torch.tensor([[3, 1, 4]]), [3], 1, False)  # the prompt runs eagerly
+        with pytest.raises(BenchError, match="would compile again.*inference_mode"):
+            engine.step(torch.tensor([[5]]), [1], 1, False)

@@ -243,6 +243,23 @@ class CompiledEngine(EagerEngine):
             return logits.clone(), hidden.clone()  # the graph's outputs are overwritten next replay
         return self.compiled(ids, start, ids.shape[1])
 
+    def _replay(self, ids: Tensor, start: Tensor) -> tuple[Tensor, Tensor | None]:
+        """A step runs a graph ``start`` compiled, never a new one: a graph whose guards fail here
+        (e.g. compiled outside inference mode, stepped inside) would compile again without
+        ``start``'s CPU options: a different, slower graph, in silence."""
+        try:
+            with torch.compiler.set_stance("fail_on_recompile"):
+                return self._run(ids, start)
+        except RuntimeError as exc:
+            if "fail_on_recompile" not in str(exc):
+                raise
+            reason = next((line.strip("- ") for line in str(exc).splitlines() if line.strip().startswith("- ")), "")
+            raise BenchError(
+                f"--engine compiled: a {self.model.config.model_type} step of width {ids.shape[1]} would compile "
+                f"again ({reason or 'its guards failed'}); start and step the engine in the same mode "
+                "(both under torch.inference_mode, as the decoder does)"
+            ) from exc
+
     def step(self, ids: Tensor, real: Sequence[int], keep: int, hidden: bool) -> tuple[Tensor, Tensor | None]:
         count, width = ids.shape
         graph = width if self.fresh else next((w for w in self.widths if w >= width), 0)
@@ -259,7 +276,7 @@ class CompiledEngine(EagerEngine):
             logits, states = self._forward(ids, start, keep)
             first = 0
         else:
-            logits, states = self._run(ids.contiguous(), start)
+            logits, states = self._replay(ids.contiguous(), start)
             first = width - keep
         self.fresh = False
         self.lengths = [n + r for n, r in zip(self.lengths, real)]
