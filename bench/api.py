@@ -424,7 +424,7 @@ def _speed_lookup(
     runs = {}  # label -> (method, params); a rule the drafter cannot serve is refused before any model loads
     for m, p, _ in expand_methods(methods, params=params):
         cfg = RunConfig(task=task, pair=pair, method=m, params=p, drafter=drafter, temperature=temperature).resolve()
-        runs[cfg.info.label(p)] = (m, p)
+        runs[cfg.info.label(p, digits=None)] = (m, p)  # the values as given: every digit
     loaded = load_pair(pair, device=device, dtype=dtype)
     examples = Task(resolve_task(task), data, num_fewshot=num_fewshot).examples(prompts)
     encoded = [encode_prompt(loaded, e.prompt, chat_template) for e in examples]
