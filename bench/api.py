@@ -432,7 +432,7 @@ def _speed_lookup(
         if m == "ar":
             raise BenchError("speed --drafter lookup times ar as the baseline of every run: drop ar from --method")
         cfg = RunConfig(task=task, pair=pair, method=m, params=p, drafter=drafter, temperature=temperature).resolve()
-        runs[cfg.info.label(p)] = (m, p)
+        runs[cfg.info.label(p, digits=None)] = (m, p)  # the values as given: every digit
     source = Task(resolve_task(task), data, num_fewshot=num_fewshot)
     examples = source.examples(prompts, categories=source.category_members(category) if category else None)
     if not examples:

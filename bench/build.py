@@ -3,6 +3,8 @@ a prompt is encoded, for ``run``, ``generate``, ``speed``, ``train`` and the lm-
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from bench.decoding import SpeculativeDecoder
 from bench.distributions import Sampling
 from bench.engines import EagerEngine, EngineFactory
@@ -10,6 +12,9 @@ from bench.errors import BenchError
 from bench.head import WeightHead, required_head
 from bench.pairs import Pair
 from bench.verifiers import Verifier, make_verifier
+
+if TYPE_CHECKING:
+    from bench.config import RunConfig
 
 
 def build_decoder(
@@ -45,6 +50,26 @@ def build_decoder(
         draft_policy=draft_policy,
         trace=trace,
         drafter=drafter or "model",
+    )
+
+
+def decoder_for(
+    cfg: RunConfig, pair: Pair, engine: EngineFactory = EagerEngine, *, trace: bool = False
+) -> SpeculativeDecoder:
+    """The decoder of a resolved configuration: the one place a ``RunConfig``'s fields become a
+    decoder's settings, so that ``run`` and the calibration (and any later entry point) decode every
+    configuration alike; a field added to ``RunConfig`` reaches them all here, or none."""
+    return build_decoder(
+        pair,
+        cfg.method,
+        cfg.params,
+        head=cfg.head,
+        draft_len=cfg.draft_len,
+        sampling=Sampling(cfg.temperature),
+        engine=engine,
+        draft_policy=cfg.draft_policy,
+        trace=trace,
+        drafter=cfg.drafter,
     )
 
 

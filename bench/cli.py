@@ -169,7 +169,8 @@ def recommend(  # fmt: skip
     """The setting to deploy, per task and settings panel: the measured setting with the highest
     acceptance (or speedup, where every timing is trustworthy) whose quality clears the floor,
     selected on one half of the examples and confirmed on the other, and how to run it in the
-    engines that ship its rule (or this harness's generate).
+    engines that ship its rule (or this harness's generate); ar, the target alone, where no such
+    setting is confirmed faster than ar.
 
     Example: diversed-bench recommend results --quality-floor 0.98
 

@@ -15,12 +15,11 @@ from typing import Any
 
 import pandas as pd
 
-from bench.build import build_decoder, encode_prompt
+from bench.build import decoder_for, encode_prompt
 from bench.config import RunConfig, example_seed
 from bench.context import Context, fit_prompt
 from bench.conversation import Messages, check_chat, decode_turns
 from bench.decoding import TRACE_FIELDS, Generation, SpeculativeDecoder
-from bench.distributions import Sampling
 from bench.engines import CompiledEngines, make_engine
 from bench.errors import BenchError
 from bench.pairs import Pair, load_pair
@@ -159,18 +158,7 @@ class Runner:
 
     def job(self, cfg: RunConfig, pending: list[Example]) -> _Job:
         pair, task = self.pair(cfg), self.task(cfg)
-        decoder = build_decoder(
-            pair,
-            cfg.method,
-            cfg.params,
-            head=cfg.head,
-            draft_len=cfg.draft_len,
-            sampling=Sampling(cfg.temperature),
-            engine=self.engine,
-            draft_policy=cfg.draft_policy,
-            trace=self.trace,
-            drafter=cfg.drafter,
-        )
+        decoder = decoder_for(cfg, pair, self.engine, trace=self.trace)
         budget = cfg.max_new_tokens
         write_manifest(self.store, cfg, pair.device, self.limit, **self.notes.get(cfg.config_id, {}))
         fixed = fixed_columns(cfg, pair.spec.name, task.name)

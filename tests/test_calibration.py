@@ -284,11 +284,82 @@ def test_calibration_decodes_with_the_configurations_drafter(tmp_path, monkeypat
     from bench.runner import Runner
 
     built = []
-    real = sweeps.build_decoder
-    monkeypatch.setattr(sweeps, "build_decoder", lambda *a, **k: built.append(real(*a, **k)) or built[-1])
+    real = sweeps.decoder_for
+    monkeypatch.setattr(sweeps, "decoder_for", lambda *a, **k: built.append(real(*a, **k)) or built[-1])
     runner = Runner(tmp_path, limit=3, device="cpu", timing_examples=0, progress=False, log=lambda m: None)
     model = RunConfig(task="arith", pair="ref", method="sd", device="cpu", max_new_tokens=8)
     lookup = replace(model, drafter="lookup")
     calibrator = sweeps.Calibrator(runner, model, 3)
     calibrator.acceptance(model), calibrator.acceptance(lookup)
     assert [isinstance(d.drafter, PromptLookup) for d in built] == [False, True]
+
+
+# Every RunConfig field, by where it acts. A field added to RunConfig must be sorted here (the test
+# below fails until it is), and one that reaches the decoder is then checked on both paths.
+DECODER_FIELDS = {"method", "params", "head", "draft_len", "temperature", "draft_policy", "drafter"}
+OTHER_FIELDS = {  # the examples, their prompts and budget, seeds, where the models run, the row's id
+    "task", "pair", "max_new_tokens", "seed", "data", "num_fewshot", "split", "chat_template",
+    "device", "dtype", "engine", "truncate_prompt",
+}  # fmt: skip
+
+
+def _decoder_settings(decoder) -> dict:
+    """What a decoder decodes with, as plain values (its head as its weights)."""
+    from dataclasses import asdict, fields, is_dataclass
+
+    drafter = decoder.drafter
+    return {
+        "verifier": (type(decoder.verifier).__name__, asdict(decoder.verifier)),
+        "draft_len": decoder.draft_len,
+        "sampling": decoder.sampling,
+        "draft_policy": decoder.draft_policy,
+        "drafter": type(drafter).__name__,
+        "drafter_settings": {f.name: getattr(drafter, f.name) for f in fields(drafter)} if is_dataclass(drafter) else {},
+        "head": {k: v.tolist() for k, v in decoder.head.state_dict().items()} if decoder.head is not None else None,
+    }
+
+
+def test_run_and_calibration_build_a_configurations_decoder_alike(tmp_path, monkeypatch):
+    """`run` (Runner.job) and the calibration (Calibrator.acceptance) decode a configuration with
+    the same decoder, and every RunConfig field that acts on decoding reaches it (review D2: the
+    calibration rebuilt the decoder's arguments itself and dropped the drafter)."""
+    from dataclasses import fields
+
+    from bench.decoding import SpeculativeDecoder
+    from bench.head import required_head
+    from bench.runner import Runner
+    from bench.verifiers import make_verifier
+
+    assert DECODER_FIELDS | OTHER_FIELDS == {f.name for f in fields(RunConfig)}, "sort the new RunConfig field"
+    built: list = []
+    init = SpeculativeDecoder.__init__
+    monkeypatch.setattr(SpeculativeDecoder, "__init__", lambda self, *a, **k: init(self, *a, **k) or built.append(self))
+    runner = Runner(tmp_path, limit=3, device="cpu", timing_examples=0, progress=False, log=lambda m: None)
+    base = RunConfig(task="arith", pair="ref", method="sd", device="cpu", max_new_tokens=8)
+    # Between them, every decoder field away from its default: a head-reading method with its head
+    # and the greedy draft policy, and a lookup drafter with its own setting.
+    head = "bench:reference/heads/arith-ref"
+    configs = [
+        replace(base, method="diversed", head=head, draft_len=3, temperature=0.7,
+                draft_policy="greedy"),
+        replace(base, method="ensemble", params={"target_weight": 0.6}, draft_len=4, temperature=0.5,
+                drafter="lookup:ngram=3"),
+    ]  # fmt: skip
+    calibrator = sweeps.Calibrator(runner, base, 3)
+    for cfg in configs:
+        cfg = cfg.resolve()
+        built.clear()
+        job = runner.job(cfg, runner.task(cfg).examples(3, cfg.seed))
+        calibrator.acceptance(cfg)
+        assert len(built) == 2 and built[0] is job.decoder
+        ran, calibrated = (_decoder_settings(d) for d in built)
+        assert calibrated == ran, cfg.label
+        # Each field as the configuration gives it (a deterministic drafter has no draft policy).
+        assert ran["verifier"] == (type(make_verifier(cfg.method)).__name__, cfg.params)
+        assert (ran["draft_len"], ran["sampling"].temperature) == (cfg.draft_len, cfg.temperature)
+        assert ran["draft_policy"] == cfg.draft_policy or (cfg.draft_policy, ran["drafter"]) == (None, "PromptLookup")
+        assert (ran["drafter"], ran["drafter_settings"].get("ngram")) in {("ModelDrafter", None), ("PromptLookup", 3)}
+        assert (ran["drafter"] == "PromptLookup") == cfg.drafter.startswith("lookup")
+        pair = runner.pair(cfg)
+        want = cfg.head and required_head(cfg.head, cfg.method, pair.spec.name, pair.hidden_sizes, pair.device)
+        assert ran["head"] == (want and {k: v.tolist() for k, v in want.state_dict().items()})

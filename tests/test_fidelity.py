@@ -15,7 +15,9 @@ loading code, and prompted with the GSM8K task's prompts under each tokenizer's 
 - the checkpoints continue different prompts differently, so mixed-up rows could not pass.
 
 One compiled-engine factory serves the module, and every batch has three rows, so each model
-compiles its step widths once (target 1 and N + 1, draft 1 and 2).
+compiles its step widths once (target 1 and N + 1, draft 1 and 2). On those graphs, every method
+(ar, sd, lossy, cascade, ensemble, DIVERSED) decodes on the compiled engine exactly as on eager,
+tokens and counters, the check of tests/test_compiled.py on these architectures.
 """
 
 import huggingface_hub.constants as hub_constants
@@ -203,3 +205,27 @@ def test_greedy_lookup_sd_equals_transformers_generate(name, engine, pairs, prom
     for prompt, want in zip(prompts[name], references[name]):
         assert decoder.generate(prompt, BUDGET).token_ids == want, f"{name} {engine} lookup, batch 1"
     assert any(g.stats.drafting_rounds for g in batch), "no lookup found a continuation: nothing was tested"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ARCHITECTURES)
+def test_every_method_decodes_on_the_compiled_engine_as_on_eager(name, pairs, prompts, factories):
+    """Tokens and counters of every method, compiled against eager, in a ragged batch of the three
+    prompts and at batch 1 (timed). On the graphs the compiled checks above compiled (after them in
+    this module: nothing compiles here when they ran on this worker)."""
+    from test_compiled import METHODS, decoder, same_stats
+
+    pair = pairs[name]
+    models = (pair.target, pair.draft, pair.eos_token_ids)
+    for method in METHODS:
+        eager, fast = (decoder(models, method, factories[e]) for e in ("eager", "compiled"))
+        want = eager.generate_batch(prompts[name], BUDGET, list(range(ROWS)))
+        got = fast.generate_batch(prompts[name], BUDGET, list(range(ROWS)))
+        for g, w in zip(got, want):
+            assert g.token_ids == w.token_ids, (name, method)
+            same_stats(g.stats, w.stats)
+        alone = fast.generate(prompts[name][0], BUDGET)
+        assert alone.token_ids == want[0].token_ids and alone.stats.wall_time_s > 0, (name, method)
+        if method == "sd":  # drafts accepted and rejected: both paths of the round ran
+            rates = [g.stats.acceptance_rate for g in got]
+            assert any(r > 0 for r in rates) and any(r < 1 for r in rates), (name, rates)

@@ -189,6 +189,9 @@ def test_recommend_on_the_demo(demo_results, tmp_path):
     assert result.exit_code == 0, result.output
     (found,) = json.loads(result.output)
     assert found["status"] == "confirmed" and found["setting"] and found["run"]
+    # Nothing timed (the fixture times no example): no setting is confirmed faster than ar.
+    assert found["deploy"] == "ar" and f"the pick (by acceptance), {found['setting']}, keeps" in found["reason"]
+    assert "it was not timed; time it against ar" in found["reason"]
     from bench.store import load_results
 
     total = load_results(demo_results)["example_id"].nunique()
@@ -196,10 +199,12 @@ def test_recommend_on_the_demo(demo_results, tmp_path):
     # The pick is the fastest among the settings that clear 0.5 accuracy on the selection half.
     assert found["quality"] >= 0.5 and found["floor_quality"] == pytest.approx(0.5)
     text = CliRunner().invoke(app, ["recommend", str(demo_results), "--quality-floor", "abs:0.5"]).output
-    assert "| arith | quality 0.5 |" in text and f"How to run {found['setting']}" in text
+    assert f"| arith | quality 0.5 | ar (the target alone) | {found['setting']} |" in text
+    assert "How to run ar, the target alone (arith):" in text
     # A floor no setting can show on half the demo's examples: none, and the fix named.
     text = CliRunner().invoke(app, ["recommend", str(demo_results), "--quality-floor", "abs:0.999"]).output
-    assert "| arith | quality 0.999 | none |" in text
+    assert "| arith | quality 0.999 | ar (the target alone) | none |" in text
+    assert "arith: deploy ar, the target alone: no setting clears the floor on the selection half." in text
     assert "decode more examples (--limit) or lower the floor" in text
 
 
@@ -213,8 +218,59 @@ def test_the_pick_is_ranked_by_speedup_only_where_every_timing_is_trusted():
     steady = result_rows({"ar": [1.0] * n, "sd": [0.8] * n, "lossy": [0.5] * n})
     (found,) = recommend(steady, Floor.parse("0.9"))
     assert (found.ranked_by, found.setting, found.status) == ("speedup", "lossy", "confirmed")
-    assert found.speedup == pytest.approx(2.0)
-    # One setting's times vary more than 2x: no speedup is trusted, acceptance ranks (a tie: the first).
+    assert found.speedup == pytest.approx(2.0) and found.deploy == "lossy"
+    assert "confirmed faster than ar: 2.00x" in found.reason
+    # One setting's times vary more than 2x: acceptance ranks (a tie: the first); the pick's own
+    # times are steady, so its speedup (1.25x) is trusted and shown.
     shaky = result_rows({"ar": [1.0] * n, "sd": [0.8] * n, "lossy": [0.2, 0.5] * (n // 2)})
     (found,) = recommend(shaky, Floor.parse("0.9"))
-    assert (found.ranked_by, found.setting) == ("acceptance", "sd") and math.isnan(found.speedup)
+    assert (found.ranked_by, found.setting, found.deploy) == ("acceptance", "sd", "sd")
+    assert found.speedup == pytest.approx(1.25)
+    # The pick's own times vary more than 2x: this run cannot tell that it is faster, ar it is.
+    (found,) = recommend(result_rows({"ar": [1.0] * n, "sd": [0.2, 0.5] * (n // 2)}), Floor.parse("0.9"))
+    assert (found.setting, found.deploy) == ("sd", "ar") and math.isnan(found.speedup)
+    assert "its measured 2.86x ar's speed is not trustworthy (times vary 2.5x)" in found.reason
+
+
+def test_the_target_alone_is_recommended_when_no_setting_is_faster(tmp_path):
+    """Every setting keeps the floor but is slower than ar: the recommendation is ar, the target
+    alone, with the reason and the numbers, in text and in JSON, and how to run it."""
+    from result_rows import result_rows
+    from typer.testing import CliRunner
+
+    from bench.cli import app
+    from bench.reports.recommend import recommend
+
+    n = 200
+    results = tmp_path / "results"
+    results.mkdir()
+    result_rows({"ar": [1.0] * n, "sd": [1.25] * n, "lossy": [1.6] * n}).to_parquet(results / "rows.parquet")
+    out = CliRunner().invoke(app, ["recommend", str(results), "--quality-floor", "0.9", "--format", "json"])
+    assert out.exit_code == 0, out.output
+    (found,) = json.loads(out.output)
+    assert (found["deploy"], found["setting"], found["status"], found["ranked_by"]) == (
+        "ar", "sd", "confirmed", "speedup"
+    )  # fmt: skip
+    assert found["speedup"] == pytest.approx(0.8) and found["speedup_ci"] == pytest.approx([0.8, 0.8])
+    assert found["ar_quality"] == pytest.approx(0.5) and found["cleared"] == 2
+    assert found["reason"] == (
+        "deploy ar, the target alone: no setting that keeps the floor is confirmed faster than ar: the fastest, "
+        "sd, runs at 0.80x ar's speed (95% interval 0.80 to 0.80); ar's quality here: 50.0%"
+    )
+    runs = {r["where"]: r["how"] for r in found["run"]}
+    assert runs["transformers"] == "model.generate(**inputs, do_sample=True, temperature=1)"
+    assert runs["this harness"] == "diversed-bench generate PROMPT --pair tiny --method ar --temperature 1"
+    text = CliRunner().invoke(app, ["recommend", str(results), "--quality-floor", "0.9"]).output
+    assert "| gsm8k | 90% of ar's quality | ar (the target alone) | sd | speedup |" in text
+    assert f"gsm8k: {found['reason']}." in text and "How to run ar, the target alone (gsm8k):" in text
+    # A setting faster than ar but not confirmed so (its interval reaches below 1): still ar.
+    noisy = result_rows({"ar": [1.0] * n, "sd": [0.75, 1.2] * (n // 2)})
+    (pick,) = recommend(noisy, Floor.parse("0.9"))
+    assert pick.speedup > 1 > pick.speedup_ci[0] and pick.deploy == "ar"
+    # A pick that is not confirmed on the other half is not deployed, however fast.
+    import pandas as pd
+
+    from bench.reports.recommend import _deploy
+
+    deploy, reason = _deploy(pd.Series({"label": "sd"}), False, (3.0, (2.5, 3.5)), "speedup")
+    assert deploy == "ar" and reason == "the best setting on the selection half, sd, is not confirmed on the other half"

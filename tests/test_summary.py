@@ -86,3 +86,38 @@ def test_tasks_with_their_own_exemplar_counts_share_one_panel():
     again = _rows(times).assign(num_fewshot=0, config_id=lambda f: f["config_id"] + "-0")
     split = panels(summarise(pd.concat([gsm8k, again], ignore_index=True)))  # one task, two counts
     assert sorted(len(p.part) for p in split) == [2, 2] and len({p.slug for p in split}) == 2
+
+
+def test_calibrated_values_read_at_three_digits_and_close_ones_stay_apart():
+    """A calibrated value has many digits: labels show 3 significant ones (more only where two points
+    of one family would then read the same, in the table's labels, legends and swept values), while
+    rows and the summary keep every digit in their structured params."""
+    import json
+
+    from bench.records import fixed_columns
+    from bench.verifiers import method_info
+
+    cascade = method_info("cascade")
+    assert cascade.label({"cascade_alpha": -0.005857}) == "cascade (opt, a=-0.00586)"
+    assert cascade.label({"cascade_alpha": 0.2}) == "cascade (opt, a=0.2)"  # short values as they are
+    assert method_info("threshold").label({"speculative_accept_threshold_single": 1.0}).endswith("single=1.0)")
+    cfg = RunConfig("gsm8k", "tiny", "cascade", {"cascade_alpha": -0.005857}, device="cpu").resolve()
+    written = fixed_columns(cfg, "tiny", "gsm8k")
+    assert written["label"] == "cascade (opt, a=-0.00586)"  # display only
+    assert json.loads(written["params"])["cascade_alpha"] == -0.005857  # the row keeps every digit
+    # Two calibrated points 4e-6 apart read the same at 3 digits: their family shows 4.
+    alphas = {"close": -0.005857, "closer": -0.005861, "far": 0.2}
+    rows = _rows({"ar": [1.0] * 4, **{name: [1.0] * 4 for name in alphas}})
+    for name, alpha in alphas.items():
+        mine = rows["config_id"] == name
+        params = cascade.full({"cascade_alpha": alpha})
+        rows.loc[mine, ["method", "params", "label"]] = ["cascade", json.dumps(params), cascade.label(params)]
+    summary = summarise(rows).set_index("config_id")
+    assert summary.loc["close", "label"] == "cascade (opt, a=-0.005857)"
+    assert summary.loc["closer", "label"] == "cascade (opt, a=-0.005861)"
+    assert summary.loc["far", "label"] == "cascade (opt, a=0.2)"
+    assert summary.loc["closer", "legend"] == "cascade (opt, a=-0.005861)" and summary.loc["close", "swept"] == "a=-0.005857"
+    assert summary.loc["close", "params"]["cascade_alpha"] == -0.005857
+    # Without the close point, the family's labels stay at 3 digits.
+    alone = summarise(rows[rows["config_id"] != "closer"]).set_index("config_id")
+    assert alone.loc["close", "label"] == "cascade (opt, a=-0.00586)"

@@ -19,11 +19,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from bench.build import build_decoder
+from bench.build import decoder_for
 from bench.calibration.search import STILL, calibrate_path
 from bench.config import RunConfig
-from bench.distributions import Sampling
-from bench.engines import EagerEngine
 from bench.errors import BenchError
 from bench.store import SHARED_SETTINGS
 from bench.tasks import Example, Task, resolve_task, select
@@ -128,17 +126,7 @@ class Calibrator:
         cfg = replace(cfg, device=self.runner.device or cfg.device).resolve()
         if cfg.config_id not in self._seen:
             pair = self.runner.pair(cfg)
-            decoder = build_decoder(
-                pair,
-                cfg.method,
-                cfg.params,
-                head=cfg.head,
-                draft_len=cfg.draft_len,
-                sampling=Sampling(cfg.temperature),
-                engine=EagerEngine,
-                draft_policy=cfg.draft_policy,
-                drafter=cfg.drafter,  # a lookup configuration calibrates on lookup drafts
-            )
+            decoder = decoder_for(cfg, pair)  # eager; run's own decoder, drafter and all
             examples = [e for _, e in self.examples]
             prompts = self.runner.prompts(cfg, examples)
             budget = min(int(cfg.max_new_tokens or BUDGET), BUDGET)

@@ -47,9 +47,10 @@ def _models(pair: str) -> tuple[str, str]:
 def _harness(method: str, params: dict[str, Any], head: str | None, setting: Mapping[str, Any]) -> str:
     flags = " ".join(f"--param {k}={v}" for k, v in params.items())
     head_flag = f" --head {head}" if head else ""
+    draft_len = f"--draft-len {setting['draft_len']} " if method != "ar" else ""  # ar drafts nothing
     return (
         f"diversed-bench generate PROMPT --pair {setting['pair']} --method {method} {flags}{head_flag} "
-        f"--draft-len {setting['draft_len']} --temperature {setting['temperature']:g}"
+        f"{draft_len}--temperature {setting['temperature']:g}"
     ).replace("  ", " ")
 
 
@@ -67,6 +68,11 @@ class Setting:
             f"model.generate(**inputs, assistant_model=draft, {extra}num_assistant_tokens={self.n}, "
             f'num_assistant_tokens_schedule="constant", {self.sample})'
         )
+
+
+def _ar(p: dict[str, Any], s: Setting) -> list[tuple[str, str]]:
+    """The target alone: every engine runs it; no draft model, nothing speculative."""
+    return [("transformers", f"model.generate(**inputs, {s.sample})"), ("vLLM", f'LLM(model="{s.target}")')]
 
 
 def _sd(p: dict[str, Any], s: Setting) -> list[tuple[str, str]]:
@@ -118,6 +124,7 @@ def _vllm_v0(p: dict[str, Any], s: Setting) -> list[tuple[str, str]]:
 
 
 SHIPPED = {
+    "ar": _ar,
     "sd": _sd,
     "ensemble": _ensemble,
     "threshold": _sglang,

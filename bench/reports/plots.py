@@ -231,7 +231,8 @@ def _sweep(family: pd.DataFrame) -> tuple[str, list[str]] | None:
     numeric = all(isinstance(p.get(k), (int, float)) for p in family["params"] for k in varying)
     if len(family) < 2 or not varying or not numeric:
         return None
-    texts = [", ".join(info.shown(k, p[k]) for k in varying) for p in family["params"]]
+    digits = info.digits(list(family["params"]))  # as many as tell the points apart
+    texts = [", ".join(info.shown(k, p[k], digits) for k in varying) for p in family["params"]]
     return ", ".join(info.shorthand.get(k) or k for k in varying), texts
 
 

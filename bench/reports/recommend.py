@@ -17,6 +17,11 @@ that clear the floor there) and CONFIRMED on the other, where one test of one se
 nominal rate: a confirmed floor holds on fresh examples with probability at least 95% (the
 simulation in tests/test_recommend.py measures it). A setting that fails its confirmation is
 reported as such; the next best is not tried (that would be a second look at the same half).
+
+A setting is worth deploying only if it is faster than the target alone: the pick is recommended
+when it is confirmed and its speedup's 95% interval (trustworthy timings only) lies above 1;
+otherwise the recommendation is ``ar``, the target alone, with the reason and the numbers (nothing
+clears the floor, the pick is not confirmed, its speed is unknown, or it is not confirmed faster).
 """
 
 from __future__ import annotations
@@ -76,6 +81,7 @@ class Floor:
 NOTHING_CLEARS = (
     "nothing clears the floor on the selection half: decode more examples (--limit) or lower the floor"
 )
+TARGET_ALONE = "ar"  # what to deploy when no setting keeps the floor and is confirmed faster than ar
 
 
 def lower_bound(margin: np.ndarray, worst: float) -> float:
@@ -153,7 +159,11 @@ class Recommendation:
     examples: tuple[int, int]  # (selection, confirmation) examples
     status: str  # confirmed, not confirmed, or nothing clears the floor
     percent: bool  # quality is a share (accuracy, pass@1)
-    run: list[tuple[str, str]] = field(default_factory=list)  # (where, what to write)
+    deploy: str  # the pick's label, or ar (the target alone) when the pick is not worth it
+    reason: str  # why, with the measured numbers
+    speedup_ci: tuple[float, float]  # the pick's speedup's 95% interval (NaN where not trusted)
+    ar_quality: float  # ar's mean quality on these examples (NaN without ar)
+    run: list[tuple[str, str]] = field(default_factory=list)  # how to run what to deploy: (where, what)
 
 
 def _examples(rows: pd.DataFrame, config_id: str) -> pd.DataFrame:
@@ -206,33 +216,100 @@ def _one(
     by = "speedup" if len(settings) and trusted.all() else "acceptance"
     candidates = [_candidate(rows, s, ar, floor, by) for _, s in settings.iterrows()]
     choice = choose([c for c in candidates if np.isfinite(c.score)], floor.worst)
+    ar_quality = float(ar["quality"].mean()) if ar is not None else math.nan
     record = dict(
         panel=title, task=task, pair=str(part["pair"].iloc[0]), floor=str(floor), ranked_by=by,
         settings=len(settings), cleared=choice.cleared, selection_bound=choice.selection_bound,
-        confirmation_bound=choice.confirmation_bound, percent=percent,
+        confirmation_bound=choice.confirmation_bound, percent=percent, ar_quality=ar_quality,
     )  # fmt: skip
-    if choice.pick is None:
+    pick = settings[settings["config_id"] == choice.pick.name].iloc[0] if choice.pick else None
+    alone = ar_rows.iloc[0] if len(ar_rows) else part.iloc[0]  # an absolute floor may have no ar run
+    record |= _deployment(pick, choice.confirmed, by, alone, ar_quality, percent)
+    if pick is None:
         nan, first = math.nan, candidates[0] if candidates else Candidate("", math.nan, np.array([]), np.array([]))
         return Recommendation(
             **record, setting=None, method=None, params={}, acceptance=nan, speedup=nan, quality=nan,
-            floor_quality=nan, examples=(len(first.select), len(first.confirm)),
-            status=NOTHING_CLEARS,
+            floor_quality=nan, examples=(len(first.select), len(first.confirm)), status=NOTHING_CLEARS,
         )  # fmt: skip
     c = choice.pick
-    pick = settings[settings["config_id"] == c.name].iloc[0]
+    assert c is not None
     return Recommendation(
         **record,
         setting=str(pick["label"]),
         method=str(pick["method"]),
         params=dict(pick["params"]),
         acceptance=c.acceptance,
-        speedup=float(pick["speedup"]) if by == "speedup" else math.nan,
+        speedup=(_speed(pick) or (math.nan,))[0],
         quality=c.quality,
         floor_quality=c.quality - float(np.mean(c.confirm)) if len(c.confirm) else math.nan,
         examples=(len(c.select), len(c.confirm)),
         status="confirmed" if choice.confirmed else "not confirmed on the other half",
-        run=how_to_run(str(pick["method"]), dict(pick["params"]), _head(pick), pick),
     )
+
+
+def _deployment(
+    pick: pd.Series | None, confirmed: bool, by: str, alone: pd.Series, ar_quality: float, percent: bool
+) -> dict[str, Any]:
+    """What to deploy (the pick, or ar: ``_deploy``), why, the pick's trusted speedup interval and
+    how to run what is deployed (``alone``: ar's row, for its settings)."""
+    speed = _speed(pick) if pick is not None else None
+    deploy, reason = _deploy(pick, confirmed, speed, by)
+    return dict(
+        deploy=deploy,
+        reason=_why(deploy, reason, ar_quality, percent),
+        speedup_ci=speed[1] if speed else (math.nan, math.nan),
+        run=how_to_run(TARGET_ALONE, {}, None, alone)
+        if pick is None or deploy == TARGET_ALONE
+        else how_to_run(str(pick["method"]), dict(pick["params"]), _head(pick), pick),
+    )
+
+
+def _speed(pick: pd.Series) -> tuple[float, tuple[float, float]] | None:
+    """A setting's speedup over ar and its 95% interval, where its timing is trustworthy (the
+    table's rule); None where it was not timed or its times vary too much."""
+    if not np.isfinite(pick["speedup"]) or not pick["time_spread"] <= SPREAD_LIMIT:
+        return None
+    low, high = pick["normalised_time_ci"]  # of its time over ar's: the speedup's bounds inverted
+    return float(pick["speedup"]), (1 / high, 1 / low)
+
+
+def _deploy(
+    pick: pd.Series | None, confirmed: bool, speed: tuple[float, tuple[float, float]] | None, by: str
+) -> tuple[str, str]:
+    """What to deploy and why: the pick when it keeps the floor on both halves and is confirmed
+    faster than ar (its speedup's 95% interval above 1); the target alone otherwise."""
+    if pick is None:
+        return TARGET_ALONE, "no setting clears the floor on the selection half"
+    name = str(pick["label"])
+    if not confirmed:
+        return TARGET_ALONE, f"the best setting on the selection half, {name}, is not confirmed on the other half"
+    if speed is None:  # ranked by acceptance: this run cannot tell whether the pick is faster
+        measured = pick["speedup"]
+        timing = (
+            f"its measured {measured:.2f}x ar's speed is not trustworthy (times vary {pick['time_spread']:.1f}x)"
+            if np.isfinite(measured)
+            else "it was not timed"
+        )
+        return TARGET_ALONE, (
+            f"no setting is confirmed faster than ar: the pick (by acceptance), {name}, keeps the floor but "
+            f"{timing}; time it against ar before deploying it"
+        )
+    s, (low, high) = speed
+    measured_speed = f"{s:.2f}x ar's speed (95% interval {low:.2f} to {high:.2f})"
+    if low > 1:
+        return name, f"it keeps the floor and is confirmed faster than ar: {measured_speed}"
+    which = "the fastest" if by == "speedup" else "the pick (by acceptance)"
+    return TARGET_ALONE, (
+        f"no setting that keeps the floor is confirmed faster than ar: {which}, {name}, runs at {measured_speed}"
+    )
+
+
+def _why(deploy: str, reason: str, ar_quality: float, percent: bool) -> str:
+    """The recommendation in words: what to deploy and why (the target alone with ar's quality)."""
+    if deploy != TARGET_ALONE:
+        return f"deploy {deploy}: {reason}"
+    known = f"; ar's quality here: {_num(ar_quality, percent)}" if np.isfinite(ar_quality) else ""
+    return f"deploy ar, the target alone: {reason}{known}"
 
 
 def _head(pick: pd.Series) -> str | None:
@@ -245,16 +322,20 @@ def _num(value: float, percent: bool = True) -> str:
     return f"{value * 100:.1f}%" if percent else f"{value:.3f}"
 
 
+def _finite(value: Any) -> Any:
+    """NaN as null, in numbers and in pairs of them (JSON has no NaN)."""
+    if isinstance(value, (tuple, list)):
+        return [_finite(v) for v in value]
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
 def render(found: list[Recommendation], fmt: str) -> str:
     """The recommendations as a markdown table per panel with how to run each, or JSON."""
     if fmt not in FORMATS:
         raise BenchError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     if fmt == "json":
         records = [asdict(r) | {"run": [{"where": w, "how": h} for w, h in r.run]} for r in found]
-        clean = [
-            {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()}
-            for r in records
-        ]
+        clean = [{k: _finite(v) for k, v in r.items()} for r in records]
         return json.dumps(clean, indent=2)
     parts = []
     for title in dict.fromkeys(r.panel for r in found):
@@ -262,14 +343,15 @@ def render(found: list[Recommendation], fmt: str) -> str:
         parts += [
             f"### {title}",
             "",
-            "| task | floor | setting | ranked by | accept rate (selection half) | speedup "
+            "| task | floor | deploy | best setting | ranked by | accept rate (selection half) | speedup "
             "| quality (confirmation half) | floor there | margin's 95% lower bound (selection; confirmation) "
             "| examples (selection, confirmation) | status |",
-            "|" + "---|" * 11,
+            "|" + "---|" * 12,
         ]
         for r in mine:
+            deploy = "ar (the target alone)" if r.deploy == TARGET_ALONE else r.deploy
             parts.append(
-                f"| {r.task} | {r.floor} | {r.setting or 'none'} | {r.ranked_by} | {_num(r.acceptance)} | "
+                f"| {r.task} | {r.floor} | {deploy} | {r.setting or 'none'} | {r.ranked_by} | {_num(r.acceptance)} | "
                 f"{_num(r.speedup, False)} | {_num(r.quality, r.percent)} | {_num(r.floor_quality, r.percent)} | "
                 f"{_num(r.selection_bound, r.percent)}; {_num(r.confirmation_bound, r.percent)} | "
                 f"{r.examples[0]}, {r.examples[1]} | "
@@ -277,13 +359,16 @@ def render(found: list[Recommendation], fmt: str) -> str:
             )
         parts.append("")
         for r in mine:
-            if r.setting:
-                parts += [f"How to run {r.setting} ({r.task}):", *(f"- {w}: `{h}`" for w, h in r.run), ""]
+            what = "ar, the target alone" if r.deploy == TARGET_ALONE else r.deploy
+            parts += [f"{r.task}: {r.reason}.", "", f"How to run {what} ({r.task}):"]
+            parts += [*(f"- {w}: `{h}`" for w, h in r.run), ""]
     parts.append(
         "Selected on one half of the examples (a hash of their id), confirmed on the other: a confirmed "
         f"floor holds at {1 - ALPHA:.0%} confidence (one-sided Student t on the paired margins, one "
         "pseudo-example at the worst margin added). Ranked "
         f"by speedup only where every setting's timing is trustworthy (times vary less than {SPREAD_LIMIT:g}x). "
+        "The pick is deployed only where it is also confirmed faster than ar (its speedup's 95% interval "
+        "above 1, on trustworthy timings); otherwise ar, the target alone. "
         "Quality and the floor are in the task's unit (shown as %). TARGET and DRAFT: the paths of the "
         "pair's models (a hub pair's ids are filled in)."
     )

@@ -21,6 +21,7 @@ from bench.drafters import drafter_label
 from bench.errors import BenchError
 from bench.store import SHARED_SETTINGS
 from bench.verifiers import VERIFIERS, MethodInfo
+from bench.verifiers.base import LABEL_DIGITS
 
 PERCENT_METRICS = {"exact_flexible", "exact_strict", "pass@1"}
 TASK_ORDER = ["gsm8k", "cnndm", "xsum", "mbpp", "humaneval", "spec_bench"]
@@ -107,31 +108,54 @@ def row_drafter(row: pd.Series) -> str | None:
     return value if isinstance(value, str) and value else "model"
 
 
-def structure(first: pd.Series) -> dict[str, Any]:
-    """A configuration's method as structure, from its row's ``params`` and ``method_info`` (never
-    from its label): every parameter's value, its family, its swept values and how to draw it."""
+def _method(first: pd.Series) -> tuple[MethodInfo, dict[str, Any], str | None, str | None, str | None, str]:
+    """A row's method as structure: its info, every parameter's value, head, draft policy (None
+    under greedy decoding), drafter and the drafter's name in labels."""
     info = row_info(first)
     params = info.full(json.loads(first.get("params") or "{}"))
     head = first["head"] if isinstance(first.get("head"), str) else None
     policy = first.get("draft_policy") if first["temperature"] != 0 else None
     policy = policy if isinstance(policy, str) else None
     drafter = row_drafter(first)
-    named = drafter_label(drafter) if drafter else ""
+    return info, params, head, policy, drafter, drafter_label(drafter) if drafter else ""
+
+
+def structure(first: pd.Series, digits: int = LABEL_DIGITS) -> dict[str, Any]:
+    """A configuration's method as structure, from its row's ``params`` and ``method_info`` (never
+    from its label): every parameter's value, its family, its swept values (shown at ``digits``
+    significant digits) and how to draw it."""
+    info, params, head, policy, drafter, named = _method(first)
     return {
         "params": params,
         "drafter": drafter,
         "family": info.family(params, head, policy, named),
         # The label with a head named by its folder, not its whole path: for legends.
         "legend": info.label(
-            params, head.replace(":", "/").rstrip("/").rsplit("/", 1)[-1] if head else None, policy, named
+            params, head.replace(":", "/").rstrip("/").rsplit("/", 1)[-1] if head else None, policy, named, digits
         ),
-        "swept": info.swept_text(params),
+        "swept": info.swept_text(params, digits),
         "sweep_key": info.sweep_key(params),
         "baseline": info.baseline,
         "order": info.order,
         "style": info.style,
         "method_info": info,
     }
+
+
+def _tell_apart(summary: pd.DataFrame, firsts: dict[str, pd.Series]) -> None:
+    """Labels show a float swept value at LABEL_DIGITS significant digits; a family (in one panel
+    and task) whose points would then read the same shows as many digits as tell them apart, in
+    its labels, legends and swept values (``firsts``: each configuration's first row)."""
+    for _, family in summary.groupby(["family", "draft_len", *SHARED_SETTINGS], sort=False, dropna=False):
+        digits = family["method_info"].iloc[0].digits(list(family["params"]))
+        if digits == LABEL_DIGITS:
+            continue
+        for i in family.index:
+            first = firsts[summary.at[i, "config_id"]]
+            info, params, head, policy, _, named = _method(first)
+            summary.at[i, "label"] = info.label(params, head, policy, named, digits)
+            shown = structure(first, digits)
+            summary.at[i, "legend"], summary.at[i, "swept"] = shown["legend"], shown["swept"]
 
 
 def _sortable(values: tuple[Any, ...]) -> tuple[tuple[int, Any], ...]:
@@ -152,7 +176,7 @@ def summarise(rows: pd.DataFrame) -> pd.DataFrame:
             "results JSON); give a `diversed-bench run` results directory"
         )
     ar = rows[rows["method"] == "ar"]
-    out = []
+    out, firsts = [], {}
     for config_id, g in rows.groupby("config_id", sort=False):
         first = g.iloc[0]
         drafted, accepted = g["drafted_tokens"].to_numpy(float), g["accepted_tokens"].to_numpy(float)
@@ -219,7 +243,9 @@ def summarise(rows: pd.DataFrame) -> pd.DataFrame:
         else:
             rec.update(normalised_time=np.nan, normalised_time_ci=(np.nan, np.nan), speedup=np.nan)
         out.append(rec)
+        firsts[config_id] = first
     summary = pd.DataFrame(out)
+    _tell_apart(summary, firsts)
     order = sorted(
         range(len(summary)),
         key=lambda i: (

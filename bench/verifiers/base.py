@@ -145,6 +145,9 @@ class _Calibrated:
 
 
 CALIBRATED = _Calibrated()
+# Significant digits a label shows of a float parameter (a calibrated value has many); a family
+# whose points would then read the same shows more (MethodInfo.digits). Rows keep every digit.
+LABEL_DIGITS = 3
 
 
 def _round(x: float) -> float:
@@ -398,22 +401,30 @@ class MethodInfo:
         """Every parameter's value: the defaults, overridden by those given."""
         return {**self.defaults, **params}
 
-    def shown(self, name: str, value: Any) -> str:
-        """One parameter as labels show it (``w=0.2``; the value alone for an empty shorthand)."""
+    def shown(self, name: str, value: Any, digits: int | None = LABEL_DIGITS) -> str:
+        """One parameter as labels show it (``w=0.2``; the value alone for an empty shorthand), a
+        float at ``digits`` significant digits (``display_value``; None: every digit)."""
         short = self.shorthand.get(name, name)
-        return f"{short}={value}" if short else str(value)
+        text = display_value(value, digits)
+        return f"{short}={text}" if short else text
 
-    def swept_text(self, params: Mapping[str, Any]) -> str:
+    def swept_text(self, params: Mapping[str, Any], digits: int | None = LABEL_DIGITS) -> str:
         """The swept values, as a label shows them (``w=0.2``): what tells a family's points apart."""
         full = self.full(params)
-        return ", ".join(self.shown(k, full[k]) for k in self.swept if k in full)
+        return ", ".join(self.shown(k, full[k], digits) for k in self.swept if k in full)
+
+    def digits(self, points: Sequence[Mapping[str, Any]]) -> int:
+        """The significant digits labels need to tell these points (one family's) apart: at least
+        ``LABEL_DIGITS``, more only where two of their swept values would otherwise read the same."""
+        values = [{v for p in points if isinstance(v := self.full(p).get(k), float)} for k in self.swept]
+        return max((_distinct_digits(v) for v in values), default=LABEL_DIGITS)
 
     def _fixed_parts(
         self, params: Mapping[str, Any], head: str | None, draft_policy: str | None, drafter: str = ""
     ) -> list[str]:
         full = self.full(params)
         parts = [
-            self.shown(k, v)
+            self.shown(k, v, None)  # every digit: these name the family
             for k, v in full.items()
             if k not in self.swept and (k in self.shorthand or v != self.defaults.get(k, MISSING))
         ]
@@ -434,13 +445,19 @@ class MethodInfo:
         return self.name + (f" ({', '.join(parts)})" if parts else "")
 
     def label(
-        self, params: Mapping[str, Any], head: str | None = None, draft_policy: str | None = None, drafter: str = ""
+        self,
+        params: Mapping[str, Any],
+        head: str | None = None,
+        draft_policy: str | None = None,
+        drafter: str = "",
+        digits: int | None = LABEL_DIGITS,
     ) -> str:
-        """The display name of one configuration (only for display: reports group by ``family``):
-        bare fixed values first (a cascade rule, a drafter), then the swept values, then the named others."""
+        """The display name of one configuration (only for display: reports group by ``family``,
+        rows keep every parameter's value): bare fixed values first (a cascade rule, a drafter),
+        then the swept values (floats at ``digits`` significant digits), then the named others."""
         fixed = self._fixed_parts(params, head, draft_policy, drafter)
         bare = [p for p in fixed if "=" not in p and not p.endswith(" draft")]
-        parts = [*bare, self.swept_text(params), *(p for p in fixed if p not in bare)]
+        parts = [*bare, self.swept_text(params, digits), *(p for p in fixed if p not in bare)]
         parts = [p for p in parts if p]
         return self.name + (f" ({', '.join(parts)})" if parts else "")
 
@@ -448,6 +465,22 @@ class MethodInfo:
         """The swept values in order, for sorting a family's points."""
         full = self.full(params)
         return tuple(full.get(k) for k in self.swept)
+
+
+def display_value(value: Any, digits: int | None = LABEL_DIGITS) -> str:
+    """A parameter's value for display: a float rounded to ``digits`` significant digits where it
+    has more (a calibrated ``-0.005857`` reads ``-0.00586``; ``0.2`` and ``1.0`` stay as they are)."""
+    if digits is None or not isinstance(value, float):
+        return str(value)
+    return str(float(f"{value:.{digits}g}"))
+
+
+def _distinct_digits(values: set[float]) -> int:
+    """The fewest significant digits (at least ``LABEL_DIGITS``) at which distinct values read apart."""
+    for digits in range(LABEL_DIGITS, 18):  # 17 significant digits tell any two doubles apart
+        if len({display_value(v, digits) for v in values}) == len(values):
+            return digits
+    return 17
 
 
 def method_info(method: str) -> MethodInfo:
