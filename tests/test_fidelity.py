@@ -144,7 +144,6 @@ def test_step_logits_equal_a_full_forward(name, engine, pairs, prompts, factorie
     model = pairs[name].target
     engine_ = factories[engine](model, (N + 1,))
     seqs = [list(p) for p in prompts[name]]
-    engine_.start(ROWS, max(map(len, seqs)) + 8 * (N + 1))
     g = torch.Generator().manual_seed(0)
 
     def check(logits: torch.Tensor, fed: list[int], step: int) -> None:
@@ -152,7 +151,8 @@ def test_step_logits_equal_a_full_forward(name, engine, pairs, prompts, factorie
             want = model(input_ids=torch.tensor([seq])).logits[0, -n:]
             torch.testing.assert_close(logits[row, :n], want, **TOLERANCE, msg=f"{name} {engine} step {step}")
 
-    with torch.inference_mode():
+    with torch.inference_mode():  # as the decoder: graphs compiled in start serve the steps
+        engine_.start(ROWS, max(map(len, seqs)) + 8 * (N + 1))
         width = max(map(len, seqs))
         feed = torch.tensor([s + [0] * (width - len(s)) for s in seqs])  # right-padded prompts
         logits, _ = engine_.step(feed, [len(s) for s in seqs], keep=width, hidden=False)

@@ -256,8 +256,8 @@ class CompiledEngine(EagerEngine):
             reason = next((line.strip("- ") for line in str(exc).splitlines() if line.strip().startswith("- ")), "")
             raise BenchError(
                 f"--engine compiled: a {self.model.config.model_type} step of width {ids.shape[1]} would compile "
-                f"again ({reason or 'its guards failed'}); start and step the engine in the same mode "
-                "(both under torch.inference_mode, as the decoder does)"
+                f"again ({reason or 'its guards failed'}); start and step the engine in the same grad mode "
+                "(the decoder runs both under torch.inference_mode)"
             ) from exc
 
     def step(self, ids: Tensor, real: Sequence[int], keep: int, hidden: bool) -> tuple[Tensor, Tensor | None]:

@@ -93,6 +93,8 @@ class EagerEngine(ModelEngine):
 
     def step(self, ids: Tensor, real: Sequence[int], keep: int, hidden: bool) -> tuple[Tensor, Tensor | None]:
         width = ids.shape[1]
+        if self.lengths == [0] and list(real) == [width] and self.kinds == {FULL}:
+            return self._prompt(ids, keep, hidden)
         start = to_device(self.lengths, ids.device)
         positions = start.unsqueeze(1) + torch.arange(width, device=ids.device)
         self.cache.visible = max(self.lengths) + width
@@ -101,6 +103,21 @@ class EagerEngine(ModelEngine):
         out = self._forward_at(ids, positions, self.cache.visible, keep, hidden)
         self.lengths = [n + r for n, r in zip(self.lengths, real)]
         return out
+
+    def _prompt(self, ids: Tensor, keep: int, hidden: bool) -> tuple[Tensor, Tensor | None]:
+        """A lone row's prompt from position 0 is plain causal attention: transformers' own forward
+        (its cache, its masks) runs it, as its ``generate`` does, and its K/V go into the slots. With
+        no mask to read, SDPA takes ``is_causal`` and skips the masked half of the scores: a long
+        prompt's prefill is the one step where that counts (SmolLM2, 650 tokens, bf16: 637 ms with
+        the 4-D mask, 562 ms without)."""
+        out = self.model(input_ids=ids, use_cache=True, logits_to_keep=keep, output_hidden_states=hidden)
+        width = ids.shape[1]
+        self.cache.place(torch.arange(width, device=ids.device).unsqueeze(0))
+        self.cache.visible = width
+        for layer_idx, layer in enumerate(out.cache.layers):
+            self.cache.update(layer.keys, layer.values, layer_idx)
+        self.lengths = [width]
+        return out.logits, out.hidden_states[-1][:, -keep:] if hidden else None
 
     def _forward_at(
         self, ids: Tensor, positions: Tensor, visible: int, keep: int, hidden: bool

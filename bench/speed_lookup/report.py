@@ -99,7 +99,7 @@ def lookup_plot(result: dict[str, Any], path: Path) -> None:
         key.append(Line2D([], [], ls="", **style, label=f"{k}: {p['label']}"))
     ax.margins(x=0.1, y=0.1)
     ax.xaxis.set_major_locator(plt.MaxNLocator(6))
-    ax.set_xlabel("target log p per token (fidelity; higher is closer to the target)")
+    ax.set_xlabel("target log p per emitted token (ar's own: dashed; a relaxed rule can move it either way)")
     ax.set_ylabel("speedup over ar (median; bar: range over repeats)")
     sampled = f"temperature {result['temperature']:g}" if result["temperature"] else "greedy"
     ax.set_title(f"Prompt lookup on {result['pair']} ({result['dtype']}), {result['task']}, {sampled}", fontsize=9)
