@@ -109,7 +109,7 @@ class EagerEngine(ModelEngine):
         (its cache, its masks) runs it, as its ``generate`` does, and its K/V go into the slots. With
         no mask to read, SDPA takes ``is_causal`` and skips the masked half of the scores: a long
         prompt's prefill is the one step where that counts (SmolLM2, 650 tokens, bf16: 637 ms with
-        the 4-D mask, 562 ms without)."""
+        the 4-D mask, against 562 ms for transformers' own forward)."""
         out = self.model(input_ids=ids, use_cache=True, logits_to_keep=keep, output_hidden_states=hidden)
         width = ids.shape[1]
         self.cache.place(torch.arange(width, device=ids.device).unsqueeze(0))
