@@ -1,5 +1,6 @@
-"""Verifiers: the template and ``verify`` (base), the paper's six methods (paper) and the serving
-engines' lossy acceptance rules (engines), all reachable by name through one registry."""
+"""Verifiers: the template and ``verify`` (base), the paper's six methods (paper), the serving
+engines' lossy acceptance rules (engines) and the training-free newcomers (newcomers: fuzzy SD,
+mentored decoding), all reachable by name through one registry."""
 
 from bench.verifiers.base import (
     CALIBRATED,
@@ -17,6 +18,7 @@ from bench.verifiers.base import (
     verify,
 )
 from bench.verifiers.engines import RelaxedAcceptance, ThresholdAcceptance, TypicalAcceptance
+from bench.verifiers.newcomers import FuzzySD, MentoredDecoding
 from bench.verifiers.paper import (
     CASCADE_RULES,
     MIX_MODES,
@@ -39,6 +41,8 @@ for _cls in (
     TypicalAcceptance,
     ThresholdAcceptance,
     RelaxedAcceptance,
+    FuzzySD,
+    MentoredDecoding,
 ):
     register(_cls)
 
@@ -50,7 +54,9 @@ __all__ = [
     "Calibration",
     "Autoregressive",
     "Diversed",
+    "FuzzySD",
     "LossySD",
+    "MentoredDecoding",
     "MethodInfo",
     "MixtureVerifier",
     "RelaxedAcceptance",
