@@ -26,7 +26,7 @@ from torch import Tensor
 from bench.errors import BenchError
 from bench.verifiers.base import Calibration, MixtureVerifier, Round, Verifier
 
-# Bisection steps for mentored decoding's alpha on [0, 1]: 2^-60 is below float64's resolution of 1.
+# Bisection steps for mentored decoding's rejected mass on [0, SD's]: 2^-60 of it is below float64's resolution.
 MENTORED_STEPS = 60
 
 
@@ -88,9 +88,10 @@ class FuzzySD(MixtureVerifier):
 
 @dataclass(frozen=True)
 class _MentoredSolution:
-    """Mentored decoding's optimum at one alpha per position: the acceptance threshold alpha, the
-    residual's beta and KL(p || emitted), each [B, N] (float64)."""
+    """Mentored decoding's optimum at one rejected mass 1 - R per position: alpha, beta and
+    KL(p || emitted), each [B, N] (float64)."""
 
+    rest: Tensor  # 1 - R: the probability that the drafted token is rejected
     alpha: Tensor
     beta: Tensor
     kl: Tensor
@@ -101,11 +102,15 @@ class _MentoredSolver:
 
     The author writes p for the draft and q for the target; here p is the target and q the
     proposal, so the author's q_i / p_i is rho_i = p_i / q_i (infinite where q_i = 0 < p_i; 0 where
-    p_i = 0). For alpha in (0, 1]:
-      1 - R = sum_{rho <= alpha} q - sum_{rho <= alpha} p / alpha          (eq. 24)
-      beta solves 1 - R = sum_i relu(p_i / beta - q_i)                     (eq. 27, 28)
+    p_i = 0). The optimum is parametrised by its rejected mass 1 - R, which fixes both thresholds:
+      1 - R = sum_i relu(q_i - p_i / alpha)                                (eq. 24, 25)
+      1 - R = sum_i relu(p_i / beta - q_i)                                 (eq. 27, 28)
       KL(p || pi) = ln(alpha) P(rho <= alpha) + sum_{alpha < rho < beta} p ln(p / q)
                     + ln(beta) P(rho >= beta)                              (summary of §4)
+    The proof assumes full supports (its code adds 1e-12 to both laws). Tokens p gives nothing
+    (top-k, top-p) are the limit alpha -> 0: once every other drafted token is kept (1 - R below
+    their q-mass Z0), the optimum keeps them in proportion 1 - (1 - R) / Z0; where they go is free,
+    KL(p || pi) only sees how much mass they take.
     """
 
     def __init__(self, p: Tensor, q: Tensor) -> None:
@@ -116,40 +121,50 @@ class _MentoredSolver:
         finite = torch.isfinite(self.rho) & (sp > 0)
         plogr = torch.where(finite, sp * self.rho.clamp_min(torch.finfo(p.dtype).tiny).log(), 0.0)
         pad = lambda x: torch.cat([torch.zeros_like(x[..., :1]), x.cumsum(-1)], -1)  # noqa: E731
-        self.cum_p, self.cum_q, self.cum_plogr = pad(sp), pad(sq), pad(plogr)  # [..., V + 1], from the left
-        self.tail_p = self.cum_p[..., -1:] - self.cum_p[..., :-1]  # sum over rho_i >= rho_j, [..., V]
+        self.cum_p, self.cum_q, self.cum_plogr = pad(sp), pad(sq), pad(plogr)  # [..., V + 1]: sums over i < j
+        self.tail_p = self.cum_p[..., -1:] - self.cum_p[..., :-1]  # sums over i >= j, [..., V]
         self.tail_q = self.cum_q[..., -1:] - self.cum_q[..., :-1]
-        # g(rho_j) = sum_i relu(p_i / rho_j - q_i): 1 - R at beta = rho_j, non-increasing in j
-        self.g = torch.where(self.rho > 0, self.tail_p / self.rho - self.tail_q, torch.inf)
-        # KL(p || q), what keeping every drafted token costs: infinite where q misses p's support
-        missing = torch.isinf(self.rho).any(-1)
-        self.full_kl = torch.where(missing, torch.inf, self.cum_plogr[..., -1])
+        positive = self.rho > 0
+        # 1 - R at alpha = rho_j (h, non-decreasing in j) and at beta = rho_j (g, non-increasing)
+        self.h = torch.where(positive, self.cum_q[..., :-1] - self.cum_p[..., :-1] / self.rho, 0.0)
+        self.g = torch.where(positive, self.tail_p / self.rho - self.tail_q, torch.inf)
+        self.zero_q = torch.where(positive, 0.0, sq).sum(-1)  # Z0: q-mass on tokens p gives nothing
+        self.sd_rest = (q - p).clamp_min(0).sum(-1)  # SD's rejected mass: alpha = beta = 1
 
-    def at(self, alpha: Tensor) -> _MentoredSolution:
-        """The optimum's beta and KL at ``alpha`` [B, N] (every alpha in (0, 1])."""
-        a = alpha.unsqueeze(-1)
-        k = torch.searchsorted(self.rho.contiguous(), a.contiguous(), right=True)  # tokens with rho <= alpha
+    def at(self, rest: Tensor) -> _MentoredSolution:
+        """The optimum that rejects ``rest`` [B, N] (between 0 and SD's)."""
+        last = self.rho.shape[-1] - 1
+        r = rest.unsqueeze(-1)
+        k = (self.h <= r).sum(-1, keepdim=True)  # the low set rho <= alpha: the first k tokens
         p_low, q_low = self.cum_p.gather(-1, k), self.cum_q.gather(-1, k)
-        rest = (q_low - p_low / a).clamp_min(0)  # 1 - R, eq. 24
-        n = (self.g > rest).sum(-1, keepdim=True).clamp(max=self.rho.shape[-1] - 1)  # first of rho >= beta
-        n = torch.maximum(n, k.clamp(max=self.rho.shape[-1] - 1))  # ties at alpha = beta = 1 only
+        alpha = torch.where(p_low > 0, p_low / (q_low - r), 0.0)  # eq. 24 on that set
+        n = torch.maximum((self.g > r).sum(-1, keepdim=True).clamp(max=last), k.clamp(max=last))
         top_p, top_q = self.tail_p.gather(-1, n), self.tail_q.gather(-1, n)
-        beta = top_p / (rest + top_q)  # eq. 27
+        beta = top_p / (r + top_q)  # eq. 27 on the high set rho >= beta: tokens n, n + 1, ...
         middle = self.cum_plogr.gather(-1, n) - self.cum_plogr.gather(-1, k)
-        kl = p_low * a.log() + middle + torch.where(top_p > 0, top_p * beta.log(), 0.0)
-        return _MentoredSolution(alpha, beta.squeeze(-1), kl.squeeze(-1))
+        low = torch.where(p_low > 0, p_low * alpha.clamp_min(torch.finfo(alpha.dtype).tiny).log(), 0.0)
+        kl = low + middle + torch.where(top_p > 0, top_p * beta.log(), 0.0)
+        return _MentoredSolution(rest, alpha.squeeze(-1), beta.squeeze(-1), kl.squeeze(-1))
 
     def solve(self, budget: float) -> _MentoredSolution:
-        """The smallest alpha (most acceptance) whose KL is within ``budget``, by bisection on
-        [0, 1]: KL falls as alpha rises (proof §6) and alpha = 1 (SD) costs nothing."""
-        shape = self.rho.shape[:-1]
-        low = torch.zeros(shape, dtype=torch.float64, device=self.rho.device)
-        high = torch.ones_like(low)
+        """The least rejected mass whose KL is within ``budget``: none where KL(p || q) is, else by
+        bisection between 0 and SD's (KL falls as 1 - R rises, proof §4-6; SD's costs nothing)."""
+        low, high = torch.zeros_like(self.sd_rest), self.sd_rest
         for _ in range(MENTORED_STEPS):
             mid = 0.5 * (low + high)
             ok = self.at(mid).kl <= budget
             high, low = torch.where(ok, mid, high), torch.where(ok, low, mid)
-        return self.at(high)
+        keep_all = self.at(torch.zeros_like(high)).kl <= budget
+        return self.at(torch.where(keep_all, 0.0, high))
+
+    def mass(self, p: Tensor, q: Tensor, best: _MentoredSolution) -> Tensor:
+        """m = q min(1, p / (alpha q)) (eq. 23); at alpha = 0 the tokens p gives nothing share
+        what is left to accept."""
+        p, q = p.double(), q.double()
+        a = best.alpha.unsqueeze(-1)
+        kept = torch.minimum(q, torch.where(a > 0, p / a.clamp_min(torch.finfo(a.dtype).tiny), torch.inf))
+        share = (1 - best.rest / self.zero_q.clamp_min(torch.finfo(a.dtype).tiny)).clamp(0, 1)
+        return torch.where(p > 0, kept, q * torch.where(a > 0, 0.0, share.unsqueeze(-1)))
 
 
 @dataclass(frozen=True)
@@ -179,22 +194,14 @@ class MentoredDecoding(Verifier):
     def __post_init__(self) -> None:
         _check_param("mentored", "budget", self.budget, 0.0, math.inf)
 
-    def solve(self, r: Round) -> tuple[_MentoredSolution, Tensor]:
-        """The optimum per position and where KL(p || q) <= D keeps every drafted token."""
-        solver = _MentoredSolver(r.p, r.proposal)
-        return solver.solve(self.budget), solver.full_kl <= self.budget
-
     def rule(self, r: Round) -> tuple[Tensor, Tensor]:
         q, p = r.proposal, r.p
         if self.budget == 0:
             return torch.minimum(q, p), (p - q).clamp_min(0)
-        best, keep_all = self.solve(r)
-        a, b = best.alpha.unsqueeze(-1), best.beta.unsqueeze(-1)
-        mass = torch.minimum(q.double(), p.double() / a)
-        residual = (p.double() / b - q.double()).clamp_min(0)
-        mass = torch.where(keep_all.unsqueeze(-1), q.double(), mass)
-        residual = torch.where(keep_all.unsqueeze(-1), (p - q).clamp_min(0).double(), residual)
-        return mass.to(p.dtype), residual.to(p.dtype)
+        solver = _MentoredSolver(p, q)
+        best = solver.solve(self.budget)
+        residual = (p.double() / best.beta.unsqueeze(-1) - q.double()).clamp_min(0)  # eq. 26
+        return solver.mass(p, q, best).to(p.dtype), residual.to(p.dtype)
 
     def greedy_target(self, r: Round) -> Tensor:
         return r.p
