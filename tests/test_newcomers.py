@@ -36,7 +36,8 @@ def batched(p, q, *, greedy_draft=False, seed=0):
     else:
         draft = torch.multinomial(q, DRAWS, replacement=True, generator=g).view(DRAWS, 1)
     expand = lambda d: d.view(1, 1, -1).expand(DRAWS, 1, -1)  # noqa: E731
-    r = Round(draft, expand(q), expand(p), expand(q.log()), expand(p.log()), Sampling(1.0), greedy_draft=greedy_draft)
+    logits = (expand(q.log()), expand(p.log()))
+    r = Round(draft, expand(q), expand(p), *logits, Sampling(1.0), greedy_draft=greedy_draft)
     return r, g
 
 
@@ -79,7 +80,8 @@ def random_rows(n=64, v=12, seed=0, top_k=None):
 def test_js_divergence_is_scipys_in_bits():
     rows = random_rows(top_k=4)
     ours = js_divergence_bits(rows.p1, rows.q1).view(-1)
-    theirs = [jensenshannon(a, b, base=2) ** 2 for a, b in zip(rows.p1.view(64, -1).numpy(), rows.q1.view(64, -1).numpy())]
+    pairs = zip(rows.p1.view(64, -1).numpy(), rows.q1.view(64, -1).numpy())
+    theirs = [jensenshannon(a, b, base=2) ** 2 for a, b in pairs]
     assert ours.numpy() == pytest.approx(np.array(theirs), abs=1e-6)
     assert js_divergence_bits(P, P).item() == pytest.approx(0.0, abs=1e-12)
     assert js_divergence_bits(torch.tensor([1.0, 0.0]), torch.tensor([0.0, 1.0])).item() == 1.0
@@ -107,7 +109,8 @@ def test_fuzzy_emits_q_where_js_is_within_t_and_p_elsewhere(threshold):
 
 def test_fuzzy_at_zero_is_sd_tensor_for_tensor():
     for rows in (random_rows(), random_rows(top_k=3, seed=1)):
-        rows_equal = Round(rows.draft, rows.p, rows.p, rows.p_logits, rows.p_logits, rows.sampling)  # p = q too
+        p = rows.p  # and a batch where q = p
+        rows_equal = Round(rows.draft, p, p, rows.p_logits, rows.p_logits, rows.sampling)
         for r in (rows, rows_equal):
             mass, residual = make_verifier("fuzzy", threshold=0.0).rule(r)
             sd_mass, sd_residual = make_verifier("sd").rule(r)
@@ -117,16 +120,16 @@ def test_fuzzy_at_zero_is_sd_tensor_for_tensor():
 def test_fuzzy_acceptance_rises_along_its_calibration_path():
     rows = random_rows(n=256, seed=2)
     path = make_verifier("fuzzy").calibration
-    accept = [
-        make_verifier("fuzzy", **path.values(t)).rule(rows)[0].sum(-1) for t in np.linspace(path.low, path.high, 21)
-    ]
+    steps = np.linspace(path.low, path.high, 21)
+    accept = [make_verifier("fuzzy", **path.values(t)).rule(rows)[0].sum(-1) for t in steps]
     for lower, higher in zip(accept, accept[1:]):
         assert bool((higher >= lower - 1e-6).all())
     assert torch.allclose(accept[-1], torch.ones_like(accept[-1]))  # T = 1 keeps every drafted token
 
 
 def greedy(p, q, draft):
-    return Round(torch.tensor([[draft]]), one(q), one(p), one(q.log()), one(p.log()), Sampling(0.0), greedy_draft=True)
+    logits = (one(q.log()), one(p.log()))
+    return Round(torch.tensor([[draft]]), one(q), one(p), *logits, Sampling(0.0), greedy_draft=True)
 
 
 def test_fuzzy_greedy_keeps_argmax_p_or_a_close_pair():
@@ -197,12 +200,16 @@ def test_mentored_is_as_good_as_a_generic_solver():
         x0 = np.concatenate([np.random.default_rng(seed).uniform(0.3, 1, v), np.full(v, 1 / v)])
         res = optimize.minimize(
             lambda x: -(q * x[:v]).sum(), x0, method="SLSQP", bounds=[(0, 1)] * (2 * v),
-            constraints=[{"type": "ineq", "fun": lambda x: budget - kl(x)}, {"type": "eq", "fun": lambda x: x[v:].sum() - 1}],
+            constraints=[
+                {"type": "ineq", "fun": lambda x: budget - kl(x)},
+                {"type": "eq", "fun": lambda x: x[v:].sum() - 1},
+            ],
             options={"maxiter": 500, "ftol": 1e-12},
-        )  # fmt: skip
+        )
         if res.success and kl(res.x) <= budget + 1e-7:
             best = max(best, -res.fun)
-    ours = make_verifier("mentored", budget=budget).rule(Round(torch.tensor([[0]]), one(Q), one(P), None, one(P.log()), Sampling(1.0)))[0].sum().item()
+    r = Round(torch.tensor([[0]]), one(Q), one(P), None, one(P.log()), Sampling(1.0))
+    ours = make_verifier("mentored", budget=budget).rule(r)[0].sum().item()
     assert best > 0.6 and ours == pytest.approx(best, abs=1e-5)
 
 
@@ -229,15 +236,15 @@ def test_mentored_at_zero_is_sd_tensor_for_tensor_and_greedy_is_exact_match():
     for budget in (0.0, 0.5, 100.0):
         for x, kept in [(0, 1), (1, 0)]:  # argmax p = 0
             verdict = verify(make_verifier("mentored", budget=budget), greedy(P, Q, x), BONUS.view(1, -1))
-            assert (verdict.accepted.item(), verdict.next_token.item()) == (kept, int(BONUS.argmax()) if kept else 0)
+            replacement = int(BONUS.argmax()) if kept else 0
+            assert (verdict.accepted.item(), verdict.next_token.item()) == (kept, replacement)
 
 
 def test_mentored_acceptance_rises_along_its_calibration_path():
     rows = random_rows(n=256, seed=4)
     path = make_verifier("mentored").calibration
-    accept = [
-        make_verifier("mentored", **path.values(d)).rule(rows)[0].sum(-1) for d in np.linspace(path.low, path.high, 21)
-    ]
+    steps = np.linspace(path.low, path.high, 21)
+    accept = [make_verifier("mentored", **path.values(d)).rule(rows)[0].sum(-1) for d in steps]
     for lower, higher in zip(accept, accept[1:]):
         assert bool((higher >= lower - 1e-5).all())
     assert bool((accept[-1] > accept[0] + 0.05).any())

@@ -26,7 +26,8 @@ from torch import Tensor
 from bench.errors import BenchError
 from bench.verifiers.base import Calibration, MixtureVerifier, Round, Verifier
 
-# Bisection steps for mentored decoding's rejected mass on [0, SD's]: 2^-60 of it is below float64's resolution.
+# Bisection steps for mentored decoding's rejected mass on [0, SD's]: 2^-60 of it is below float64's
+# resolution.
 MENTORED_STEPS = 60
 
 
