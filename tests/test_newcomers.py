@@ -18,7 +18,7 @@ from bench.errors import BenchError
 from bench.verifiers import Round, make_verifier, verify
 from bench.verifiers.newcomers import js_divergence_bits
 
-DRAWS = 200_000
+DRAWS = 100_000
 P = torch.tensor([0.40, 0.25, 0.15, 0.10, 0.06, 0.04])
 Q = torch.tensor([0.10, 0.35, 0.05, 0.30, 0.15, 0.05])  # JS(P, Q) = 0.147 bits, KL(P || Q) = 0.461
 BONUS = torch.tensor([0.05, 0.05, 0.30, 0.30, 0.20, 0.10])

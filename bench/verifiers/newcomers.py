@@ -126,20 +126,23 @@ class _MentoredSolver:
         self.tail_p = self.cum_p[..., -1:] - self.cum_p[..., :-1]  # sums over i >= j, [..., V]
         self.tail_q = self.cum_q[..., -1:] - self.cum_q[..., :-1]
         positive = self.rho > 0
-        # 1 - R at alpha = rho_j (h, non-decreasing in j) and at beta = rho_j (g, non-increasing)
-        self.h = torch.where(positive, self.cum_q[..., :-1] - self.cum_p[..., :-1] / self.rho, 0.0)
-        self.g = torch.where(positive, self.tail_p / self.rho - self.tail_q, torch.inf)
+        # 1 - R at alpha = rho_j (h, non-decreasing in j) and minus it at beta = rho_j (-g, likewise),
+        # made monotone against rounding so that a binary search finds each threshold's set
+        h = torch.where(positive, self.cum_q[..., :-1] - self.cum_p[..., :-1] / self.rho, 0.0)
+        g = torch.where(positive, self.tail_p / self.rho - self.tail_q, torch.inf)
+        self.h, self.minus_g = h.cummax(-1).values.contiguous(), (-g).cummax(-1).values.contiguous()
         self.zero_q = torch.where(positive, 0.0, sq).sum(-1)  # Z0: q-mass on tokens p gives nothing
         self.sd_rest = (q - p).clamp_min(0).sum(-1)  # SD's rejected mass: alpha = beta = 1
 
     def at(self, rest: Tensor) -> _MentoredSolution:
         """The optimum that rejects ``rest`` [B, N] (between 0 and SD's)."""
         last = self.rho.shape[-1] - 1
-        r = rest.unsqueeze(-1)
-        k = (self.h <= r).sum(-1, keepdim=True)  # the low set rho <= alpha: the first k tokens
+        r = rest.unsqueeze(-1).contiguous()
+        k = torch.searchsorted(self.h, r, right=True)  # the low set rho <= alpha: the first k tokens
         p_low, q_low = self.cum_p.gather(-1, k), self.cum_q.gather(-1, k)
         alpha = torch.where(p_low > 0, p_low / (q_low - r), 0.0)  # eq. 24 on that set
-        n = torch.maximum((self.g > r).sum(-1, keepdim=True).clamp(max=last), k.clamp(max=last))
+        n = torch.searchsorted(self.minus_g, -r).clamp(max=last)  # tokens with g > 1 - R come first
+        n = torch.maximum(n, k.clamp(max=last))
         top_p, top_q = self.tail_p.gather(-1, n), self.tail_q.gather(-1, n)
         beta = top_p / (r + top_q)  # eq. 27 on the high set rho >= beta: tokens n, n + 1, ...
         middle = self.cum_plogr.gather(-1, n) - self.cum_plogr.gather(-1, k)
