@@ -172,7 +172,7 @@ def with_lossless(part: pd.DataFrame, members: pd.DataFrame) -> tuple[pd.DataFra
     need = list(dict.fromkeys(d for _, r in members.iterrows() if (d := lossless_drafts(drafts_of(r)))))
     sd = part[part["method"] == LOSSLESS_METHOD]
     have = [drafts_of(r) for _, r in sd.iterrows()]
-    found = sd[[d in need for d in have]]
+    found = sd[pd.Series([d in need for d in have], index=sd.index, dtype=bool)]
     found = found[~found["config_id"].isin(members["config_id"])]
     return pd.concat([members, found]), [d for d in need if d not in have]
 
