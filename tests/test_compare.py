@@ -526,3 +526,35 @@ def test_a_renamed_copy_of_a_baseline_is_judged_like_itself_at_the_nominal_rate(
     assert false <= nominal + 3 * math.sqrt(nominal * (1 - nominal) / draws), tally
     without = [judge_frontiers(*_renamed_copy(rng, 50, False), seed=i)["verdict"] for i in range(60)]
     assert without.count("dominated") / len(without) >= 0.25, {v: without.count(v) for v in set(without)}
+
+
+@pytest.mark.slow
+def test_the_static_ensemble_renamed_is_indistinguishable_from_itself_on_the_shipped_pair(tmp_path):
+    """The shipped-pair case: tests/renamed_ensemble.py (pi = share p + (1 - share) q, swept at
+    share = 0.1 ... 0.9) beside the calibrated ensemble and sd, 50 arith examples as
+    `run --grid baselines --method tests/renamed_ensemble.py:RenamedEnsemble --task arith --pair ref
+    --limit 50` decodes them. Before every frontier held its lossless point: "dominated", -6.6%."""
+    from pathlib import Path
+
+    from bench import api
+
+    plugin = str(Path(__file__).parent / "renamed_ensemble.py") + ":RenamedEnsemble"
+    api.run(
+        tasks=["arith"],
+        pairs=["ref"],
+        methods=["sd", "ensemble", plugin],
+        sweep=True,
+        calibrate=True,
+        device="cpu",
+        limit=50,
+        timing_examples=0,
+        output_dir=tmp_path,
+        progress=False,
+        report=False,
+        log=lambda m: None,
+    )
+    result = compare(load_results(tmp_path), ["renamed"])
+    (line,) = [v for v in result.families if v.family == "ensemble"]
+    assert line.kind == "frontier" and line.verdict == "indistinguishable", line
+    sd = summarise(load_results(tmp_path)).set_index("method").loc["sd", "acceptance_rate"]
+    assert line.acceptance[0] == pytest.approx(sd)  # both frontiers start at lossless SD
