@@ -7,9 +7,12 @@ Per task x panel (the settings a comparison shares) the baselines are the famili
 declares ``baseline`` (the static ensemble, lossy SD, each cascade rule, each engine rule), and
 the candidates are the configurations a ``--candidate`` names (a method, a family or a label).
 A per-request random mix of any two settings is attainable whatever their families, so every
-baseline point pooled, lossless ``sd`` included, is a family too: "all baselines", whose frontier
-is the strongest a candidate can be set against (a family run at one setting takes part as its
-point; the candidates' own configurations are left out of the pool).
+family's frontier, a candidate's included, holds the lossless point of its drafts (``sd`` on the
+same drafts, ``bench.lossless``; ``with_lossless``), and every baseline point pooled is a family
+too: "all baselines", whose frontier is the strongest a candidate can be set against (a family run
+at one setting takes part as its point; the candidates' own configurations are left out of the
+pool). Where the baselines draft in more than one way (sampled, greedy), each way is pooled too,
+and the verdicts name each side's drafts where they differ: a better draft is not a better verifier.
 
 Each candidate point is judged against each family's frontier, and a candidate run at several
 settings (its configurations of one family in a panel and task) has its frontier judged against

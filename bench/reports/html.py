@@ -186,7 +186,7 @@ def _family_chart(v: FamilyVerdict, part: pd.DataFrame, candidates: list[str]) -
     # The candidate's frontier holds its drafts' lossless point, as compare's does.
     series = [(base, BASE, True)] + ([(with_lossless(task, mine)[0], CAND, False)] if len(mine) > 1 else [])
     titles = [
-        (f"{v.task}: {_short(v.candidate)} vs {_short(v.family, 24)}", "#1d1d1f"),
+        (f"{v.task}: {_short(v.candidate)} vs {_short(v.family, 30)}", "#1d1d1f"),
         (v.verdict if v.verdict != "cannot judge" else "cannot judge (the rows below say why)", CAND),
         (gap_text(v), "#6e6e73"),
     ]
