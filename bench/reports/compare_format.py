@@ -123,7 +123,7 @@ def _markdown(table: pd.DataFrame) -> list[str]:
 
 FOOTNOTE = (
     "Every frontier, the candidate's included, holds the lossless point of its drafts (sd on the same "
-    "drafts: sampled, greedy or lookup), counted in its points: a per-request mix with lossless SD is "
+    "drafts: sampled, greedy or lookup), counted in a family's points: a per-request mix with lossless SD is "
     "open to every verifier. all baselines: every baseline point and their lossless points pooled (a "
     "random mix of any two settings is attainable), its frontier the upper hull of them all; where the "
     "baselines draft in more than one way, each way is pooled too (all baselines, sampled drafts; all "
