@@ -558,3 +558,72 @@ def test_the_static_ensemble_renamed_is_indistinguishable_from_itself_on_the_shi
     assert line.kind == "frontier" and line.verdict == "indistinguishable", line
     sd = summarise(load_results(tmp_path)).set_index("method").loc["sd", "acceptance_rate"]
     assert line.acceptance[0] == pytest.approx(sd)  # both frontiers start at lossless SD
+
+
+def _config(cid: str, family: str, method: str, policy: str | None, baseline: bool) -> dict:
+    return {
+        "config_id": cid,
+        "family": family,
+        "label": cid,
+        "method": method,
+        "draft_policy": policy,
+        "drafter": "model",
+        "baseline": baseline,
+    }
+
+
+def test_every_family_holds_the_lossless_point_of_its_drafts_and_pools_split_by_draft_policy():
+    from bench.reports.compare import baseline_families, missing_lossless
+
+    part = pd.DataFrame(
+        [
+            _config("sd", "sd", "sd", "sample", False),
+            _config("sd-greedy", "sd (greedy draft)", "sd", "greedy", False),
+            _config("ens1", "ensemble", "ensemble", "sample", True),
+            _config("ens2", "ensemble", "ensemble", "sample", True),
+            _config("lossy1", "lossy", "lossy", "sample", True),
+            _config("thr1", "threshold", "threshold", "greedy", True),
+            _config("rel1", "relaxed", "relaxed", "greedy", True),
+            _config("mine1", "mine", "mine", "sample", False),
+        ]
+    )
+    families = {name: set(members["config_id"]) for name, members in baseline_families(part, ["mine"])}
+    assert list(families) == [
+        "all baselines",
+        "all baselines, sampled drafts",
+        "all baselines, greedy drafts",
+        "ensemble",
+        "lossy",
+        "threshold",
+        "relaxed",
+    ]
+    assert families["ensemble"] == {"ens1", "ens2", "sd"} and families["threshold"] == {"thr1", "sd-greedy"}
+    assert families["all baselines"] == {"ens1", "ens2", "lossy1", "thr1", "rel1", "sd", "sd-greedy"}
+    assert families["all baselines, greedy drafts"] == {"thr1", "rel1", "sd-greedy"}
+    assert missing_lossless(part, ["mine"]) is None
+    # Without sd on greedy drafts the greedy families judge what they have, and a note says what is missing.
+    note = missing_lossless(part[part["config_id"] != "sd-greedy"], ["mine"])
+    assert "sd on greedy drafts (threshold, relaxed) (--draft-policy greedy)" in note
+    # One way of drafting: no pools per way (they would repeat "all baselines").
+    sampled = part[part["draft_policy"] == "sample"]
+    assert [name for name, _ in baseline_families(sampled, ["mine"])] == ["all baselines", "ensemble", "lossy"]
+
+
+def test_verdict_lines_name_each_sides_drafts_where_they_differ():
+    from bench.reports.compare import FamilyVerdict
+    from bench.reports.compare_format import family_line
+
+    nan = float("nan")
+    line = FamilyVerdict(
+        "panel", "arith", "diversed", "threshold", 1, 7, "point", "below", "", -0.1, (-0.18, -0.02),
+        (0.915, 0.915), {"below": 1}, True, "sampled drafts", "greedy drafts",
+    )
+    assert family_line(line).startswith("diversed (1 setting, sampled drafts) vs threshold (7 pts, greedy drafts): below")
+    pool = dataclasses.replace(line, family="all baselines, greedy drafts")
+    assert "vs all baselines, greedy drafts (7 pts):" in family_line(pool)  # named by its drafts once
+    same = dataclasses.replace(line, family_drafts="sampled drafts", gap=nan)
+    assert family_line(same) == "diversed (1 setting) vs threshold (7 pts): below"
+    from bench.reports.compare import Verdicts
+
+    (got,) = json.loads(render(Verdicts([], [], [line]), "json"))["verdicts"]
+    assert (got["candidate_drafts"], got["family_drafts"]) == ("sampled drafts", "greedy drafts")
