@@ -268,18 +268,19 @@ def _bound_quality_axis(ax: plt.Axes, metric: str) -> None:
     ax.set_ylim(low, high)
 
 
-POOLED_LINE = "all baselines (upper hull, sd included)"
+POOLED_LINE = "all baselines (upper hull, lossless sd included)"
 
 
 def _pooled_hull(ax: plt.Axes, rows: pd.DataFrame, q_scale: float) -> bool:
-    """Draw the upper hull of every baseline point and lossless sd (compare's "all baselines"),
-    where they come from at least two families; True when drawn."""
-    from bench.reports.compare import LOSSLESS
+    """Draw the upper hull of every baseline point and the lossless point of their drafts
+    (compare's "all baselines", the same rule: ``baseline_families``), where they come from at
+    least two families; True when drawn."""
+    from bench.reports.compare import POOLED, baseline_families
     from bench.reports.frontier import hull_points
 
-    pooled = rows["baseline"].astype(bool) | rows["method"].isin(LOSSLESS)
-    pool = rows[pooled & rows["acceptance_rate"].notna()]
-    if pool["family"].nunique() < 2:
+    pools = [members for name, members in baseline_families(rows, []) if name == POOLED]
+    pool = pools[0][pools[0]["acceptance_rate"].notna()] if pools else rows.iloc[:0]
+    if pool.empty:
         return False
     hull = np.array(hull_points(pool["acceptance_rate"].to_numpy(float), pool["quality"].to_numpy(float)))
     ax.plot(hull[:, 0] * 100, hull[:, 1] * q_scale, ":", color="0.35", lw=1.6, zorder=1, label=POOLED_LINE)

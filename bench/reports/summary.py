@@ -128,6 +128,7 @@ def structure(first: pd.Series, digits: int = LABEL_DIGITS) -> dict[str, Any]:
     return {
         "params": params,
         "drafter": drafter,
+        "draft_policy": policy,
         "family": info.family(params, head, policy, named),
         # The label with a head named by its folder, not its whole path: for legends.
         "legend": info.label(
