@@ -17,6 +17,7 @@ from bench.verifiers.base import (
     verify,
 )
 from bench.verifiers.engines import RelaxedAcceptance, ThresholdAcceptance, TypicalAcceptance
+from bench.verifiers.judges import AutoJudge, Judge, SelfJudge
 from bench.verifiers.paper import (
     CASCADE_RULES,
     MIX_MODES,
@@ -39,10 +40,16 @@ for _cls in (
     TypicalAcceptance,
     ThresholdAcceptance,
     RelaxedAcceptance,
+    Judge,
+    AutoJudge,
+    SelfJudge,
 ):
     register(_cls)
 
 __all__ = [
+    "AutoJudge",
+    "Judge",
+    "SelfJudge",
     "CASCADE_RULES",
     "MIX_MODES",
     "CALIBRATED",
