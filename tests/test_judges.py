@@ -113,15 +113,17 @@ def test_autojudge_mining_on_a_known_case():
     labels = autojudge.mine(oracle, prompt, 10, agree)
     assert [(m.context, m.token, m.important) for m in labels] == [
         ([1], 5, False),  # 1 5 3 4 0: ends "4 0" as the target's 1 2 3 4 0 does
-        ([1, 5], 7, True),  # 1 5 7 8 0 ends "8 0"
+        ([1, 5, 3], 7, True),  # on the kept text: 1 5 3 7 8 0 ends "8 0"
     ]
 
 
 def test_selfjudge_mining_on_a_known_case():
     nexts = {1: 2, 2: 3, 3: 4, 4: 0, 9: 4}
-    oracle = FakeOracle(nexts, {2: 9, 3: 3})  # position 2: 9 (target unsure after it); 3: no mismatch
+    # The target writes 1 2 3 4 0. At position 2 the draft writes 9, after which the target is unsure
+    # (max log p -5 instead of 0: a drop of 5 > 1); at 3 it writes 3, after which it is as sure.
+    oracle = FakeOracle(nexts, {2: 9, 3: 3})
     labels = selfjudge.mine(oracle, [1], 10, window=2, threshold=1.0)
-    assert [(m.context, m.token, m.important) for m in labels] == [([1, 2], 9, True)]
+    assert [(m.context, m.token, m.important) for m in labels] == [([1, 2], 9, True), ([1, 2, 3], 3, False)]
 
 
 def fixture(n=120, f=4, seed=0):
@@ -150,7 +152,7 @@ def test_fit_splits_by_question_and_the_head_applies_it():
     x, y = fixture(200)
     groups = torch.arange(200) // 5
     fit = fit_judge(x, y, groups, seed=0)
-    assert fit.val_auc > 0.9
+    assert fit.val_auc >= 0.85 and int(fit.weight.abs().argmax()) == 0  # the one informative feature
     head = JudgeHead("target", 3, 4)
     head.mean.copy_(fit.mean), head.scale.copy_(fit.scale), head.weight.copy_(fit.weight)
     head.bias.fill_(fit.bias)

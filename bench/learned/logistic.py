@@ -52,7 +52,7 @@ def logistic_fit(x: Tensor, y: Tensor, C: float) -> tuple[Tensor, float]:
         return loss
 
     opt.step(objective)
-    return params[:-1].detach().float(), float(params[-1])
+    return params[:-1].detach().float(), float(params[-1].detach())
 
 
 def roc_auc(y: Tensor, score: Tensor) -> float:
