@@ -158,3 +158,14 @@ def test_fit_splits_by_question_and_the_head_applies_it():
     head.bias.fill_(fit.bias)
     expected = torch.sigmoid(((x - fit.mean) / fit.scale) @ fit.weight + fit.bias)
     assert torch.allclose(head(None, x), expected)
+
+
+def test_rare_important_labels_still_split_both_ways():
+    """Two questions of fifty hold the only important tokens: each side of the split gets one."""
+    from bench.learned.logistic import validation_questions
+
+    groups = torch.arange(150) // 3
+    y = torch.isin(groups, torch.tensor([7, 31])) & (torch.arange(150) % 3 == 0)
+    val = torch.isin(groups, validation_questions(y, groups, seed=0, share=0.1))
+    assert y[val].any() and y[~val].any() and (~y[val]).any()
+    assert len(validation_questions(y, groups, seed=0, share=0.1)) == 1 + round(48 * 0.1)

@@ -64,19 +64,31 @@ def roc_auc(y: Tensor, score: Tensor) -> float:
     return float(greater / (len(pos) * len(neg)))
 
 
+def validation_questions(y: Tensor, groups: Tensor, seed: int, share: float) -> Tensor:
+    """The questions held out to pick C: ``share`` of them, shuffled by ``seed`` as the authors do,
+    but drawn separately from the questions with an important token and those without (at least
+    one of each), so that rare important labels (a strong draft) still leave both classes on both
+    sides of the split."""
+    questions = groups.unique()
+    with_important = torch.isin(questions, groups[y.bool()])
+    g = torch.Generator().manual_seed(seed)
+    held = []
+    for part in (questions[with_important], questions[~with_important]):
+        order = part[torch.randperm(len(part), generator=g)]
+        held.append(order[len(order) - max(1, round(len(order) * share)) :] if len(order) > 1 else order[:0])
+    return torch.cat(held)
+
+
 def fit_judge(x: Tensor, y: Tensor, groups: Tensor, seed: int = 0, val_share: float = 0.1) -> Fit:
-    """The authors' fit: questions (``groups``) shuffled by ``seed`` and split, C by validation
+    """The authors' fit: questions (``groups``) split (``validation_questions``), C by validation
     ROC-AUC, then the standardiser and the model refit on every question."""
     if y.min() == y.max():
         kind = "important" if bool(y[0]) else "unimportant"
         raise BenchError(f"the {len(y)} mined labels are all {kind}: mine more questions (--num-prompts)")
-    questions = groups.unique()
-    order = questions[torch.randperm(len(questions), generator=torch.Generator().manual_seed(seed))]
-    n_val = max(1, round(len(questions) * val_share))
-    val = torch.isin(groups, order[len(order) - n_val :])
-    if len(questions) < 2 or y[val].min() == y[val].max() or y[~val].min() == y[~val].max():
+    val = torch.isin(groups, validation_questions(y, groups, seed, val_share))
+    if y[val].min() == y[val].max() or y[~val].min() == y[~val].max():
         raise BenchError(
-            f"{len(questions)} questions give no validation split with both labels on each side: "
+            f"{len(groups.unique())} questions give no validation split with both labels on each side: "
             "mine more questions (--num-prompts)"
         )
     mean, scale = standardiser(x[~val])
