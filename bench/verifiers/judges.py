@@ -16,7 +16,7 @@ resamples from SD's residual norm(max(0, p - q)).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -42,6 +42,7 @@ class Judge(Verifier):
     name: ClassVar[str] = "judge"
     needs_hidden: ClassVar[bool] = True
     draft_reads: ClassVar[frozenset[str]] = frozenset({"q"})
+    sweep: ClassVar[Mapping[str, Sequence[Any]]] = {"tau": (0.1, 0.3, 0.5, 0.7, 0.9)}
     shorthand: ClassVar[Mapping[str, str]] = {"tau": "tau"}
     style: ClassVar[Mapping[str, Any]] = {"marker": "P", "color": "#56B4E9"}
     # tau = 0 is SD; acceptance rises with tau (more tokens called unimportant).

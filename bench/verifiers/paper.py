@@ -213,6 +213,7 @@ class Diversed(MixtureVerifier):
     # spans the family from accepting every draft (w -> 0) to SD (w -> 1); shift 0 is the head as
     # trained. Acceptance 1 - w TV(p, q) falls as the shift rises.
     calibration: ClassVar[Calibration] = Calibration("shift", -8.0, 8.0, rising=False)
+    sweep: ClassVar[Mapping[str, Sequence[Any]]] = {"shift": (-4.0, -2.0, -1.0, 0.0, 1.0, 2.0)}
     shorthand: ClassVar[Mapping[str, str]] = {"shift": "shift"}
     neutral: ClassVar[Mapping[str, Any]] = {"shift": 0.0}
     mix: str = "prob"
