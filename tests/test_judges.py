@@ -169,3 +169,11 @@ def test_rare_important_labels_still_split_both_ways():
     val = torch.isin(groups, validation_questions(y, groups, seed=0, share=0.1))
     assert y[val].any() and y[~val].any() and (~y[val]).any()
     assert len(validation_questions(y, groups, seed=0, share=0.1)) == 1 + round(48 * 0.1)
+
+
+def test_one_class_of_labels_gives_a_constant_judge():
+    """No finite logistic optimum: p(important) is the smoothed share, the same for every token."""
+    x, _ = fixture(40)
+    fit = fit_judge(x, torch.zeros(40, dtype=torch.long), torch.arange(40) // 4)
+    assert fit.C == 0 and torch.equal(fit.weight, torch.zeros(4))
+    assert torch.sigmoid(torch.tensor(fit.bias)).item() == pytest.approx(0.5 / 41)

@@ -112,9 +112,15 @@ class ClassifierRecipe(Recipe):
         head.bias.fill_(fit.bias)
         card = {
             "pair": job.pair.spec.name, "task": job.task.name, "data": job.data, "recipe": self.settings(),
-            "labels": len(y), "important_share": float(y.float().mean()), "C": fit.C, "val_auc": fit.val_auc,
+            "labels": len(y), "important_share": float(y.float().mean()), "C": fit.C, "val_auc": fit.val_auc, "constant": not fit.C,
             "trained": True,
         }  # fmt: skip
         head.save(job.folder, card)
+        if not fit.C:
+            job.log(
+                f"every one of the {len(y)} mined labels says {'important' if y[0] else 'unimportant'}: "
+                f"the judge is the constant p(important) {torch.sigmoid(torch.tensor(fit.bias)):.4f} "
+                "(mine more questions with --num-prompts for a fitted one)"
+            )
         job.log(f"fit: {len(y)} labels ({card['important_share']:.0%} important), C {fit.C:.3g}, validation ROC-AUC {fit.val_auc:.3f}")
         return card

@@ -64,6 +64,17 @@ def roc_auc(y: Tensor, score: Tensor) -> float:
     return float(greater / (len(pos) * len(neg)))
 
 
+def constant_fit(x: Tensor, y: Tensor) -> Fit:
+    """Every mined label the same (a pair whose draft differs from the target only where it does
+    not matter, or only where it does): logistic regression has no finite optimum, and the judge
+    is the label share with half a label added to each class, the same for every token
+    (``C`` 0 marks it on the card)."""
+    share = (float(y.sum()) + 0.5) / (len(y) + 1)
+    mean, scale = standardiser(x)
+    bias = float(torch.logit(torch.tensor(share, dtype=torch.float64)))
+    return Fit(mean.float(), scale.float(), torch.zeros(x.shape[1]), bias, 0.0, float("nan"))
+
+
 def validation_questions(y: Tensor, groups: Tensor, seed: int, share: float) -> Tensor:
     """The questions held out to pick C: ``share`` of them, shuffled by ``seed`` as the authors do,
     but drawn separately from the questions with an important token and those without (at least
@@ -83,8 +94,7 @@ def fit_judge(x: Tensor, y: Tensor, groups: Tensor, seed: int = 0, val_share: fl
     """The authors' fit: questions (``groups``) split (``validation_questions``), C by validation
     ROC-AUC, then the standardiser and the model refit on every question."""
     if y.min() == y.max():
-        kind = "important" if bool(y[0]) else "unimportant"
-        raise BenchError(f"the {len(y)} mined labels are all {kind}: mine more questions (--num-prompts)")
+        return constant_fit(x, y)
     val = torch.isin(groups, validation_questions(y, groups, seed, val_share))
     if y[val].min() == y[val].max() or y[~val].min() == y[~val].max():
         raise BenchError(
