@@ -63,9 +63,10 @@ class ClassifierRecipe(Recipe):
         return job.task.examples(min(self.questions, len(job.task.rows())), self.seed)
 
     def plan(self, job: TrainJob) -> str:
+        per = "a greedy target decode" if self.miner == "autojudge" else "a teacher-forced target forward"
         return (
-            f"{self.miner} labels on {len(self.examples(job))} train questions (greedy target decodes per "
-            f"mismatch), then {self.features} features and a logistic fit; the first question's time gives the estimate"
+            f"{self.miner} labels on {len(self.examples(job))} train questions ({per} per mismatch), then "
+            f"{self.features} features and a logistic fit; the first question's time gives the estimate"
         )
 
     def mine(self, oracle: PairOracle, job: TrainJob, prompt: list[int], doc: dict[str, Any]) -> list[Mined]:
