@@ -17,9 +17,7 @@ def random_round(b=4000, n=3, v=6, seed=0, scores=None, temperature=1.0):
     pl, ql = torch.randn(b, n, v, generator=g) * 2, torch.randn(b, n, v, generator=g) * 2
     s = Sampling(temperature)
     p, q = process(pl, s), process(ql, s)
-    draft = (q if temperature else q).reshape(-1, v).multinomial(1, generator=g).reshape(b, n)
-    if temperature == 0:
-        draft = ql.argmax(-1)
+    draft = q.reshape(-1, v).multinomial(1, generator=g).reshape(b, n) if temperature else ql.argmax(-1)
     w = scores if scores is not None else torch.zeros(b, n)
     return Round(draft, q, p, ql, pl, s, weights=w.expand(b, n) if w.dim() == 0 else w)
 
