@@ -85,3 +85,18 @@ def test_a_learned_plugin_trains_sweeps_and_is_compared(tmp_path):
     )  # fmt: skip
     text = api.compare(tmp_path / "r", ["confident-judge"])
     assert "confident-judge" in text and "ensemble" in text
+
+
+def test_judge_training_resumes_from_its_mined_labels(tmp_path, ref, monkeypatch):
+    from bench.errors import BenchError
+    from bench.learned import TrainJob
+    from bench.learned.classifier import ClassifierRecipe
+
+    recipe = ClassifierRecipe(miner="selfjudge", features="target", questions=3)
+    job = TrainJob(ref, Task(resolve_task("arith"), "hub", split="train"), "hub", tmp_path, log=lambda m: None)
+    first = recipe.train(job)
+    calls = []
+    monkeypatch.setattr(ClassifierRecipe, "mine", lambda self, *args: calls.append(args) or [])
+    assert recipe.train(job) == first and calls == []  # every question was mined already
+    with pytest.raises(BenchError, match="other settings"):
+        ClassifierRecipe(miner="selfjudge", features="target", questions=4).train(job)

@@ -82,6 +82,31 @@ class ClassifierRecipe(Recipe):
         return autojudge.mine(oracle, prompt, budget, agree)
 
     def train(self, job: TrainJob) -> dict[str, Any]:
+        state = self.mine_all(job)
+        x, y, group = torch.stack(state["x"]), torch.tensor(state["y"]), torch.tensor(state["group"])
+        fit = fit_judge(x, y, group, self.seed, self.val_share)
+        head = JudgeHead(self.features, *job.pair.hidden_sizes)
+        head.mean.copy_(fit.mean), head.scale.copy_(fit.scale), head.weight.copy_(fit.weight)
+        head.bias.fill_(fit.bias)
+        share = float(y.float().mean())
+        card = {
+            "pair": job.pair.spec.name, "task": job.task.name, "data": job.data, "recipe": self.settings(),
+            "labels": len(y), "important_share": share, "C": fit.C, "constant": not fit.C,
+            "val_auc": fit.val_auc if fit.C else None, "trained": True,
+        }  # fmt: skip
+        head.save(job.folder, card)
+        if fit.C:
+            job.log(f"fit: {len(y)} labels ({share:.1%} important), C {fit.C:.3g}, validation ROC-AUC {fit.val_auc:.3f}")
+        else:
+            job.log(
+                f"every one of the {len(y)} mined labels says {'important' if y[0] else 'unimportant'}: "
+                f"the judge is the constant p(important) {torch.sigmoid(torch.tensor(fit.bias)):.4f} "
+                "(mine more questions with --num-prompts for a fitted one)"
+            )
+        return card
+
+    def mine_all(self, job: TrainJob) -> dict[str, list[Any]]:
+        """Labels and features of every question, saved after each (a re-run skips those done)."""
         store = job.folder / LABELS
         state = torch.load(store) if store.exists() else {"done": [], "x": [], "y": [], "group": []}
         if state.get("settings", self.settings()) != self.settings():
@@ -106,22 +131,4 @@ class ClassifierRecipe(Recipe):
                     f"question {done}/{len(examples)}: {len(state['y'])} labels, {sum(state['y'])} important, "
                     f"~{left / 60:.1f} min left"
                 )
-        x, y, group = torch.stack(state["x"]), torch.tensor(state["y"]), torch.tensor(state["group"])
-        fit = fit_judge(x, y, group, self.seed, self.val_share)
-        head = JudgeHead(self.features, *job.pair.hidden_sizes)
-        head.mean.copy_(fit.mean), head.scale.copy_(fit.scale), head.weight.copy_(fit.weight)
-        head.bias.fill_(fit.bias)
-        card = {
-            "pair": job.pair.spec.name, "task": job.task.name, "data": job.data, "recipe": self.settings(),
-            "labels": len(y), "important_share": float(y.float().mean()), "C": fit.C, "val_auc": fit.val_auc, "constant": not fit.C,
-            "trained": True,
-        }  # fmt: skip
-        head.save(job.folder, card)
-        if not fit.C:
-            job.log(
-                f"every one of the {len(y)} mined labels says {'important' if y[0] else 'unimportant'}: "
-                f"the judge is the constant p(important) {torch.sigmoid(torch.tensor(fit.bias)):.4f} "
-                "(mine more questions with --num-prompts for a fitted one)"
-            )
-        job.log(f"fit: {len(y)} labels ({card['important_share']:.0%} important), C {fit.C:.3g}, validation ROC-AUC {fit.val_auc:.3f}")
-        return card
+        return state
