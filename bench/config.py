@@ -203,7 +203,9 @@ def expand_methods(
         for combo in combos:
             # validate every value before any model loads (a calibrated one at its path's end)
             make_verifier(m, **{**combo, **(path.values(path.top) if path and CALIBRATED in combo.values() else {})})
-            if cls.needs_hidden and not heads and _learns(m, combo):
+            if cls.needs_hidden and not heads:
+                if not _learns(m, combo):
+                    raise BenchError(f"{cls.name}: reads a head and trains none of its own; pass --head PATH")
                 out.append((m, combo, None))  # its cached head, trained if missing (bench.learned.cache)
             else:
                 out += [(m, combo, h) for h in heads] if cls.needs_hidden else [(m, combo, None)]

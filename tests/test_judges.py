@@ -175,3 +175,13 @@ def test_one_class_of_labels_gives_a_constant_judge():
     fit = fit_judge(x, torch.zeros(40, dtype=torch.long), torch.arange(40) // 4)
     assert fit.C == 0 and torch.equal(fit.weight, torch.zeros(4))
     assert torch.sigmoid(torch.tensor(fit.bias)).item() == pytest.approx(0.5 / 41)
+
+
+def test_the_bare_judge_rule_needs_a_head_it_cannot_train():
+    from bench.config import expand_methods
+    from bench.errors import BenchError
+
+    with pytest.raises(BenchError, match="judge: reads a head and trains none"):
+        expand_methods(["judge"])
+    assert expand_methods(["judge"], heads=["h"]) == [("judge", {}, "h")]
+    assert expand_methods(["autojudge"]) == [("autojudge", {}, None)]  # its cached head

@@ -100,3 +100,17 @@ def test_judge_training_resumes_from_its_mined_labels(tmp_path, ref, monkeypatch
     assert recipe.train(job) == first and calls == []  # every question was mined already
     with pytest.raises(BenchError, match="other settings"):
         ClassifierRecipe(miner="selfjudge", features="target", questions=4).train(job)
+
+
+def test_no_train_skips_the_learned_families_in_one_line(tmp_path, monkeypatch):
+    from bench.grid import configs_from_grid
+    from bench.learned.cache import provide_heads
+    from bench.verifiers import verifier_class
+
+    monkeypatch.setenv("DIVERSED_BENCH_CACHE", str(tmp_path))
+    configs, _ = configs_from_grid("baselines", tasks=["arith"], pairs=["ref"])
+    lines = []
+    kept = provide_heads(configs, train=False, log=lines.append)
+    names = {verifier_class(c.method).name for c in kept}
+    assert not names & {"diversed", "autojudge", "selfjudge"} and {"sd", "ensemble"} <= names
+    assert lines == ["--no-train: skipped the learned families autojudge, diversed, selfjudge (no trained head cached)"]
