@@ -19,6 +19,7 @@ from bench.verifiers.base import (
 )
 from bench.verifiers.engines import RelaxedAcceptance, ThresholdAcceptance, TypicalAcceptance
 from bench.verifiers.newcomers import FuzzySD, MentoredDecoding
+from bench.verifiers.judges import AutoJudge, Judge, SelfJudge
 from bench.verifiers.paper import (
     CASCADE_RULES,
     MIX_MODES,
@@ -43,10 +44,16 @@ for _cls in (
     RelaxedAcceptance,
     FuzzySD,
     MentoredDecoding,
+    Judge,
+    AutoJudge,
+    SelfJudge,
 ):
     register(_cls)
 
 __all__ = [
+    "AutoJudge",
+    "Judge",
+    "SelfJudge",
     "CASCADE_RULES",
     "MIX_MODES",
     "CALIBRATED",
