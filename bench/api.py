@@ -334,7 +334,7 @@ def train(
     recipe = recipe_of(method, dict(params or {}))
     if recipe is None:
         raise BenchError(f"{verifier_class(method).name} learns nothing: it declares no recipe (Verifier.recipe)")
-    recipe = recipe.configure(**settings)
+    recipe = recipe.configure(**{k: v for k, v in settings.items() if v is not None})  # None: not given
     factory = make_engine(engine, verbose, log)
     spec = resolve_task(task)
     if "fewshot_split" not in spec.dataset:

@@ -146,6 +146,10 @@ Lr = Annotated[float, _opt("AdamW learning rate.")]
 Rollouts = Annotated[int, _opt("Rollouts per update.")]
 Epochs = Annotated[int, _opt("Passes over the drawn prompts.")]
 NumPrompts = Annotated[int, _opt("Prompts drawn from the train split.")]
+DraftTemperature = Annotated[
+    Optional[float],
+    _opt("Judges: mine the draft's samples at this temperature (0: its argmax, the authors' way; default 0). --grid baselines mines at its decoding temperature."),
+]
 RegWeight = Annotated[float, _opt("Weight of the expected-acceptance regulariser.")]
 RolloutTemperature = Annotated[float, _opt("Rollout temperature (> 0).")]
 RolloutTokens = Annotated[int, _opt("Tokens per rollout.")]

@@ -15,7 +15,7 @@ from bench.learned import Recipe, TrainJob
 from bench.learned.features import PairOracle, token_features
 from bench.learned.heads import JudgeHead
 from bench.learned.logistic import fit_judge
-from bench.learned.miners import mismatches
+from bench.learned.miners import Drafted, Greedy, Likelihood, mismatches
 from bench.verifiers import Judge
 
 
@@ -35,16 +35,18 @@ class ConfidenceRecipe(Recipe):
         return f"confidence labels on {self.questions} train questions"
 
     def train(self, job: TrainJob) -> dict[str, Any]:
-        oracle, x, y, group = PairOracle(job.pair), [], [], []
+        oracle, sites, y, group = PairOracle(job.pair), [], [], []
         for q, example in enumerate(job.task.examples(self.questions, 0)):
             prompt = encode_prompt(job.pair, example.prompt, False)
-            seq = oracle.greedy(prompt, job.task.spec.max_new_tokens)
-            sure = oracle.target_logprobs(prompt + seq).exp().max(-1).values
-            for t, token in mismatches(oracle, prompt, seq, 0):
-                x.append(token_features(job.pair, "target", prompt + seq[:t], token))
+            (seq,) = oracle.greedy([Greedy(prompt, job.task.spec.max_new_tokens)])
+            # The target's greedy token is its argmax: its log p there is the max log p.
+            sure, proposed = oracle.likelihood([Likelihood(prompt + seq)])[0].exp(), oracle.drafted([Drafted(prompt + seq)])[0]
+            for t, token in mismatches(proposed, prompt, seq, 0):
+                sites.append((prompt + seq[:t], token))
                 y.append(int(sure[len(prompt) - 1 + t] > self.cut))
                 group.append(q)
-        fit = fit_judge(torch.stack(x), torch.tensor(y), torch.tensor(group))
+        x = torch.stack(token_features(job.pair, "target", sites))
+        fit = fit_judge(x, torch.tensor(y), torch.tensor(group))
         head = JudgeHead("target", *job.pair.hidden_sizes)
         head.mean.copy_(fit.mean), head.scale.copy_(fit.scale), head.weight.copy_(fit.weight)
         head.bias.fill_(fit.bias)

@@ -8,7 +8,7 @@ import torch
 from bench.distributions import Sampling, process
 from bench.learned.heads import JudgeHead
 from bench.learned.logistic import fit_judge, logistic_fit, roc_auc
-from bench.learned.miners import autojudge, selfjudge
+from bench.learned.miners import autojudge, run, run_many, selfjudge
 from bench.verifiers import Round, make_verifier, verify
 
 
@@ -82,7 +82,10 @@ class FakeOracle:
     def __init__(self, nexts, draft_swaps, v=10):
         self.nexts, self.swaps, self.v = nexts, draft_swaps, v
 
-    def greedy(self, ids, max_new):
+    def greedy(self, calls):
+        return [self._greedy(c.ids, c.max_new) for c in calls]
+
+    def _greedy(self, ids, max_new):
         out = []
         while len(out) < max_new:
             out.append(self.nexts[(ids + out)[-1]])
@@ -90,14 +93,12 @@ class FakeOracle:
                 break
         return out
 
-    def draft_argmax(self, ids):
-        return [self.swaps.get(i + 1, ids[i + 1] if i + 1 < len(ids) else 0) for i in range(len(ids))]
+    def drafted(self, calls):
+        return [[self.swaps.get(i + 1, c.ids[i + 1] if i + 1 < len(c.ids) else 0) for i in range(len(c.ids))] for c in calls]
 
-    def target_logprobs(self, ids):
-        out = torch.full((len(ids), self.v), -10.0)
-        for i, t in enumerate(ids):
-            out[i, self.nexts.get(t, 0)] = 0.0 if t != 9 else -5.0  # after token 9 the target is unsure
-        return out
+    def likelihood(self, calls):
+        # after token 9 the target finds any next token unlikely (log p -5), else sure (0)
+        return [torch.tensor([-5.0 if t == 9 else 0.0 for t in c.ids[:-1]]) for c in calls]
 
 
 def test_autojudge_mining_on_a_known_case():
@@ -108,19 +109,23 @@ def test_autojudge_mining_on_a_known_case():
     prompt = [1]
     oracle = FakeOracle(nexts, {1: 5, 3: 7})  # absolute positions in prompt + completion
     agree = lambda a, b: a[-2:] == b[-2:]  # the "answer": the last token before EOS
-    labels = autojudge.mine(oracle, prompt, 10, agree)
-    assert [(m.context, m.token, m.important) for m in labels] == [
+    expected = [
         ([1], 5, False),  # 1 5 3 4 0: ends "4 0" as the target's 1 2 3 4 0 does
         ([1, 5, 3], 7, True),  # on the kept text: 1 5 3 7 8 0 ends "8 0"
     ]
+    labels = run(oracle, autojudge.mine(prompt, 10, agree, oracle.eos))
+    assert [(m.context, m.token, m.important) for m in labels] == expected
+    other = run(oracle, autojudge.mine([4], 10, agree, oracle.eos))
+    batched = run_many(oracle, [autojudge.mine(prompt, 10, agree, oracle.eos), autojudge.mine([4], 10, agree, oracle.eos)])
+    assert batched == [labels, other]  # in lockstep, each miner as alone
 
 
 def test_selfjudge_mining_on_a_known_case():
     nexts = {1: 2, 2: 3, 3: 4, 4: 0, 9: 4}
     # The target writes 1 2 3 4 0. At position 2 the draft writes 9, after which the target is unsure
-    # (max log p -5 instead of 0: a drop of 5 > 1); at 3 it writes 3, after which it is as sure.
+    # (log p of the next token -5 instead of 0: a drop of 5 > 1); at 3 it writes 3, after which it is as sure.
     oracle = FakeOracle(nexts, {2: 9, 3: 3})
-    labels = selfjudge.mine(oracle, [1], 10, window=2, threshold=1.0)
+    labels = run(oracle, selfjudge.mine([1], 10, window=2, threshold=1.0))
     assert [(m.context, m.token, m.important) for m in labels] == [([1, 2], 9, True), ([1, 2, 3], 3, False)]
 
 

@@ -65,6 +65,9 @@ def provide_heads(
         if recipe is None:
             out.append(cfg)
             continue
+        # A judge is asked about the drafts of the temperature it decodes at: it mines those.
+        settings = {"draft_temperature": cfg.temperature} if "draft_temperature" in recipe.settings() else {}
+        recipe = recipe.configure(**settings)
         data = cfg.data or default_data(resolve_task(cfg.task).name, resolve_pair(cfg.pair).kind)
         folder = cached_folder(head_key(cfg.method, recipe, cfg.task, cfg.pair, data))
         if not is_trained(folder):
@@ -74,7 +77,7 @@ def provide_heads(
             log(f"{cls.name}: no trained head for {cfg.task} on {cfg.pair}; training it into {folder}")
             api.train(
                 task=cfg.task, pair=cfg.pair, method=cfg.method, params=_fixed(cfg.params), data=data,
-                output_dir=folder, device=device, dtype=dtype, engine=engine, verbose=verbose, log=log,
+                output_dir=folder, device=device, dtype=dtype, engine=engine, verbose=verbose, log=log, **settings,
             )  # fmt: skip
         out.append(replace(cfg, head=str(folder)))
     if skipped:

@@ -17,13 +17,16 @@ from bench.learned import Recipe, TrainJob
 from bench.learned.features import PairOracle, token_features
 from bench.learned.heads import JudgeHead, check_features
 from bench.learned.logistic import fit_judge
-from bench.learned.miners import Mined, autojudge, selfjudge
+from bench.learned.miners import Steps, autojudge, run_many, selfjudge
 from bench.tasks import Example
 
 MINERS = ("autojudge", "selfjudge")
 LABELS = "labels.pt"
+BATCH = 64  # questions mined in lockstep, their model calls batched
 # `train` flags other recipes take; refused here unless left at their defaults.
-_SHARED = {"num_prompts": "questions", "seed": "seed", "chat_template": "chat_template"}
+_SHARED = {
+    "num_prompts": "questions", "seed": "seed", "chat_template": "chat_template", "draft_temperature": "draft_temperature"
+}
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,11 @@ class ClassifierRecipe(Recipe):
     # Train-split questions mined (the authors mined GSM8K's 7.5k): on the shipped pair 1 token in
     # ~300 changes the answer, so fewer leave too few important labels to validate a fit on.
     questions: int = 1000
+    # Mining stops once both classes hold this many labels (0: mine every question).
+    enough: int = 200
+    # 0 mines the draft's argmax, as the authors do; a sampling decoder's judge is asked about the
+    # draft's samples, so ``--grid baselines`` mines at the temperature it decodes at.
+    draft_temperature: float = 0.0
     seed: int = 0
     val_share: float = 0.1
     chat_template: bool = False
@@ -55,7 +63,7 @@ class ClassifierRecipe(Recipe):
         stray = sorted(k for k, v in settings.items() if k not in _SHARED and v != defaults.get(k, object()))
         if stray:
             flags = ", ".join("--" + k.replace("_", "-") for k in stray)
-            raise BenchError(f"{flags}: REINFORCE's; the classifier recipe takes --num-prompts, --seed, --chat-template")
+            raise BenchError(f"{flags}: REINFORCE's; the classifier recipe takes --num-prompts, --seed, --chat-template, --draft-temperature")
         mapped = {_SHARED[k]: v for k, v in settings.items() if k in _SHARED}
         return ClassifierRecipe(**{**asdict(self), **mapped})
 
@@ -69,17 +77,19 @@ class ClassifierRecipe(Recipe):
             f"{self.features} features and a logistic fit; the first question's time gives the estimate"
         )
 
-    def mine(self, oracle: PairOracle, job: TrainJob, prompt: list[int], doc: dict[str, Any]) -> list[Mined]:
-        budget = job.task.spec.max_new_tokens
+    def miner_of(self, job: TrainJob, prompt: list[int], doc: dict[str, Any], q: int) -> Steps:
+        """Question ``q``'s miner; its draft samples (``draft_temperature`` > 0) are seeded by ``q``."""
+        budget, seed = job.task.spec.max_new_tokens, self.seed * 1_000_003 + q * 1_009
         if self.miner == "selfjudge":
-            return selfjudge.mine(oracle, prompt, budget)
+            return selfjudge.mine(prompt, budget, temperature=self.draft_temperature, seed=seed)
         tok = job.pair.tokenizer
 
         def agree(a: list[int], b: list[int]) -> bool:
             text = [tok.decode(x, skip_special_tokens=True) for x in (a, b)]
             return autojudge.answers_agree(job.task, doc, *text)
 
-        return autojudge.mine(oracle, prompt, budget, agree)
+        eos = frozenset(job.pair.eos_token_ids)
+        return autojudge.mine(prompt, budget, agree, eos, temperature=self.draft_temperature, seed=seed)
 
     def train(self, job: TrainJob) -> dict[str, Any]:
         state = self.mine_all(job)
@@ -106,29 +116,39 @@ class ClassifierRecipe(Recipe):
         return card
 
     def mine_all(self, job: TrainJob) -> dict[str, list[Any]]:
-        """Labels and features of every question, saved after each (a re-run skips those done)."""
+        """Labels and features, mined ``BATCH`` questions at a time and saved after each batch (a
+        re-run skips the questions done). Stops at the first question after which both classes hold
+        ``enough`` labels: where it stops depends on the questions alone, not on the batching."""
         store = job.folder / LABELS
         state = torch.load(store) if store.exists() else {"done": [], "x": [], "y": [], "group": []}
         if state.get("settings", self.settings()) != self.settings():
             raise BenchError(f"{store} was mined with other settings; use another --output-dir or delete it")
         examples, oracle = self.examples(job), PairOracle(job.pair)
+        todo = [(q, e) for q, e in enumerate(examples) if e.example_id not in state["done"]]
         start, fresh = time.perf_counter(), 0
-        for q, example in enumerate(examples):
-            if example.example_id in state["done"]:
-                continue
-            prompt = encode_prompt(job.pair, example.prompt, self.chat_template)
-            for m in self.mine(oracle, job, prompt, example.doc):
-                state["x"].append(token_features(job.pair, self.features, m.context, m.token))
-                state["y"].append(int(m.important))
-                state["group"].append(q)
-            state["done"].append(example.example_id)
+        for b in range(0, len(todo), BATCH):
+            if self.satisfied(state):
+                break
+            batch = todo[b : b + BATCH]
+            miners = [self.miner_of(job, encode_prompt(job.pair, e.prompt, self.chat_template), e.doc, q) for q, e in batch]
+            for (q, example), labels in zip(batch, run_many(oracle, miners)):
+                if self.satisfied(state):
+                    break
+                xs = token_features(job.pair, self.features, [(m.context, m.token) for m in labels])
+                state["x"] += xs
+                state["y"] += [int(m.important) for m in labels]
+                state["group"] += [q] * len(labels)
+                state["done"].append(example.example_id)
+                fresh += 1
             job.folder.mkdir(parents=True, exist_ok=True)
             torch.save({**state, "settings": self.settings()}, store)
-            done, fresh = len(state["done"]), fresh + 1
-            left = (time.perf_counter() - start) / fresh * (len(examples) - done)
-            if fresh == 1 or done % max(1, len(examples) // 20) == 0 or done == len(examples):
-                job.log(
-                    f"question {done}/{len(examples)}: {len(state['y'])} labels, {sum(state['y'])} important, "
-                    f"~{left / 60:.1f} min left"
-                )
+            left = (time.perf_counter() - start) / fresh * (len(examples) - len(state["done"]))
+            job.log(
+                f"question {len(state['done'])}/{len(examples)}: {len(state['y'])} labels, {sum(state['y'])} "
+                f"important, at most ~{left / 60:.1f} min left (stops once both classes hold {self.enough})"
+            )
         return state
+
+    def satisfied(self, state: dict[str, list[Any]]) -> bool:
+        important = sum(state["y"])
+        return bool(self.enough) and min(important, len(state["y"]) - important) >= self.enough

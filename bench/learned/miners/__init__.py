@@ -1,14 +1,17 @@
 """Label recipes for judges: which drafted tokens are important, mined with no annotation.
 
-A miner is a function of an ``Oracle`` (greedy continuations and teacher-forced scores of the
-target, the draft's argmax), so that a test can hand it a fake target whose greedy continuation
-it controls. It returns ``Mined`` labels: the context, the draft's token there and the verdict.
+A miner is a generator: it yields the model calls it needs next (``Greedy``, ``Drafted``,
+``Likelihood``), is sent their answers, and returns its ``Mined`` labels. ``run_many`` drives many
+miners in lockstep and answers each round's calls in one batch (``Oracle``: batched target and
+draft forwards), ``run`` answers one call at a time; both give the same labels, and a test hands
+a miner a fake target whose greedy continuation it controls.
 """
 
 from __future__ import annotations
 
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol, Union
 
 from torch import Tensor
 
@@ -20,21 +23,97 @@ class Mined:
     important: bool
 
 
+@dataclass(frozen=True)
+class Greedy:
+    """The target's greedy continuation of ``ids``: up to ``max_new`` tokens, ending at an EOS."""
+
+    ids: list[int]
+    max_new: int
+
+
+@dataclass(frozen=True)
+class Drafted:
+    """The draft's proposal after every prefix of ``ids`` (entry i would follow ids[: i + 1]): its
+    argmax at temperature 0, else a sample at ``temperature`` drawn with its own ``seed``."""
+
+    ids: list[int]
+    temperature: float = 0.0
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Likelihood:
+    """[len(ids) - 1] the target's log-probability of each next token, teacher-forced: entry i is
+    log p(ids[i + 1] | ids[: i + 1])."""
+
+    ids: list[int]
+
+
+Call = Union[Greedy, Drafted, Likelihood]
+Steps = Generator[list[Call], list[Any], list[Mined]]
+
+
 class Oracle(Protocol):
-    eos: frozenset[int]
+    """Answers a batch of calls of one kind (a test's fake answers them one by one)."""
 
-    def greedy(self, ids: list[int], max_new: int) -> list[int]:
-        """The target's greedy continuation of ``ids``: up to ``max_new`` tokens, ending at an EOS."""
+    def greedy(self, calls: Sequence[Greedy]) -> list[list[int]]: ...
 
-    def draft_argmax(self, ids: list[int]) -> list[int]:
-        """The draft's argmax at every position of ``ids`` (entry i predicts ids[i + 1])."""
+    def drafted(self, calls: Sequence[Drafted]) -> list[list[int]]: ...
 
-    def target_logprobs(self, ids: list[int]) -> Tensor:
-        """[len(ids), V] the target's log-probabilities at every position, teacher-forced."""
+    def likelihood(self, calls: Sequence[Likelihood]) -> list[Tensor]: ...
 
 
-def mismatches(oracle: Oracle, prompt: list[int], completion: list[int], start: int) -> list[tuple[int, int]]:
-    """(position in the completion, draft token) wherever the draft's argmax differs, from ``start``."""
-    argmax = oracle.draft_argmax(prompt + completion)
+_KINDS = {Greedy: "greedy", Drafted: "drafted", Likelihood: "likelihood"}
+
+
+def answer(oracle: Oracle, calls: Sequence[Call]) -> list[Any]:
+    """Every call's answer, in order; calls of one kind go to the oracle together."""
+    out: list[Any] = [None] * len(calls)
+    for kind, method in _KINDS.items():
+        where = [i for i, c in enumerate(calls) if isinstance(c, kind)]
+        if where:
+            for i, result in zip(where, getattr(oracle, method)([calls[i] for i in where])):
+                out[i] = result
+    return out
+
+
+def run_many(oracle: Oracle, miners: Sequence[Steps]) -> list[list[Mined]]:
+    """Drive every miner to its end, answering each round's calls of all of them in one batch."""
+    results: list[list[Mined]] = [[] for _ in miners]
+    pending: dict[int, list[Call]] = {}
+    for i, miner in enumerate(miners):
+        _advance(miner, None, i, pending, results)
+    while pending:
+        order = [(i, call) for i, calls in pending.items() for call in calls]
+        answers = answer(oracle, [call for _, call in order])
+        grouped: dict[int, list[Any]] = {i: [] for i in pending}
+        for (i, _), result in zip(order, answers):
+            grouped[i].append(result)
+        pending = {}
+        for i, got in grouped.items():
+            _advance(miners[i], got, i, pending, results)
+    return results
+
+
+def run(oracle: Oracle, miner: Steps) -> list[Mined]:
+    """One miner, each call answered on its own (the reference ``run_many`` is tested against)."""
+    try:
+        calls = next(miner)
+        while True:
+            calls = miner.send([answer(oracle, [call])[0] for call in calls])
+    except StopIteration as done:
+        return done.value
+
+
+def _advance(miner: Steps, got: list[Any] | None, i: int, pending: dict[int, list[Call]], results: list[list[Mined]]) -> None:
+    try:
+        pending[i] = next(miner) if got is None else miner.send(got)
+    except StopIteration as done:
+        results[i] = done.value
+
+
+def mismatches(proposed: list[int], prompt: list[int], completion: list[int], start: int) -> list[tuple[int, int]]:
+    """(position in the completion, draft token) wherever the draft's proposal (``Drafted`` on
+    prompt + completion) differs from the completion, from ``start``."""
     n = len(prompt)
-    return [(t, argmax[n - 1 + t]) for t in range(start, len(completion)) if argmax[n - 1 + t] != completion[t]]
+    return [(t, proposed[n - 1 + t]) for t in range(start, len(completion)) if proposed[n - 1 + t] != completion[t]]

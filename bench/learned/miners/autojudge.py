@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.errors import BenchError
-from bench.learned.miners import Mined, Oracle, mismatches
+from bench.learned.miners import Drafted, Greedy, Mined, Steps, mismatches
 from bench.tasks import Task
 
 # ROUGE tasks have no answer to compare: a swap is unimportant while the completion's ROUGE-2
@@ -20,21 +20,31 @@ ROUGE_TOLERANCE = 1.0
 
 
 def mine(
-    oracle: Oracle, prompt: list[int], max_new: int, agree: Callable[[list[int], list[int]], bool]
-) -> list[Mined]:
-    reference = oracle.greedy(prompt, max_new)
-    seq, labels, start = list(reference), [], 0
-    while found := mismatches(oracle, prompt, seq, start):
+    prompt: list[int], max_new: int, agree: Callable[[list[int], list[int]], bool], eos: frozenset[int],
+    temperature: float = 0.0, seed: int = 0,
+) -> Steps:  # fmt: skip
+    """The labels of one question; ``temperature`` > 0 mines the draft's samples instead of its
+    argmax (the tokens a sampling decoder's judge is asked about), each draw seeded from ``seed``."""
+    (reference,) = yield [Greedy(prompt, max_new)]
+    seq, labels, start, draws = list(reference), [], 0, 0
+    while True:
+        (proposed,) = yield [Drafted(prompt + seq, temperature, seed + draws)]
+        draws += 1
+        found = mismatches(proposed, prompt, seq, start)
+        if not found:
+            return labels
         t, token = found[0]
         prefix = seq[:t] + [token]
         rest = max_new - len(prefix)
-        alternative = prefix if token in oracle.eos or rest < 1 else prefix + oracle.greedy(prompt + prefix, rest)
+        alternative = prefix
+        if token not in eos and rest >= 1:
+            (more,) = yield [Greedy(prompt + prefix, rest)]
+            alternative = prefix + more
         same = agree(reference, alternative)
         labels.append(Mined(prompt + seq[:t], token, important=not same))
         if same:
             seq = alternative
         start = t + 1
-    return labels
 
 
 def answers_agree(task: Task, doc: dict[str, Any], first: str, second: str) -> bool:
