@@ -241,6 +241,11 @@ def test_a_frontier_shifted_up_is_called_dominating_nearly_always_and_the_mirror
     assert there["largest_lead"] == pytest.approx(back["largest_deficit"])
 
 
+def _against(frontiers: list, family: str) -> list:
+    """The frontier verdicts against one baseline family (DIVERSED's is one too in the demo)."""
+    return [f for f in frontiers if f.family == family]
+
+
 def _labels(rows: pd.DataFrame, method: str) -> set[str]:
     return set(rows.loc[rows["method"] == method, "label"])
 
@@ -248,6 +253,7 @@ def _labels(rows: pd.DataFrame, method: str) -> set[str]:
 def test_demo_diversed_is_above_the_static_ensemble_and_an_ensemble_point_is_not(demo_results):
     rows = load_results(demo_results)
     result = compare(rows, ["diversed", "ensemble"])
+    # DIVERSED is a baseline family too, but a candidate run once is never judged against itself.
     (diversed,) = [c for c in result.points if c.candidate in _labels(rows, "diversed")]
     assert diversed.family == "ensemble" and diversed.family_points == 4
     assert diversed.verdict == "above", diversed
@@ -259,11 +265,12 @@ def test_demo_diversed_is_above_the_static_ensemble_and_an_ensemble_point_is_not
     assert len(ensemble) == 4 and not any(c.verdict == "above" for c in ensemble)
     on_hull = [c for c in ensemble if c.quality_diff == 0]
     assert on_hull and all(c.verdict == "indistinguishable" for c in on_hull)
-    # The ensemble sweep is a candidate family too, but never judged against itself, and DIVERSED,
-    # run at one setting, gets point verdicts only: no frontier verdict here.
-    assert result.frontiers == []
+    # The ensemble sweep is a candidate family too, never judged against itself: its frontier goes
+    # against DIVERSED's (a baseline family, one point), and DIVERSED, run at one setting, gets
+    # point verdicts only.
+    assert [(f.candidate, f.family) for f in result.frontiers] == [("ensemble", diversed.candidate_family)]
     text = render(result, "markdown")
-    assert "| above |" in text and "--grid baselines" in text and "Frontier against frontier:" not in text
+    assert "| above |" in text and "--grid baselines" in text
     assert json.loads(render(result, "json"))["points"][0]["verdict"] in {
         "above",
         "indistinguishable",
@@ -294,14 +301,15 @@ def _split(rows: pd.DataFrame, weights: tuple[float, ...]) -> pd.DataFrame:
 def test_the_demo_ensemble_split_in_two_is_indistinguishable_from_itself(demo_results):
     rows = _split(load_results(demo_results), (0.2, 0.6))
     result = compare(rows, ["ensemble-half", "diversed"])
-    (f,) = result.frontiers  # ensemble-half (w=0.2, 0.6) against ensemble (w=0.4, 0.8); DIVERSED ran once
+    # ensemble-half (w=0.2, 0.6) against ensemble (w=0.4, 0.8), and against DIVERSED's single point
+    (f,) = _against(result.frontiers, "ensemble")
     assert (f.candidate, f.family, f.candidate_points, f.family_points) == ("ensemble-half", "ensemble", 2, 2)
     assert f.verdict == "indistinguishable", f
     assert f.mean_gap_ci[0] < 0 < f.mean_gap_ci[1]
     lo, hi = f.shared_acceptance
     assert lo < hi and f.largest_lead >= f.mean_gap >= -f.largest_deficit
     # The other way round, the same comparison mirrored.
-    (back,) = compare(rows, ["ensemble"]).frontiers
+    (back,) = _against(compare(rows, ["ensemble"]).frontiers, "ensemble-half")
     assert back.family == "ensemble-half" and back.verdict == "indistinguishable"
     assert back.mean_gap == pytest.approx(-f.mean_gap) and back.largest_lead == pytest.approx(
         f.largest_deficit
@@ -330,7 +338,9 @@ def test_verdicts_do_not_depend_on_labels_and_read_schema_3_rows(demo_results, t
         compare(rows, ["diversed", "ensemble-half"]),
         compare(other, ["diversed", "ensemble-half"]),
     )
-    assert len(before.points) == 6 and len(before.frontiers) == 1
+    # DIVERSED against the two ensemble families, ensemble-half's two points against them and DIVERSED;
+    # ensemble-half's frontier against ensemble's and DIVERSED's.
+    assert len(before.points) == 8 and len(before.frontiers) == 2
     points = [frame(v.points).drop(columns="candidate") for v in (before, after)]
     pd.testing.assert_frame_equal(*points)
     pd.testing.assert_frame_equal(frame(before.frontiers), frame(after.frontiers))
@@ -347,7 +357,7 @@ def test_verdicts_do_not_depend_on_labels_and_read_schema_3_rows(demo_results, t
 def test_compare_reasons_and_bad_candidates(demo_results):
     rows = load_results(demo_results)
     few = rows[rows["example_id"].isin(sorted(rows["example_id"].unique())[:5])]
-    (c,) = compare(few, ["diversed"]).points  # DIVERSED run once is a candidate, never a family
+    (c,) = compare(few, ["diversed"]).points  # DIVERSED run once is a candidate, never its own family
     assert c.verdict == "cannot judge" and "too few examples" in c.reason
     assert 0 < c.acceptance < 1 and 0 <= c.quality <= 1  # the candidate's own point is still given
     weight = rows["params"].map(lambda p: json.loads(p).get("target_weight"))
@@ -363,7 +373,7 @@ def test_compare_reasons_and_bad_candidates(demo_results):
     (f,) = compare(split, ["ensemble-half"]).frontiers
     assert f.verdict == "cannot judge" and "ensemble ran one setting" in f.reason
     few = _split(rows[rows["example_id"].isin(sorted(rows["example_id"].unique())[:5])], (0.2, 0.6))
-    (f,) = compare(few, ["ensemble-half"]).frontiers
+    (f,) = _against(compare(few, ["ensemble-half"]).frontiers, "ensemble")
     assert f.verdict == "cannot judge" and "too few examples" in f.reason
     with pytest.raises(BenchError, match="no such method, family or label"):
         compare(rows, ["nosuch"])
@@ -456,10 +466,12 @@ def test_all_baselines_pools_every_family_and_lossless_sd_and_leaves_candidates_
     assert sorted(c.family for c in rest) == ["ensemble", "ensemble-half"]  # sd is pooled, never a family
     for key in ("frontier_quality", "quality_diff", "quality_diff_ci", "verdict"):
         assert getattr(pooled, key) == getattr(alone, key), key
-    # A candidate is never part of the pool it is judged against: without it one baseline family is
-    # left, so no pool. That family and the candidate's own frontier each hold their drafts' lossless
-    # point (sd, bench/lossless.py): both frontiers start at its acceptance.
-    (half,) = compare(rows, ["ensemble-half"]).frontiers
+    # A candidate is never part of the pool it is judged against (here ensemble's and DIVERSED's).
+    # The ensemble family and the candidate's own frontier each hold their drafts' lossless point
+    # (sd, bench/lossless.py): both frontiers start at its acceptance.
+    fronts = compare(rows, ["ensemble-half"]).frontiers
+    assert [f.family for f in fronts] == ["all baselines", "ensemble", "diversed (head=bench:reference/heads/arith-ref)"]
+    (half,) = _against(fronts, "ensemble")
     assert (half.family, half.family_points, half.candidate_points) == ("ensemble", 2, 2)
     sd_acceptance = summarise(rows).set_index("method").loc["sd", "acceptance_rate"]
     assert half.shared_acceptance[0] == pytest.approx(sd_acceptance)

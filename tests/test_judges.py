@@ -190,3 +190,14 @@ def test_the_bare_judge_rule_needs_a_head_it_cannot_train():
         expand_methods(["judge"])
     assert expand_methods(["judge"], heads=["h"]) == [("judge", {}, "h")]
     assert expand_methods(["autojudge"]) == [("autojudge", {}, None)]  # its cached head
+
+
+def test_a_head_reads_p_on_the_quantile_scale_of_its_validation_scores():
+    from bench.learned.heads import JudgeHead
+
+    head = JudgeHead("target", 2, 2)
+    head.weight.copy_(torch.tensor([1.0, 0.0]))
+    head.ranks = torch.sigmoid(torch.tensor([-1.0, 0.0, 1.0, 2.0]))  # four validation scores
+    h = torch.tensor([[-5.0, 0.0], [-0.5, 0.0], [0.5, 0.0], [1.5, 0.0], [9.0, 0.0]])
+    assert head(None, h).tolist() == pytest.approx([0.0, 0.2, 0.4, 0.6, 0.8])  # the share of scores below p, / (n + 1)
+    assert not (head(None, h) < 0.0).any() and (head(None, h) < 1.0).all()  # tau 0 keeps none, 1 all

@@ -96,7 +96,7 @@ def test_judge_training_resumes_from_its_mined_labels(tmp_path, ref, monkeypatch
     job = TrainJob(ref, Task(resolve_task("arith"), "hub", split="train"), "hub", tmp_path, log=lambda m: None)
     first = recipe.train(job)
     calls = []
-    monkeypatch.setattr(ClassifierRecipe, "mine", lambda self, *args: calls.append(args) or [])
+    monkeypatch.setattr(ClassifierRecipe, "miner_of", lambda self, *args: calls.append(args))
     assert recipe.train(job) == first and calls == []  # every question was mined already
     with pytest.raises(BenchError, match="other settings"):
         ClassifierRecipe(miner="selfjudge", features="target", questions=4).train(job)
@@ -114,3 +114,23 @@ def test_no_train_skips_the_learned_families_in_one_line(tmp_path, monkeypatch):
     names = {verifier_class(c.method).name for c in kept}
     assert not names & {"diversed", "autojudge", "selfjudge"} and {"sd", "ensemble"} <= names
     assert lines == ["--no-train: skipped the learned families autojudge, diversed, selfjudge (no trained head cached)"]
+
+
+def test_batched_mining_gives_the_labels_of_one_call_at_a_time(ref):
+    """Many questions' calls in one batch (left-padded greedy decodes, right-padded forwards) label
+    the shipped pair's train questions exactly as each call alone does."""
+    from bench.build import encode_prompt
+    from bench.learned import TrainJob
+    from bench.learned.classifier import ClassifierRecipe
+    from bench.learned.features import PairOracle
+    from bench.learned.miners import run, run_many
+
+    job = TrainJob(ref, Task(resolve_task("arith"), "hub", split="train"), "hub", Path("unused"))
+    oracle = PairOracle(ref)
+    for miner in ("autojudge", "selfjudge"):
+        recipe = ClassifierRecipe(miner=miner, questions=6, draft_temperature=1.0)
+        questions = [(encode_prompt(ref, e.prompt, False), e.doc, q) for q, e in enumerate(recipe.examples(job))]
+        alone = [run(oracle, recipe.miner_of(job, *question)) for question in questions]
+        batched = run_many(oracle, [recipe.miner_of(job, *question) for question in questions])
+        assert batched == alone and sum(map(len, alone)) > 10
+        assert any(m.important for labels in alone for m in labels)  # sampled drafts change answers

@@ -98,6 +98,7 @@ class ClassifierRecipe(Recipe):
         head = JudgeHead(self.features, *job.pair.hidden_sizes)
         head.mean.copy_(fit.mean), head.scale.copy_(fit.scale), head.weight.copy_(fit.weight)
         head.bias.fill_(fit.bias)
+        head.ranks = fit.val_scores
         share = float(y.float().mean())
         card = {
             "pair": job.pair.spec.name, "task": job.task.name, "data": job.data, "recipe": self.settings(),

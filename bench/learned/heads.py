@@ -39,7 +39,11 @@ def feature_vector(features: str, h_draft: Tensor | None, h_target: Tensor) -> T
 
 
 class JudgeHead(nn.Module):
-    """p(important) = sigmoid(((x - mean) / scale) . w + b) per drafted token."""
+    """p(important) = sigmoid(((x - mean) / scale) . w + b) per drafted token, read on the scale of
+    ``ranks``, the sorted scores of the validation questions' tokens, when the head holds them: its
+    output is then the share of those scores below p, in [0, n / (n + 1)], so tau is a quantile
+    level (AutoJudge's sweep) and spans the head's real range however narrow its p's are. A head
+    with no ranks (one a test or plug-in builds by hand) outputs p itself."""
 
     at_token: ClassVar[bool] = True  # reads the target's state with the drafted token as input
 
@@ -52,10 +56,14 @@ class JudgeHead(nn.Module):
         self.register_buffer("scale", torch.ones(width))
         self.register_buffer("weight", torch.zeros(width))
         self.register_buffer("bias", torch.zeros(()))
+        self.register_buffer("ranks", torch.zeros(0))
 
     def forward(self, h_draft: Tensor | None, h_target: Tensor) -> Tensor:
         x = feature_vector(self.features, h_draft, h_target)
-        return torch.sigmoid(((x - self.mean) / self.scale) @ self.weight + self.bias)
+        p = torch.sigmoid(((x - self.mean) / self.scale) @ self.weight + self.bias)
+        if not len(self.ranks):
+            return p
+        return torch.searchsorted(self.ranks, p.contiguous()).to(p.dtype) / (len(self.ranks) + 1)
 
     def save(self, folder: Path, card: dict[str, Any]) -> None:
         from safetensors.torch import save_file
@@ -76,5 +84,7 @@ class JudgeHead(nn.Module):
         from safetensors.torch import load_file
 
         head = cls(card["features"], card["draft_hidden"], card["target_hidden"])
-        head.load_state_dict(load_file(str(folder / JUDGE_FILE)))
+        state = load_file(str(folder / JUDGE_FILE))
+        head.ranks = torch.zeros_like(state.get("ranks", head.ranks))
+        head.load_state_dict(state)
         return head

@@ -8,7 +8,7 @@ needs no scikit-learn; tests/test_judges.py shows it equal to scikit-learn's on 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -27,6 +27,10 @@ class Fit:
     bias: float
     C: float
     val_auc: float
+    # [n] sorted p(important) of the fitted model on the validation questions' tokens: the scale a
+    # judge's tau is read on (AutoJudge sweeps thresholds by quantiles of these,
+    # garipovroma/autojudge src/train_head_gsm8k.py: thr = np.quantile(val_probs, q)).
+    val_scores: Tensor = field(default_factory=lambda: torch.empty(0))
 
 
 def standardiser(x: Tensor) -> tuple[Tensor, Tensor]:
@@ -111,4 +115,5 @@ def fit_judge(x: Tensor, y: Tensor, groups: Tensor, seed: int = 0, val_share: fl
     auc, C = best
     mean, scale = standardiser(x)
     w, b = logistic_fit((x - mean) / scale, y, C)
-    return Fit(mean.float(), scale.float(), w, b, C, auc)
+    scores = torch.sigmoid(((x[val] - mean) / scale).float() @ w + b).sort().values
+    return Fit(mean.float(), scale.float(), w, b, C, auc, scores)

@@ -272,8 +272,11 @@ def compare(
             where = {"panel": panel.title, "task": str(task), "percent": percent}
             lacking = missing_lossless(part, candidates)
             notes += [(panel.title, str(task), lacking)] if lacking else []
+            settings = mine["family"].value_counts()
             for _, cand in mine.iterrows():
                 for family, members in baselines:
+                    if family == cand["family"] and settings[family] < 2:
+                        continue  # a baseline run once, given as candidate: never judged against itself
                     points.append(_point(rows, examples, where, cand, family, members, seed))
             for name, cands in mine.groupby("family", sort=False):
                 if len(cands) < 2:

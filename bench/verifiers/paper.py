@@ -197,6 +197,8 @@ class Diversed(MixtureVerifier):
     """
 
     name: ClassVar[str] = "diversed"
+    # The paper's method is a baseline family (issue 45): a plug-in is judged against its frontier.
+    baseline: ClassVar[bool] = True
     needs_hidden: ClassVar[bool] = True
     draft_reads: ClassVar[frozenset[str]] = frozenset({"q", "hidden"})  # its head reads the draft's states
     style: ClassVar[Mapping[str, Any]] = {
