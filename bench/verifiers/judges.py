@@ -5,7 +5,9 @@ kept if SD keeps it OR sigmoid(judge) > delta (delta = 1 is SD). AutoJudge (Gari
 NeurIPS 2025, arXiv 2504.20039; garipovroma/autojudge eval/generation_utils.py, greedy): keep a
 drafted token if it equals the target's argmax or the head's p(important) < tau. SelfJudge
 (arXiv 2510.02329) runs the same rule with labels from the target's own likelihood. Here the head
-outputs p(important) (``Round.weights``) and tau is the knob: tau = 0 keeps nothing SD would
+outputs p(important) (``Round.weights``; a trained head on the quantile scale of its validation
+scores, bench.learned.heads.JudgeHead, so tau is a quantile level as in AutoJudge's threshold sweep,
+src/train_head_gsm8k.py) and tau is the knob: tau = 0 keeps nothing SD would
 reject (lossless SD, token for token), tau = 1 keeps every drafted token whose p(important) is
 below 1. Judge Decoding's delta is 1 - tau on a head that outputs p(fine) = 1 - p(important).
 

@@ -3,7 +3,7 @@ here): the target's own likelihood decides whether a swapped-in token preserves 
 answer needed. Along the target's greedy completion, wherever the draft's proposal differs, swap
 the draft's token in and run one teacher-forced target forward; the token is important if the
 target's mean log-probability of the original next ``window`` tokens drops by more than
-``threshold`` nats. (The max log-probability over those positions, as issue 45 first read the
+``threshold`` nats. (The max log-probability over those positions, another reading of the
 paper, never drops on the shipped pair: its target stays sure of its next token after any swap,
 so every label came out unimportant.) Every swap of a question goes in one batch.
 """
