@@ -80,28 +80,31 @@ def lookup_tree(
     """The continuations of up to ``matches`` occurrences of the n-gram ``lookup`` matches (the
     earliest first with ``match='first'``, the latest first with ``'recent'``), merged into a
     trie, of which the ``tokens`` nodes shared by the most continuations are kept (ties: the
-    earlier-ranked continuation, then the shallower node). Returns (tokens, parents) in the order
-    kept, which is topological (a node's parent is kept before it; -1: a child of the root). With
-    ``matches=1`` it is ``lookup``'s chain."""
+    shallower node, then the earlier-ranked continuation, so every match gets its first tokens
+    before any goes deep: drafting 100 XSum reference summaries from their articles, 1.191 tokens
+    per round against 1.155 for the earlier match's branch first at N = 10, M = 8, chain 1.145;
+    confirmed on CNN/DM's 10, 1.835 against 1.789, chain 1.771).
+    Returns (tokens, parents) in the order kept, which is topological (a node's parent is kept
+    before it; -1: a child of the root). With ``matches=1`` it is ``lookup``'s chain."""
     _, starts = occurrences(ids, ngram, min_ngram)
     ranked = starts[:matches] if match == "first" else starts[::-1][:matches]
     conts = [continuation(ids, s, tokens, eos) for s in ranked]
-    # The trie: a node is a path prefix; its count is how many continuations share it, its key
-    # the first continuation through it and its depth.
+    # The trie: a node is a path prefix; its count is how many continuations share it, then its
+    # depth and the first continuation through it order it.
     count: dict[tuple[int, ...], int] = {}
-    first: dict[tuple[int, ...], tuple[int, int]] = {}
+    place: dict[tuple[int, ...], tuple[int, int]] = {}
     for rank, cont in enumerate(conts):
         for depth in range(1, len(cont) + 1):
             path = tuple(cont[:depth])
             count[path] = count.get(path, 0) + 1
-            first.setdefault(path, (rank, depth))
+            place.setdefault(path, (depth, rank))
     children: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
     for path in count:
         children.setdefault(path[:-1], []).append(path)
     out: list[int] = []
     parents: list[int] = []
     kept: dict[tuple[int, ...], int] = {(): -1}
-    frontier = [(-count[c], *first[c], c) for c in children.get((), [])]
+    frontier = [(-count[c], *place[c], c) for c in children.get((), [])]
     heapq.heapify(frontier)
     while frontier and len(out) < tokens:
         *_, path = heapq.heappop(frontier)
@@ -109,7 +112,7 @@ def lookup_tree(
         out.append(path[-1])
         parents.append(kept[path[:-1]])
         for c in children.get(path, []):
-            heapq.heappush(frontier, (-count[c], *first[c], c))
+            heapq.heappush(frontier, (-count[c], *place[c], c))
     return out, parents
 
 
