@@ -44,6 +44,7 @@ class Draft:
     q: Tensor | None = None
     q_logits: Tensor | None = None
     hidden: Tensor | None = None
+    parents: Tensor | None = None
 
 
 class Drafter(ABC):
