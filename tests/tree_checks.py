@@ -3,10 +3,13 @@ tree token's logits equal a full forward of the row's sequence and that token's 
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
+from typing import ClassVar
 
 import torch
 
+from bench.drafters import Draft, Drafter, DraftRow
 from bench.engines import ModelEngine
 
 
@@ -59,3 +62,49 @@ def check_tree_steps(
         assert engine.lengths == [len(s) + len(p) for s, p in zip(seqs, paths)]
         for b, path in enumerate(paths):
             seqs[b] = seqs[b] + nodes[b, path].tolist() + [int(torch.randint(3, vocab, (1,), generator=generator))]
+
+
+class OracleTree(Drafter):
+    """A test-only tree drafter: knows each row's greedy continuation (``truth[row.index]`` after
+    ``prompt_len[row.index]`` tokens) and hides a random prefix of it, sometimes corrupted at one
+    depth, among random distractor nodes in a random topological order, so greedy verification
+    must walk (and commit) paths through later siblings and stop inside the tree."""
+
+    name: ClassVar[str] = "oracle-tree"
+    deterministic: ClassVar[bool] = True
+
+    def __init__(self, prompt_len: Sequence[int], truth: Sequence[Sequence[int]], vocab: int, seed: int = 0) -> None:
+        self.prompt_len, self.truth, self.vocab = prompt_len, truth, vocab
+        self.random = random.Random(seed)
+
+    def tree(self, known: Sequence[int], cap: int) -> tuple[list[int], list[int]]:
+        """(tokens, parents) of ``cap`` nodes hiding a prefix of ``known``."""
+        rnd = self.random
+        chain = list(known[: rnd.randint(0, min(cap, len(known)))])
+        if chain and rnd.random() < 0.3:
+            chain[rnd.randrange(len(chain))] = rnd.randrange(3, self.vocab)
+        at = sorted(rnd.sample(range(cap), len(chain)))
+        tokens, parents, previous = [], [], -1
+        for j in range(cap):
+            if at and at[0] == j:
+                tokens.append(chain[len(chain) - len(at)])
+                parents.append(previous)
+                previous = j
+                at.pop(0)
+            else:
+                tokens.append(rnd.randrange(3, self.vocab))
+                parents.append(rnd.randint(-1, j - 1))
+        return tokens, parents
+
+    def draft(self, rows: Sequence[DraftRow], caps: Sequence[int]) -> Draft:
+        trees = []
+        for r, cap in zip(rows, caps):
+            done = len(r.seq) - self.prompt_len[r.index]
+            trees.append(self.tree(self.truth[r.index][done:], cap))
+        n = max(caps)
+        pad = [(t + [0] * (n - len(t)), p + [-1] * (n - len(p))) for t, p in trees]
+        return Draft(
+            tokens=torch.tensor([t for t, _ in pad]),
+            counts=list(caps),
+            parents=torch.tensor([p for _, p in pad]),
+        )
