@@ -236,7 +236,7 @@ class SpeculativeDecoder:
         engine: EngineFactory = EagerEngine,
         draft_policy: str | None = None,
         trace: bool = False,
-        drafter: str = "model",
+        drafter: str | Drafter = "model",
     ) -> None:
         if verifier.uses_draft and draft_len < 1:
             raise BenchError(f"draft_len must be >= 1 for {verifier.name}, got {draft_len}")
@@ -257,7 +257,9 @@ class SpeculativeDecoder:
         # Tracing reads probabilities the round already computed, after its sync; it draws nothing.
         self.trace = trace
         self.drafter: Drafter | None = None
-        if self.draft_len:
+        if self.draft_len and isinstance(drafter, Drafter):  # a drafter built by the caller
+            self.drafter = drafter
+        elif self.draft_len:
             self.drafter = make_drafter(
                 drafter,
                 draft=draft,
@@ -274,7 +276,10 @@ class SpeculativeDecoder:
         # Step widths after the prompt: the target verifies up to N + 1 tokens (fewer near the
         # budget, and where a drafter proposes fewer).
         widths = self.drafter.target_widths(self.draft_len) if self.drafter else (1,)
-        self.engines = [engine(target, widths)] + (self.drafter.engines if self.drafter else [])
+        # A tree drafter's rounds are token trees of these widths (root and nodes).
+        trees = self.drafter.tree_widths(self.draft_len) if self.drafter else ()
+        made = engine(target, widths, trees) if trees else engine(target, widths)  # type: ignore[call-arg]
+        self.engines = [made] + (self.drafter.engines if self.drafter else [])
 
     def generate(self, prompt_ids: Sequence[int], max_new_tokens: int, seed: int = 0) -> Generation:
         """Decode up to ``max_new_tokens`` tokens; EOS ends generation wherever it lands."""

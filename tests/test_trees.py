@@ -15,7 +15,8 @@ import torch
 
 from bench.decoding import SpeculativeDecoder
 from bench.distributions import Sampling
-from bench.engines import EagerEngine
+from bench.engines import EagerEngine, make_engine
+from bench.errors import BenchError
 from bench.verifiers import make_verifier
 from tree_checks import OracleTree, check_tree_steps
 
@@ -44,13 +45,12 @@ def references(tiny_pair, prompts):
     return out
 
 
-def tree_decoder(pair, prompts, references, nodes: int, seed: int = 0) -> SpeculativeDecoder:
-    dec = SpeculativeDecoder(
+def tree_decoder(pair, prompts, references, nodes: int, seed: int = 0, engine=EagerEngine) -> SpeculativeDecoder:
+    drafter = OracleTree([len(p) for p in prompts], references, pair.target.config.vocab_size, seed)
+    return SpeculativeDecoder(
         pair.target, None, make_verifier("sd"), draft_len=nodes, sampling=GREEDY,
-        eos_token_ids=pair.eos_token_ids, drafter="lookup",
+        eos_token_ids=pair.eos_token_ids, drafter=drafter, engine=engine,
     )  # fmt: skip
-    dec.drafter = OracleTree([len(p) for p in prompts], references, pair.target.config.vocab_size, seed)
-    return dec
 
 
 def test_tree_step_logits_equal_a_full_forward_of_each_path(tiny_pair):
@@ -90,3 +90,26 @@ def test_a_chain_draft_never_runs_a_tree_round(tiny_pair, prompts, monkeypatch):
     dec = SpeculativeDecoder(tiny_pair.target, tiny_pair.draft, make_verifier("sd"), draft_len=3, sampling=GREEDY)
     s = dec.generate(prompts[0], 12).stats
     assert not called and s.verified_nodes == s.drafted_tokens > 0
+
+
+@pytest.mark.slow
+def test_the_compiled_engine_runs_trees_in_declared_graphs(tiny_pair, prompts, references):
+    """One graph per declared tree width: smaller trees and batches pad into it, tree logits equal
+    transformers' per path, greedy tree sd equals generate; a wider tree is refused in one line."""
+    factory = make_engine("compiled")
+    model = tiny_pair.target
+    vocab = model.config.vocab_size
+    g = torch.Generator().manual_seed(1)
+    seqs = [torch.randint(3, vocab, (length,), generator=g).tolist() for length in (7, 12, 9)]
+    engine = factory(model, (1,), (7,))
+    with torch.inference_mode():
+        engine.start(3, 64)
+        width = max(map(len, seqs)) - 1
+        feed = torch.tensor([s[:-1] + [0] * (width - len(s) + 1) for s in seqs])
+        engine.step(feed, [len(s) - 1 for s in seqs], keep=1, hidden=False)
+        check_tree_steps(model, engine, seqs, [(6, 0, 3), (2, 6, 6)], vocab, g, rtol=1e-4, atol=1e-4)
+        with pytest.raises(BenchError, match="wider than the tree widths compiled"):
+            engine.tree_step(torch.zeros(3, 9, dtype=torch.long), torch.full((3, 8), -1), [1, 1, 1])
+    dec = tree_decoder(tiny_pair, prompts, references, 6, engine=factory)
+    assert [x.token_ids for x in dec.generate_batch(prompts, BUDGET, [0, 1, 2])] == references
+    assert dec.generate(prompts[1], BUDGET).token_ids == references[1]  # 1 row in the 3-row graphs

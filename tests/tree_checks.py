@@ -96,6 +96,12 @@ class OracleTree(Drafter):
                 parents.append(rnd.randint(-1, j - 1))
         return tokens, parents
 
+    def target_widths(self, cap: int) -> tuple[int, ...]:
+        return (1,)  # a chain step only where no row may draft (the budget's last token)
+
+    def tree_widths(self, cap: int) -> tuple[int, ...]:
+        return (cap + 1,)
+
     def draft(self, rows: Sequence[DraftRow], caps: Sequence[int]) -> Draft:
         trees = []
         for r, cap in zip(rows, caps):

@@ -11,16 +11,16 @@ An engine is made by a factory ``(model, widths) -> ModelEngine``; ``widths`` ar
 the loop will feed after the prompt, which a static-shape engine compiles before the clock starts.
 """
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
-from transformers import PreTrainedModel
 
 from bench.engines.base import ModelEngine, to_device
 from bench.engines.compiled import CompiledEngine, CompiledEngines
 from bench.engines.eager import EagerEngine
 from bench.errors import BenchError
 
-EngineFactory = Callable[[PreTrainedModel, Sequence[int]], ModelEngine]
+# (model, step widths) or (model, step widths, token-tree widths): a tree drafter's loop passes the third.
+EngineFactory = Callable[..., ModelEngine]
 ENGINES = ("eager", "compiled")
 
 

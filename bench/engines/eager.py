@@ -73,8 +73,9 @@ class EagerEngine(ModelEngine):
     are causal by position (and windowed on sliding layers), so padding and rejected slots are
     never visible to a real query."""
 
-    def __init__(self, model: PreTrainedModel, widths: Sequence[int] = ()) -> None:
-        """``widths``: the step widths the loop will use; eager runs any width, so it needs none."""
+    def __init__(self, model: PreTrainedModel, widths: Sequence[int] = (), trees: Sequence[int] = ()) -> None:
+        """``widths``, ``trees``: the step and tree widths the loop will use; eager runs any width,
+        so it needs none."""
         layout = attention_layout(model)
         self.model = model
         self.kinds = set(layout.kinds)
