@@ -78,6 +78,11 @@ class Drafter(ABC):
         """The target step widths the loop will use with drafts of at most ``cap`` tokens."""
         return (cap + 1,)
 
+    def tree_widths(self, cap: int) -> tuple[int, ...]:
+        """The token-tree widths (root and nodes) of its rounds with at most ``cap`` nodes, for a
+        drafter whose drafts carry ``parents``; a chain drafter has none."""
+        return ()
+
     def start(self, rows: int) -> None:
         """A new batch of ``rows`` rows begins."""
 

@@ -190,6 +190,10 @@ class LookupTree(PromptLookup):
         if self.schedule != "constant":
             raise BenchError("lookup_tree: schedule=heuristic adapts a chain's length; use --drafter lookup for it")
 
+    def tree_widths(self, cap: int) -> tuple[int, ...]:
+        """Its trees have at most N nodes: one width, N + 1 with the root."""
+        return (cap + 1,)
+
     def draft(self, rows: Sequence[DraftRow], caps: Sequence[int]) -> Draft:
         found = [
             lookup_tree(r.seq, self.ngram, cap, self.matches, self.match, self.eos, self.min_ngram) if cap else ([], [])

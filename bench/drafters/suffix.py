@@ -382,6 +382,10 @@ class SuffixDecoding(Drafter):
         """A round where nothing matched is a width-1 step; others at most N + 1 wide."""
         return (1, cap + 1)
 
+    def tree_widths(self, cap: int) -> tuple[int, ...]:
+        """In tree mode, trees of at most N nodes: one width, N + 1 with the root."""
+        return (cap + 1,) if self.mode == "tree" else ()
+
     def start(self, rows: int) -> None:
         """A new batch: the last batch's requests stop (a finished row stopped already)."""
         for req in self.requests.values():

@@ -1,5 +1,6 @@
-"""Verifiers: the template and ``verify`` (base), the paper's six methods (paper) and the serving
-engines' lossy acceptance rules (engines), all reachable by name through one registry."""
+"""Verifiers: the template and ``verify`` (base), the paper's six methods (paper), the serving
+engines' lossy acceptance rules (engines), all reachable by name through one registry, and the
+rules on token trees (tree: ``verify_tree``)."""
 
 from bench.verifiers.base import (
     CALIBRATED,
@@ -17,6 +18,15 @@ from bench.verifiers.base import (
     verify,
 )
 from bench.verifiers.engines import RelaxedAcceptance, ThresholdAcceptance, TypicalAcceptance
+from bench.verifiers.tree import (
+    TREE_RULES,
+    TreeRound,
+    TreeVerdict,
+    check_tree_method,
+    tree_methods,
+    verify_tree,
+    without_earlier_siblings,
+)
 from bench.verifiers.paper import (
     CASCADE_RULES,
     MIX_MODES,
@@ -60,6 +70,9 @@ __all__ = [
     "StaticEnsemble",
     "ThresholdAcceptance",
     "TypicalAcceptance",
+    "TREE_RULES",
+    "TreeRound",
+    "TreeVerdict",
     "Verdict",
     "Verifier",
     "make_verifier",
@@ -67,5 +80,9 @@ __all__ = [
     "mixture",
     "register",
     "verifier_class",
+    "check_tree_method",
+    "tree_methods",
     "verify",
+    "verify_tree",
+    "without_earlier_siblings",
 ]

@@ -188,6 +188,9 @@ class Verifier(ABC):
     calibration: ClassVar[Calibration | None] = None
     # Position in tables and legends (lower first).
     order: ClassVar[int] = 100
+    # How the rule runs on a token tree (bench/verifiers/tree.py, docs/spec.md §10, token trees):
+    # "lossless", "sglang" or "target_only"; None: not defined on trees, refused there.
+    tree_rule: ClassVar[str | None] = None
 
     def reads(self) -> frozenset[str]:
         """What this configuration reads of the draft: the class's ``draft_reads`` unless a
