@@ -260,21 +260,36 @@ def test_suffix_specs_are_canonical_and_bad_ones_are_one_line():
     assert cfg.label == "sd (suffix mode=tree)" and cfg.draft_policy is None
 
 
-def test_greedy_sd_on_suffix_chains_equals_ar_and_the_global_tree_fills(tiny_pair):
-    """In the loop: greedy ``sd`` on suffix chains gives ``ar``'s tokens, alone and in a batch;
-    the finished rows' responses are in the global tree afterwards."""
+BRANCHING = [
+    "the cat sat on the mat. the cat ran to the door. the cat sat on the mat. the cat",
+    "one two three four. one two five six. one two three four. one two",
+]
+
+
+@pytest.mark.parametrize("spec", ["suffix", "suffix:mode=tree,max_spec_factor=4", "lookup_tree:matches=4"])
+def test_greedy_sd_on_suffix_and_lookup_trees_equals_ar(tiny_pair, spec):
+    """In the loop: greedy ``sd`` on these drafts gives ``ar``'s tokens, alone and in a batch, the
+    tree drafters' rounds verifying token trees (some with branches); the finished rows'
+    responses are in the suffix drafter's global tree afterwards."""
+    from bench.drafters import DRAFTERS
     from tests.test_lookup import repetitive_prompts
 
-    prompts = repetitive_prompts(tiny_pair.tokenizer)
-    greedy = Sampling(temperature=0.0)
-    kw = dict(draft_len=6, sampling=greedy, eos_token_ids=tiny_pair.eos_token_ids)
+    prompts = repetitive_prompts(tiny_pair.tokenizer) + [tiny_pair.tokenizer(t).input_ids for t in BRANCHING]
+    kw = dict(draft_len=6, sampling=Sampling(temperature=0.0), eos_token_ids=tiny_pair.eos_token_ids)
+    name, params = parse_drafter(spec)
+    drafter = DRAFTERS[name](**params).bind(torch.device("cpu"), frozenset(tiny_pair.eos_token_ids), 6)
+    trees: list[bool] = []
+    draft = drafter.draft
+    drafter.draft = lambda rows, caps: trees.append((d := draft(rows, caps)).parents is not None) or d
     ar = SpeculativeDecoder(tiny_pair.target, None, make_verifier("ar"), **kw)
-    sd = SpeculativeDecoder(tiny_pair.target, None, make_verifier("sd"), drafter="suffix", **kw)
+    sd = SpeculativeDecoder(tiny_pair.target, None, make_verifier("sd"), drafter=drafter, **kw)
     want = [ar.generate(p, 24).token_ids for p in prompts]
     assert [sd.generate(p, 24).token_ids for p in prompts] == want
     batch = sd.generate_batch(prompts, 24, [0] * len(prompts))
     assert [g.token_ids for g in batch] == want
     assert sum(g.stats.drafted_tokens for g in batch) > 0
-    cache = sd.drafter.cache
-    assert len(cache.seq_ids) == len(prompts) and not cache.local  # one response per prompt, none active
-    assert cache.global_tree.root.count == sum(len(w) for w in want)
+    assert any(trees) is (spec != "suffix")
+    if name == "suffix":
+        cache = drafter.cache
+        assert len(cache.seq_ids) == len(prompts) and not cache.local  # one response per prompt, none active
+        assert cache.global_tree.root.count == sum(len(w) for w in want)
