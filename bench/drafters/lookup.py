@@ -10,6 +10,9 @@ matches. A row whose lookup finds nothing drafts nothing: its
 round is a plain target step of width 1. ``schedule=heuristic`` adapts each row's N as transformers'
 assistant schedule does (+2 after a round that kept every draft, -1 otherwise, never below 1),
 capped at --draft-len, the widths a compiled engine declared.
+
+``lookup_tree`` merges the continuations of several occurrences into a token tree of at most N
+nodes (``lookup_tree``, the function); with one occurrence it is the chain above.
 """
 
 from __future__ import annotations
