@@ -113,3 +113,30 @@ def test_the_compiled_engine_runs_trees_in_declared_graphs(tiny_pair, prompts, r
     dec = tree_decoder(tiny_pair, prompts, references, 6, engine=factory)
     assert [x.token_ids for x in dec.generate_batch(prompts, BUDGET, [0, 1, 2])] == references
     assert dec.generate(prompts[1], BUDGET).token_ids == references[1]  # 1 row in the 3-row graphs
+
+
+@pytest.mark.parametrize(
+    "method,params", [("sd", {}), ("threshold", {"speculative_accept_threshold_acc": 0.1})], ids=["sd", "threshold"]
+)
+def test_sampled_tree_rows_in_a_batch_decode_as_they_do_alone(tiny_pair, prompts, references, method, params):
+    """Temperature 1: each row draws from its own generator, so a ragged batch of tree rounds gives
+    every row what it gives alone; the fidelity column is the target's log p of the emitted tokens."""
+    vocab = tiny_pair.target.config.vocab_size
+
+    def decoder(rows: list[int]) -> SpeculativeDecoder:
+        drafter = OracleTree([len(prompts[i]) for i in rows], [references[i] for i in rows], vocab)
+        return SpeculativeDecoder(
+            tiny_pair.target, None, make_verifier(method, **params), draft_len=5, sampling=Sampling(1.0),
+            eos_token_ids=tiny_pair.eos_token_ids, drafter=drafter,
+        )  # fmt: skip
+
+    batch = decoder([0, 1, 2]).generate_batch(prompts, BUDGET, [0, 1, 2])
+    for i, gen in enumerate(batch):
+        alone = decoder([i]).generate(prompts[i], BUDGET, seed=i)
+        assert alone.token_ids == gen.token_ids and alone.stats.verified_nodes == gen.stats.verified_nodes
+        with torch.inference_mode():
+            logits = tiny_pair.target(torch.tensor([prompts[i] + gen.token_ids])).logits[0].float()
+        logp = logits[len(prompts[i]) - 1 : -1].log_softmax(-1)
+        want = logp.gather(-1, torch.tensor(gen.token_ids).unsqueeze(-1)).mean().item()
+        assert gen.stats.target_loglik == pytest.approx(want, abs=1e-4)
+    assert sum(g.stats.accepted_tokens for g in batch) > 0
