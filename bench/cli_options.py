@@ -61,15 +61,17 @@ Candidates = Annotated[
 DrafterOpt = Annotated[
     Optional[str],
     _opt(
-        "What drafts: model (the pair's draft model, default) or lookup[:ngram=2,min_ngram=1,match=first|recent,"
-        "schedule=constant|heuristic] (prompt lookup, no model; N is --draft-len). See `list`."
+        "What drafts: model (the pair's draft model, default), lookup[:ngram=2,min_ngram=1,match=first|recent,"
+        "schedule=constant|heuristic] (prompt lookup, no model; N is --draft-len), lookup_tree[:matches=4,...] "
+        "(lookups merged into a token tree) or suffix[:mode=chain|tree,...] (SuffixDecoding). See `list`."
     ),
 ]
 Drafters = Annotated[
     Optional[list[str]],
     _opt(
-        "What drafts: model (default) or lookup[:ngram=2,min_ngram=1,match=first|recent,schedule=constant|heuristic] "
-        "(prompt lookup, no model; N is --draft-len); repeatable, each a configuration.",
+        "What drafts: model (default), lookup[:ngram=2,min_ngram=1,match=first|recent,schedule=constant|heuristic] "
+        "(prompt lookup, no model; N is --draft-len), lookup_tree[:matches=4,...] or suffix[:mode=chain|tree,...] "
+        "(see `list`); repeatable, each a configuration.",
         "--drafter",
     ),
 ]

@@ -352,6 +352,8 @@ class SpeculativeDecoder:
             if finished:
                 alive = [i for i in range(len(rows)) if i not in finished]
                 done += [rows[i] for i in finished]
+                for i in sorted(finished) if self.drafter else ():  # it may learn from a response
+                    self.drafter.finish(rows[i])  # type: ignore[union-attr]
                 rows = [rows[i] for i in alive]
                 for engine in self.engines if rows else ():
                     engine.select(alive)

@@ -193,7 +193,9 @@ def measure_lookup(
     ratios and their range over repeats; a row each, the baselines included. Greedy, or sampled at
     ``temperature`` (outputs then differ by their draws: agreement is judged greedy only)."""
     prompts, spec, sampling = judge.prompts, canonical_drafter(drafter), Sampling(temperature)
-    ngram = int(parse_drafter(spec)[1]["ngram"])
+    # transformers' lookup matches the drafter's n-gram size; transformers' own default (2) beside a
+    # drafter without one (suffix).
+    ngram = int(parse_drafter(spec)[1].get("ngram", 2))
     setup = _warm_up(pair, prompts[0], draft_lens, methods, engine, spec, ngram, sampling)
     costs = width_costs(pair, engine, prompts[0], draft_lens, max(repeats, 5))
     log("verify cost per width (ms): " + ", ".join(f"{w}: {c:.2f}" for w, c in costs.items()))
