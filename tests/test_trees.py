@@ -113,6 +113,12 @@ def test_the_compiled_engine_runs_trees_in_declared_graphs(tiny_pair, prompts, r
     dec = tree_decoder(tiny_pair, prompts, references, 6, engine=factory)
     assert [x.token_ids for x in dec.generate_batch(prompts, BUDGET, [0, 1, 2])] == references
     assert dec.generate(prompts[1], BUDGET).token_ids == references[1]  # 1 row in the 3-row graphs
+    # The draft model's tree: its draft engine compiles a tree graph per level but the last.
+    dec = SpeculativeDecoder(
+        model, tiny_pair.draft, make_verifier("sd"), draft_len=6, sampling=GREEDY,
+        eos_token_ids=tiny_pair.eos_token_ids, drafter="model_tree:depth=3,topk=2", engine=factory,
+    )  # fmt: skip
+    assert [x.token_ids for x in dec.generate_batch(prompts, BUDGET, [0, 1, 2])] == references
 
 
 @pytest.mark.parametrize(
