@@ -93,7 +93,7 @@ class TreeRound:
 
     def at_parents(self, x: Tensor) -> Tensor:
         """[B, n + 1, ...] per node's law -> [B, n, ...]: the row of each node's parent."""
-        index = (self.parents.clamp(min=-1) + 1).clamp(max=x.shape[1] - 1)
+        index = self.links + 1
         return x.gather(1, index.view(*index.shape, *([1] * (x.dim() - 2))).expand(-1, -1, *x.shape[2:]))
 
     def proposal(self, j: int) -> Tensor:
@@ -101,6 +101,11 @@ class TreeRound:
         if self.deterministic:
             return torch.zeros_like(self.p[:, 0]).scatter_(-1, self.ids[:, j : j + 1], 1.0)
         return self.q[:, j]  # type: ignore[index]
+
+    @cached_property
+    def links(self) -> Tensor:
+        """[B, n] the parents, padding's set to -1 (a padded row may hold any value there)."""
+        return torch.where(self.valid, self.parents, -1)
 
     @cached_property
     def ids(self) -> Tensor:
@@ -120,9 +125,14 @@ class TreeRound:
 class TreeVerdict:
     """Outcome of one tree round, batched over B."""
 
-    path: list[list[int]]  # per row: the accepted node indices from the root down
-    accepted: Tensor  # [B] len(path[b])
+    nodes: Tensor  # [B, D] long: the accepted node indices from the root down, -1 after the path
+    accepted: Tensor  # [B] the path's length
     next_token: Tensor  # [B] the token emitted after the path (residual sample or bonus)
+
+    @cached_property
+    def path(self) -> list[list[int]]:
+        """Per row: the accepted node indices from the root down."""
+        return [row[:k] for row, k in zip(self.nodes.tolist(), self.accepted.tolist())]
 
 
 def without_earlier_siblings(q: Tensor, tokens: Tensor, parents: Tensor) -> Tensor:
@@ -147,7 +157,7 @@ def _walk(r: TreeRound, step: Callable[[int, Tensor, Tensor], Tensor]) -> Tensor
     cur = torch.full((r.tokens.shape[0],), -1, dtype=torch.long, device=r.tokens.device)
     valid = r.valid
     for j in range(r.tokens.shape[1]):
-        tried = valid[:, j] & (r.parents[:, j] == cur)
+        tried = valid[:, j] & (r.links[:, j] == cur)
         if bool(tried.any()):
             cur = torch.where(step(j, tried, cur) & tried, j, cur)
     return cur
@@ -211,7 +221,7 @@ def _longest(r: TreeRound, keep: Tensor) -> Tensor:
     depth = torch.zeros(batch, n, dtype=torch.long, device=keep.device)
     valid = r.valid
     for j in range(n):
-        parent = r.parents[:, j]
+        parent = r.links[:, j]
         root = parent < 0
         at = parent.clamp(min=0).unsqueeze(1)
         ok[:, j] = valid[:, j] & keep[:, j] & (root | ok.gather(1, at).squeeze(1))
@@ -228,7 +238,7 @@ def _first_child(r: TreeRound, node: Tensor) -> Tensor:
     n = r.tokens.shape[1]
     if n == 0:
         return torch.full_like(node, -1)
-    children = r.valid & (r.parents == node.unsqueeze(1))
+    children = r.valid & (r.links == node.unsqueeze(1))
     index = torch.where(children, torch.arange(n, device=node.device), n).min(-1).values
     return torch.where(index < n, index, -1)
 
@@ -303,17 +313,20 @@ def verify_tree(verifier: Verifier, r: TreeRound, generators: Generators = None)
         end, next_token = _greedy(verifier, r)
     else:
         end, next_token = TREE_RULES[rule](verifier, r, generators)
-    return TreeVerdict(*_paths(r.parents, end), next_token)
+    return TreeVerdict(*_paths(r.links, end), next_token)
 
 
-def _paths(parents: Tensor, end: Tensor) -> tuple[list[list[int]], Tensor]:
-    """Root-to-``end`` node lists per row, and their lengths."""
+def _paths(parents: Tensor, end: Tensor) -> tuple[Tensor, Tensor]:
+    """[B, D] the root-to-``end`` node indices per row (-1 after a path), and their lengths."""
     chain, node = [], end
     while bool((node >= 0).any()):
         chain.append(node)
         node = torch.where(node >= 0, parents.gather(1, node.clamp(min=0).unsqueeze(1)).squeeze(1), -1)
     if not chain:
-        return [[] for _ in range(end.shape[0])], torch.zeros_like(end)
-    up = torch.stack(chain[::-1], 1).tolist()  # [B, depth], -1 before a shorter path starts
-    path = [[v for v in row if v >= 0] for row in up]
-    return path, torch.tensor([len(p) for p in path], dtype=torch.long, device=end.device)
+        return end.new_full((end.shape[0], 0), -1), torch.zeros_like(end)
+    up = torch.stack(chain[::-1], 1)  # -1 BEFORE a shorter path starts
+    depth = up.shape[1]
+    accepted = (up >= 0).sum(1)
+    shift = torch.arange(depth, device=end.device) + (depth - accepted).unsqueeze(1)
+    nodes = up.gather(1, shift.clamp(max=depth - 1))
+    return torch.where(shift < depth, nodes, -1), accepted
