@@ -72,7 +72,8 @@ class TreeRound:
         vocab = self.p.shape[-1]
         if any(not 0 <= c <= n for c in self.counts):
             raise BenchError(f"tree round: counts must lie in [0, {n}], got {self.counts}")
-        bad = self.valid & ((self.parents < -1) | (self.parents >= torch.arange(n, device=self.parents.device)))
+        later = self.parents >= torch.arange(n, device=self.parents.device)
+        bad = self.valid & ((self.parents < -1) | later)
         if bool(bad.any()):
             row, node = (int(i) for i in bad.nonzero()[0])
             raise BenchError(f"tree round: row {row} node {node} has parent {int(self.parents[row, node])}; "
@@ -188,8 +189,9 @@ def _sglang(verifier: Verifier, r: TreeRound, generators: Generators) -> tuple[T
     one coin per parent; child x kept iff coin <= prob_acc / acc or p(x) >= single, prob_acc the
     summed p of the children tried so far; a rejected child's p copied into draft_probs, so the
     last token is drawn from relu(p - draft_probs) (draft_probs zeros in target-only mode)."""
-    single = verifier.speculative_accept_threshold_single  # type: ignore[attr-defined]
-    acc = max(verifier.speculative_accept_threshold_acc, SGLANG_MIN_THRESHOLD_ACC)  # type: ignore[attr-defined]
+    single: float = verifier.speculative_accept_threshold_single  # type: ignore[attr-defined]
+    acc: float = verifier.speculative_accept_threshold_acc  # type: ignore[attr-defined]
+    acc = max(acc, SGLANG_MIN_THRESHOLD_ACC)
     batch = r.tokens.shape[0]
     coins = uniform(batch, r.tokens.shape[1] + 1, generators, r.tokens.device)
     coin, prob_acc = coins[:, 0], torch.zeros(batch, device=r.p.device)
@@ -300,7 +302,9 @@ def check_tree_method(verifier: Verifier | type[Verifier]) -> str:
             "or a chain draft (--tree-width 1 / a chain drafter)"
         )
     if rule not in TREE_RULES:
-        raise BenchError(f"{verifier.name}: unknown tree_rule {rule!r}; choose one of {', '.join(TREE_RULES)}")
+        raise BenchError(
+            f"{verifier.name}: unknown tree_rule {rule!r}; choose one of {', '.join(TREE_RULES)}"
+        )
     return rule
 
 
