@@ -152,15 +152,15 @@ def without_earlier_siblings(q: Tensor, tokens: Tensor, parents: Tensor) -> Tens
 # The rules
 
 
-def _walk(r: TreeRound, step: Callable[[int, Tensor, Tensor], Tensor]) -> Tensor:
-    """Try nodes in order, each when its parent is the row's current node; ``step(j, tried, cur)``
-    returns the rows that keep node j. Returns the end node per row (-1: the root)."""
+def _walk(r: TreeRound, step: Callable[[int, Tensor], Tensor]) -> Tensor:
+    """Try nodes in order, each in the rows where its parent is the current node; ``step(j, tried)``
+    returns the rows that keep node j (only ``tried`` rows count). The end node per row (-1: the root)."""
     cur = torch.full((r.tokens.shape[0],), -1, dtype=torch.long, device=r.tokens.device)
     valid = r.valid
     for j in range(r.tokens.shape[1]):
         tried = valid[:, j] & (r.links[:, j] == cur)
         if bool(tried.any()):
-            cur = torch.where(step(j, tried, cur) & tried, j, cur)
+            cur = torch.where(step(j, tried) & tried, j, cur)
     return cur
 
 
@@ -169,7 +169,7 @@ def _lossless(verifier: Verifier, r: TreeRound, generators: Generators) -> tuple
     u = uniform(r.tokens.shape[0], r.tokens.shape[1], generators, r.tokens.device)
     residual = r.p[:, 0].clone()
 
-    def step(j: int, tried: Tensor, cur: Tensor) -> Tensor:
+    def step(j: int, tried: Tensor) -> Tensor:
         nonlocal residual
         x, q = r.ids[:, j : j + 1], r.proposal(j)
         rx, qx = residual.gather(-1, x).squeeze(-1), q.gather(-1, x).squeeze(-1)
@@ -197,7 +197,7 @@ def _sglang(verifier: Verifier, r: TreeRound, generators: Generators) -> tuple[T
     coin, prob_acc = coins[:, 0], torch.zeros(batch, device=r.p.device)
     target, draft_probs = r.p[:, 0], torch.zeros_like(r.p[:, 0])
 
-    def step(j: int, tried: Tensor, cur: Tensor) -> Tensor:
+    def step(j: int, tried: Tensor) -> Tensor:
         nonlocal coin, prob_acc, target, draft_probs
         x = r.ids[:, j : j + 1]
         px = target.gather(-1, x).squeeze(-1)
@@ -219,6 +219,8 @@ def _sglang(verifier: Verifier, r: TreeRound, generators: Generators) -> tuple[T
 def _longest(r: TreeRound, keep: Tensor) -> Tensor:
     """End node of the longest path of kept nodes from the root (ties: the lowest node index)."""
     batch, n = r.tokens.shape
+    if n == 0:
+        return torch.full((batch,), -1, dtype=torch.long, device=keep.device)
     ok = torch.zeros(batch, n, dtype=torch.bool, device=keep.device)
     depth = torch.zeros(batch, n, dtype=torch.long, device=keep.device)
     valid = r.valid
@@ -229,8 +231,6 @@ def _longest(r: TreeRound, keep: Tensor) -> Tensor:
         ok[:, j] = valid[:, j] & keep[:, j] & (root | ok.gather(1, at).squeeze(1))
         depth[:, j] = torch.where(root, 1, depth.gather(1, at).squeeze(1) + 1)
     key = torch.where(ok, depth * (n + 1) + (n - torch.arange(n, device=keep.device)), -1)
-    if n == 0:
-        return torch.full((batch,), -1, dtype=torch.long, device=keep.device)
     best, end = key.max(-1)
     return torch.where(best > 0, end, -1)
 
