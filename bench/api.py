@@ -558,4 +558,9 @@ def registries() -> str:
         "max_spec_offset=0.0, min_token_prob=0.1, max_cached_requests=10000 (global tree; 0: none, -1: no limit), "
         "mode=chain|tree; N = --draft-len (tokens per round)"
     )
+    lines.append(
+        f"  {'model_tree':<{width}}the draft model's static token tree: depth=4 levels, topk=2 children per node in "
+        "the first branch=1 levels (one below); top-k when greedy, draws without replacement when sampled; "
+        "at most N = --draft-len nodes"
+    )
     return "\n".join(lines)

@@ -33,6 +33,7 @@ from bench.engines import EagerEngine, EngineFactory, to_device
 from bench.errors import BenchError
 from bench.head import WeightHead
 from bench.verifiers import Round, Verifier, verify
+from bench.verifiers.tree import TreeRound, check_tree_method, verify_tree
 
 DRAFT_POLICIES = ("sample", "greedy")
 
@@ -278,6 +279,8 @@ class SpeculativeDecoder:
         widths = self.drafter.target_widths(self.draft_len) if self.drafter else (1,)
         # A tree drafter's rounds are token trees of these widths (root and nodes).
         trees = self.drafter.tree_widths(self.draft_len) if self.drafter else ()
+        if trees:  # refused before anything decodes, not at the first tree round
+            self._check_trees()
         made = engine(target, widths, trees) if trees else engine(target, widths)  # type: ignore[call-arg]
         self.engines = [made] + (self.drafter.engines if self.drafter else [])
 
@@ -467,35 +470,20 @@ class SpeculativeDecoder:
         """A round whose draft is a token tree per row: one target forward over every node
         (``ModelEngine.tree_step``), the rule on trees (``bench.verifiers.tree``) picks one path per
         row, its K/V are committed and its tokens and the verifier's token emitted."""
-        from bench.verifiers.tree import TreeRound, verify_tree  # the rules on trees
-
-        if self.verifier.needs_hidden or self.trace:
-            what = "a weight head" if self.verifier.needs_hidden else "--trace"
-            raise BenchError(f"{self.verifier.name}: {what} is defined on chain drafts only; use a chain drafter")
+        self._check_trees()
         ns, nodes = draft.counts, draft.tokens
         target = self.engines[0]
         p_logits = target.tree_step(torch.cat([last, nodes], dim=1), draft.parents, [1 + nb for nb in ns])
-        p = process(p_logits, self.sampling)
-        round_ = TreeRound(
-            tokens=nodes,
-            parents=draft.parents,
-            counts=list(ns),
-            p=p,
-            p_logits=p_logits,
-            q=draft.q,
-            sampling=self.sampling,
-            greedy_draft=self.greedy_draft and draft.q is not None,
-        )
-        verdict = verify_tree(self.verifier, round_, [r.generator for r in rows])
-        target.commit(verdict.path)
-        loglik = self._path_loglik(p_logits, nodes, verdict.path, verdict.next_token)
-        host = torch.cat([verdict.next_token, nodes.flatten(), draft.parents.flatten()]).tolist()
+        paths, next_token = self._verify_tree(rows, draft, p_logits, process(p_logits, self.sampling))
+        target.commit(paths)
+        loglik = self._path_loglik(p_logits, nodes, paths, next_token)
+        host = torch.cat([next_token, nodes.flatten(), draft.parents.flatten()]).tolist()
         logps = loglik.tolist()
         count, n = len(rows), nodes.shape[1]
         if self.drafter:
-            self.drafter.observe(rows, ns, [len(path) for path in verdict.path])
+            self.drafter.observe(rows, ns, [len(path) for path in paths])
         finished: set[int] = set()
-        for i, (row, nb, path) in enumerate(zip(rows, ns, verdict.path)):
+        for i, (row, nb, path) in enumerate(zip(rows, ns, paths)):
             tokens = host[count + i * n : count + (i + 1) * n]
             parents = host[count * (1 + n) + i * n : count * (1 + n) + i * n + nb]
             depth = [0] * nb
@@ -506,6 +494,49 @@ class SpeculativeDecoder:
             if self._emit(row, i, nb, len(path), drafts, host[i], logps[i], None, None, None, tree):
                 finished.add(i)
         return finished
+
+    def _check_trees(self) -> None:
+        """A method, a weight head or a trace not defined on token trees is refused in one line."""
+        check_tree_method(self.verifier)
+        if self.verifier.needs_hidden or self.trace:
+            what = "a weight head" if self.verifier.needs_hidden else "--trace"
+            raise BenchError(f"{self.verifier.name}: {what} is defined on chain drafts only; use a chain drafter")
+
+    def _verify_tree(
+        self, rows: list[_Row], draft: Draft, p_logits: Tensor, p: Tensor
+    ) -> tuple[list[list[int]], Tensor]:
+        """The accepted path per row and the token after it. Rows with as many nodes are verified
+        together, without padding (as ``_verify`` groups chains): a row's draws are then the ones
+        it makes alone, whatever the other rows' trees."""
+        ns, count = draft.counts, len(rows)
+        paths: list[list[int]] = [[] for _ in rows]
+        next_token = torch.zeros(count, dtype=torch.long, device=self.device)
+        for k in sorted(set(ns)):
+            idx = [i for i, nb in enumerate(ns) if nb == k]
+            sel = slice(None) if len(idx) == count else to_device(idx, self.device)
+            generators = [rows[i].generator for i in idx]
+            if k == 0:  # nothing drafted: the target's token, drawn as a chain round draws it
+                next_token[sel] = pick(p_logits[sel, 0] if self.sampling.greedy else p[sel, 0], generators, self.sampling.greedy)
+                continue
+            cut = len(idx) < count or k < draft.tokens.shape[1]
+            tokens, parents, q = (
+                (t[sel, :k] if cut and t is not None else t) for t in (draft.tokens, draft.parents, draft.q)
+            )
+            round_ = TreeRound(
+                tokens=tokens,
+                parents=parents,
+                counts=[k] * len(idx),
+                p=p[sel, : k + 1] if cut else p,
+                p_logits=p_logits[sel, : k + 1] if cut else p_logits,
+                q=q,
+                sampling=self.sampling,
+                greedy_draft=self.greedy_draft and draft.q is not None,
+            )
+            verdict = verify_tree(self.verifier, round_, generators)
+            for i, path in zip(idx, verdict.path):
+                paths[i] = path
+            next_token[sel] = verdict.next_token
+        return paths, next_token
 
     @staticmethod
     def _path_loglik(p_logits: Tensor, nodes: Tensor, paths: list[list[int]], next_token: Tensor) -> Tensor:

@@ -254,6 +254,21 @@ def test_greedy_tree_sd_equals_transformers_generate(name, engine, pairs, prompt
         assert alone.stats.verified_nodes > alone.stats.accepted_tokens > 0
 
 
+@pytest.mark.parametrize("name", ARCHITECTURES)
+def test_greedy_model_tree_sd_equals_transformers_generate(name, pairs, prompts, references, factories):
+    """The draft model's token tree (two levels of top-2, then one child each: 10 nodes), its
+    levels stepped under the tree mask on the draft's own architecture: eager, ragged batch and alone."""
+    pair = pairs[name]
+    decoder = SpeculativeDecoder(
+        pair.target, pair.draft, make_verifier("sd"), draft_len=10, sampling=GREEDY,
+        eos_token_ids=pair.eos_token_ids, engine=factories["eager"], drafter="model_tree:depth=3,topk=2,branch=2",
+    )  # fmt: skip
+    batch = decoder.generate_batch(prompts[name], BUDGET, list(range(ROWS)))
+    assert [g.token_ids for g in batch] == references[name], f"{name} model_tree, ragged batch"
+    for prompt, want in zip(prompts[name], references[name]):
+        assert decoder.generate(prompt, BUDGET).token_ids == want, f"{name} model_tree, batch 1"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ARCHITECTURES)
 def test_every_method_decodes_on_the_compiled_engine_as_on_eager(name, pairs, prompts, factories):

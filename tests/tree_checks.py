@@ -75,11 +75,11 @@ class OracleTree(Drafter):
 
     def __init__(self, prompt_len: Sequence[int], truth: Sequence[Sequence[int]], vocab: int, seed: int = 0) -> None:
         self.prompt_len, self.truth, self.vocab = prompt_len, truth, vocab
-        self.random = random.Random(seed)
+        # One stream per row, keyed by its continuation: a row gets the same trees in any batch.
+        self.randoms = [random.Random(f"{seed} {list(t)}") for t in truth]
 
-    def tree(self, known: Sequence[int], cap: int) -> tuple[list[int], list[int]]:
+    def tree(self, rnd: random.Random, known: Sequence[int], cap: int) -> tuple[list[int], list[int]]:
         """(tokens, parents) of ``cap`` nodes hiding a prefix of ``known``."""
-        rnd = self.random
         chain = list(known[: rnd.randint(0, min(cap, len(known)))])
         if chain and rnd.random() < 0.3:
             chain[rnd.randrange(len(chain))] = rnd.randrange(3, self.vocab)
@@ -106,7 +106,7 @@ class OracleTree(Drafter):
         trees = []
         for r, cap in zip(rows, caps):
             done = len(r.seq) - self.prompt_len[r.index]
-            trees.append(self.tree(self.truth[r.index][done:], cap))
+            trees.append(self.tree(self.randoms[r.index], self.truth[r.index][done:], cap))
         n = max(caps)
         pad = [(t + [0] * (n - len(t)), p + [-1] * (n - len(p))) for t, p in trees]
         return Draft(

@@ -16,6 +16,7 @@ from bench.distributions import Sampling
 from bench.drafters.base import DRAFT_OUTPUTS, Draft, Drafter, DraftRow
 from bench.drafters.lookup import LookupTree, PromptLookup, lookup, lookup_tree
 from bench.drafters.model import ModelDrafter
+from bench.drafters.model_tree import ModelTree
 from bench.drafters.suffix import SuffixDecoding
 from bench.engines import EngineFactory
 from bench.errors import BenchError
@@ -25,6 +26,7 @@ DRAFTERS: dict[str, type[Drafter]] = {
     "lookup": PromptLookup,
     "lookup_tree": LookupTree,
     "suffix": SuffixDecoding,
+    "model_tree": ModelTree,
 }
 # What a verifier may read of a drafter, as a refusal names it.
 _WHAT = {"q": "distribution q", "q_logits": "logits", "hidden": "hidden states"}
@@ -105,10 +107,12 @@ def make_drafter(
     reads the draft's hidden states; ``reads``: what the verifier reads of the draft."""
     name, params = parse_drafter(spec)
     check_reads(method, reads, spec)
-    if name != "model":  # a drafter without a model
+    if name not in ("model", "model_tree"):  # a drafter without a model
         return DRAFTERS[name](**params).bind(device, eos, draft_len)  # type: ignore[attr-defined]
     if draft is None:
         raise BenchError(f"{method}: needs a draft model (or --drafter lookup, lookup_tree or suffix, which need none)")
+    if name == "model_tree":
+        return ModelTree(**params).bind(draft, engine, sampling, greedy)
     return ModelDrafter(draft, engine, sampling, greedy, hidden)
 
 
@@ -120,6 +124,7 @@ __all__ = [
     "Drafter",
     "LookupTree",
     "ModelDrafter",
+    "ModelTree",
     "PromptLookup",
     "SuffixDecoding",
     "canonical_drafter",

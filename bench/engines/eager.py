@@ -52,9 +52,11 @@ class SlotCache:
         """Copy row rows[i]'s K/V from slot source[i] to slot target[i] in every layer (a tree's
         accepted path into the contiguous slots after the root; every source at or past every
         target, so reading all before writing any is the same as copying in order)."""
+        index = [list(rows), list(source), list(target)]
+        on: dict[torch.device, Tensor] = {}  # the indices copied once per device
         for store in (self.keys, self.values):
             for buf in store.values():
-                r, s, t = (torch.tensor(list(v), device=buf.device) for v in (rows, source, target))
+                r, s, t = on.setdefault(buf.device, to_device(index, buf.device))
                 buf[r, :, t] = buf[r, :, s]
 
     def select(self, rows: Tensor) -> None:

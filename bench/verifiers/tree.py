@@ -72,7 +72,8 @@ class TreeRound:
         vocab = self.p.shape[-1]
         if any(not 0 <= c <= n for c in self.counts):
             raise BenchError(f"tree round: counts must lie in [0, {n}], got {self.counts}")
-        bad = self.valid & ((self.parents < -1) | (self.parents >= torch.arange(n, device=self.parents.device)))
+        later = self.parents >= torch.arange(n, device=self.parents.device)
+        bad = self.valid & ((self.parents < -1) | later)
         if bool(bad.any()):
             row, node = (int(i) for i in bad.nonzero()[0])
             raise BenchError(f"tree round: row {row} node {node} has parent {int(self.parents[row, node])}; "
@@ -93,7 +94,7 @@ class TreeRound:
 
     def at_parents(self, x: Tensor) -> Tensor:
         """[B, n + 1, ...] per node's law -> [B, n, ...]: the row of each node's parent."""
-        index = (self.parents.clamp(min=-1) + 1).clamp(max=x.shape[1] - 1)
+        index = self.links + 1
         return x.gather(1, index.view(*index.shape, *([1] * (x.dim() - 2))).expand(-1, -1, *x.shape[2:]))
 
     def proposal(self, j: int) -> Tensor:
@@ -101,6 +102,11 @@ class TreeRound:
         if self.deterministic:
             return torch.zeros_like(self.p[:, 0]).scatter_(-1, self.ids[:, j : j + 1], 1.0)
         return self.q[:, j]  # type: ignore[index]
+
+    @cached_property
+    def links(self) -> Tensor:
+        """[B, n] the parents, padding's set to -1 (a padded row may hold any value there)."""
+        return torch.where(self.valid, self.parents, -1)
 
     @cached_property
     def ids(self) -> Tensor:
@@ -120,9 +126,14 @@ class TreeRound:
 class TreeVerdict:
     """Outcome of one tree round, batched over B."""
 
-    path: list[list[int]]  # per row: the accepted node indices from the root down
-    accepted: Tensor  # [B] len(path[b])
+    nodes: Tensor  # [B, D] long: the accepted node indices from the root down, -1 after the path
+    accepted: Tensor  # [B] the path's length
     next_token: Tensor  # [B] the token emitted after the path (residual sample or bonus)
+
+    @cached_property
+    def path(self) -> list[list[int]]:
+        """Per row: the accepted node indices from the root down."""
+        return [row[:k] for row, k in zip(self.nodes.tolist(), self.accepted.tolist())]
 
 
 def without_earlier_siblings(q: Tensor, tokens: Tensor, parents: Tensor) -> Tensor:
@@ -141,15 +152,15 @@ def without_earlier_siblings(q: Tensor, tokens: Tensor, parents: Tensor) -> Tens
 # The rules
 
 
-def _walk(r: TreeRound, step: Callable[[int, Tensor, Tensor], Tensor]) -> Tensor:
-    """Try nodes in order, each when its parent is the row's current node; ``step(j, tried, cur)``
-    returns the rows that keep node j. Returns the end node per row (-1: the root)."""
+def _walk(r: TreeRound, step: Callable[[int, Tensor], Tensor]) -> Tensor:
+    """Try nodes in order, each in the rows where its parent is the current node; ``step(j, tried)``
+    returns the rows that keep node j (only ``tried`` rows count). The end node per row (-1: the root)."""
     cur = torch.full((r.tokens.shape[0],), -1, dtype=torch.long, device=r.tokens.device)
     valid = r.valid
     for j in range(r.tokens.shape[1]):
-        tried = valid[:, j] & (r.parents[:, j] == cur)
+        tried = valid[:, j] & (r.links[:, j] == cur)
         if bool(tried.any()):
-            cur = torch.where(step(j, tried, cur) & tried, j, cur)
+            cur = torch.where(step(j, tried) & tried, j, cur)
     return cur
 
 
@@ -158,7 +169,7 @@ def _lossless(verifier: Verifier, r: TreeRound, generators: Generators) -> tuple
     u = uniform(r.tokens.shape[0], r.tokens.shape[1], generators, r.tokens.device)
     residual = r.p[:, 0].clone()
 
-    def step(j: int, tried: Tensor, cur: Tensor) -> Tensor:
+    def step(j: int, tried: Tensor) -> Tensor:
         nonlocal residual
         x, q = r.ids[:, j : j + 1], r.proposal(j)
         rx, qx = residual.gather(-1, x).squeeze(-1), q.gather(-1, x).squeeze(-1)
@@ -178,14 +189,15 @@ def _sglang(verifier: Verifier, r: TreeRound, generators: Generators) -> tuple[T
     one coin per parent; child x kept iff coin <= prob_acc / acc or p(x) >= single, prob_acc the
     summed p of the children tried so far; a rejected child's p copied into draft_probs, so the
     last token is drawn from relu(p - draft_probs) (draft_probs zeros in target-only mode)."""
-    single = verifier.speculative_accept_threshold_single  # type: ignore[attr-defined]
-    acc = max(verifier.speculative_accept_threshold_acc, SGLANG_MIN_THRESHOLD_ACC)  # type: ignore[attr-defined]
+    single: float = verifier.speculative_accept_threshold_single  # type: ignore[attr-defined]
+    acc: float = verifier.speculative_accept_threshold_acc  # type: ignore[attr-defined]
+    acc = max(acc, SGLANG_MIN_THRESHOLD_ACC)
     batch = r.tokens.shape[0]
     coins = uniform(batch, r.tokens.shape[1] + 1, generators, r.tokens.device)
     coin, prob_acc = coins[:, 0], torch.zeros(batch, device=r.p.device)
     target, draft_probs = r.p[:, 0], torch.zeros_like(r.p[:, 0])
 
-    def step(j: int, tried: Tensor, cur: Tensor) -> Tensor:
+    def step(j: int, tried: Tensor) -> Tensor:
         nonlocal coin, prob_acc, target, draft_probs
         x = r.ids[:, j : j + 1]
         px = target.gather(-1, x).squeeze(-1)
@@ -207,18 +219,18 @@ def _sglang(verifier: Verifier, r: TreeRound, generators: Generators) -> tuple[T
 def _longest(r: TreeRound, keep: Tensor) -> Tensor:
     """End node of the longest path of kept nodes from the root (ties: the lowest node index)."""
     batch, n = r.tokens.shape
+    if n == 0:
+        return torch.full((batch,), -1, dtype=torch.long, device=keep.device)
     ok = torch.zeros(batch, n, dtype=torch.bool, device=keep.device)
     depth = torch.zeros(batch, n, dtype=torch.long, device=keep.device)
     valid = r.valid
     for j in range(n):
-        parent = r.parents[:, j]
+        parent = r.links[:, j]
         root = parent < 0
         at = parent.clamp(min=0).unsqueeze(1)
         ok[:, j] = valid[:, j] & keep[:, j] & (root | ok.gather(1, at).squeeze(1))
         depth[:, j] = torch.where(root, 1, depth.gather(1, at).squeeze(1) + 1)
     key = torch.where(ok, depth * (n + 1) + (n - torch.arange(n, device=keep.device)), -1)
-    if n == 0:
-        return torch.full((batch,), -1, dtype=torch.long, device=keep.device)
     best, end = key.max(-1)
     return torch.where(best > 0, end, -1)
 
@@ -228,7 +240,7 @@ def _first_child(r: TreeRound, node: Tensor) -> Tensor:
     n = r.tokens.shape[1]
     if n == 0:
         return torch.full_like(node, -1)
-    children = r.valid & (r.parents == node.unsqueeze(1))
+    children = r.valid & (r.links == node.unsqueeze(1))
     index = torch.where(children, torch.arange(n, device=node.device), n).min(-1).values
     return torch.where(index < n, index, -1)
 
@@ -290,7 +302,9 @@ def check_tree_method(verifier: Verifier | type[Verifier]) -> str:
             "or a chain draft (--tree-width 1 / a chain drafter)"
         )
     if rule not in TREE_RULES:
-        raise BenchError(f"{verifier.name}: unknown tree_rule {rule!r}; choose one of {', '.join(TREE_RULES)}")
+        raise BenchError(
+            f"{verifier.name}: unknown tree_rule {rule!r}; choose one of {', '.join(TREE_RULES)}"
+        )
     return rule
 
 
@@ -303,17 +317,20 @@ def verify_tree(verifier: Verifier, r: TreeRound, generators: Generators = None)
         end, next_token = _greedy(verifier, r)
     else:
         end, next_token = TREE_RULES[rule](verifier, r, generators)
-    return TreeVerdict(*_paths(r.parents, end), next_token)
+    return TreeVerdict(*_paths(r.links, end), next_token)
 
 
-def _paths(parents: Tensor, end: Tensor) -> tuple[list[list[int]], Tensor]:
-    """Root-to-``end`` node lists per row, and their lengths."""
+def _paths(parents: Tensor, end: Tensor) -> tuple[Tensor, Tensor]:
+    """[B, D] the root-to-``end`` node indices per row (-1 after a path), and their lengths."""
     chain, node = [], end
     while bool((node >= 0).any()):
         chain.append(node)
         node = torch.where(node >= 0, parents.gather(1, node.clamp(min=0).unsqueeze(1)).squeeze(1), -1)
     if not chain:
-        return [[] for _ in range(end.shape[0])], torch.zeros_like(end)
-    up = torch.stack(chain[::-1], 1).tolist()  # [B, depth], -1 before a shorter path starts
-    path = [[v for v in row if v >= 0] for row in up]
-    return path, torch.tensor([len(p) for p in path], dtype=torch.long, device=end.device)
+        return end.new_full((end.shape[0], 0), -1), torch.zeros_like(end)
+    up = torch.stack(chain[::-1], 1)  # -1 BEFORE a shorter path starts
+    depth = up.shape[1]
+    accepted = (up >= 0).sum(1)
+    shift = torch.arange(depth, device=end.device) + (depth - accepted).unsqueeze(1)
+    nodes = up.gather(1, shift.clamp(max=depth - 1))
+    return torch.where(shift < depth, nodes, -1), accepted
