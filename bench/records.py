@@ -103,6 +103,8 @@ def stats_columns(stats: DecodeStats) -> dict[str, Any]:
         "new_tokens": stats.new_tokens,
         "rounds": stats.rounds,
         "drafted_tokens": stats.drafted_tokens,
+        "verified_nodes": stats.verified_nodes,
+        "nodes_per_round": stats.nodes_per_round,
         "accepted_tokens": stats.accepted_tokens,
         "drafted_per_position": stats.drafted_per_position,
         "accepted_per_position": stats.accepted_per_position,

@@ -1,6 +1,7 @@
 """Verifiers: the template and ``verify`` (base), the paper's six methods (paper), the serving
-engines' lossy acceptance rules (engines) and the training-free newcomers (newcomers: fuzzy SD,
-mentored decoding), all reachable by name through one registry."""
+engines' lossy acceptance rules (engines), the training-free newcomers (newcomers: fuzzy SD,
+mentored decoding) and the learned judges (judges), all reachable by name through one registry,
+and the rules on token trees (tree: ``verify_tree``)."""
 
 from bench.verifiers.base import (
     CALIBRATED,
@@ -20,6 +21,15 @@ from bench.verifiers.base import (
 from bench.verifiers.engines import RelaxedAcceptance, ThresholdAcceptance, TypicalAcceptance
 from bench.verifiers.newcomers import FuzzySD, MentoredDecoding
 from bench.verifiers.judges import AutoJudge, Judge, SelfJudge
+from bench.verifiers.tree import (
+    TREE_RULES,
+    TreeRound,
+    TreeVerdict,
+    check_tree_method,
+    tree_methods,
+    verify_tree,
+    without_earlier_siblings,
+)
 from bench.verifiers.paper import (
     CASCADE_RULES,
     MIX_MODES,
@@ -73,6 +83,9 @@ __all__ = [
     "StaticEnsemble",
     "ThresholdAcceptance",
     "TypicalAcceptance",
+    "TREE_RULES",
+    "TreeRound",
+    "TreeVerdict",
     "Verdict",
     "Verifier",
     "make_verifier",
@@ -80,5 +93,9 @@ __all__ = [
     "mixture",
     "register",
     "verifier_class",
+    "check_tree_method",
+    "tree_methods",
     "verify",
+    "verify_tree",
+    "without_earlier_siblings",
 ]
