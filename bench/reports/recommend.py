@@ -254,22 +254,13 @@ def _one(
     candidates = [_candidate(rows, s, ar, floor, by) for _, s in settings.iterrows()]
     choice = choose([c for c in candidates if np.isfinite(c.score)], floor.worst)
     ar_quality = float(ar["quality"].mean()) if ar is not None else math.nan
+    alone = ar_rows.iloc[0] if len(ar_rows) else part.iloc[0]  # an absolute floor may have no ar run
+    choice, pick, deployment = _settle(choice, settings, candidates, by, alone, ar_quality, percent)
     record = dict(
         panel=title, task=task, pair=str(part["pair"].iloc[0]), floor=str(floor), ranked_by=by,
         settings=len(settings), cleared=choice.cleared, selection_bound=choice.selection_bound,
-        confirmation_bound=choice.confirmation_bound, percent=percent, ar_quality=ar_quality,
+        confirmation_bound=choice.confirmation_bound, percent=percent, ar_quality=ar_quality, **deployment,
     )  # fmt: skip
-    pick = settings[settings["config_id"] == choice.pick.name].iloc[0] if choice.pick else None
-    alone = ar_rows.iloc[0] if len(ar_rows) else part.iloc[0]  # an absolute floor may have no ar run
-    deployment = _deployment(pick, choice.confirmed, by, alone, ar_quality, percent)
-    fallback = _fastest_lossless(settings, candidates) if deployment["deploy"] == TARGET_ALONE else None
-    if fallback is not None and fallback is not choice.pick:
-        why_not = _deploy(pick, choice.confirmed, _speed(pick) if pick is not None else None, by)[1]
-        choice = Choice(fallback, math.nan, math.nan, True, choice.cleared)
-        pick = settings[settings["config_id"] == fallback.name].iloc[0]
-        deployment = _deployment(pick, True, by, alone, ar_quality, percent)
-        deployment["reason"] += f" (the fastest lossless setting; the first pick is not deployed: {why_not})"
-    record |= deployment | dict(selection_bound=choice.selection_bound, confirmation_bound=choice.confirmation_bound)
     if pick is None:
         nan, first = math.nan, candidates[0] if candidates else Candidate("", math.nan, np.array([]), np.array([]))
         return Recommendation(
@@ -290,6 +281,24 @@ def _one(
         examples=(len(c.select), len(c.confirm)),
         status=LOSSLESS if c.lossless else "confirmed" if choice.confirmed else "not confirmed on the other half",
     )
+
+
+def _settle(
+    choice: Choice, settings: pd.DataFrame, candidates: list[Candidate], by: str, alone: pd.Series,
+    ar_quality: float, percent: bool,
+) -> tuple[Choice, pd.Series | None, dict[str, Any]]:
+    """The pick's deployment; where it is ar, the fastest lossless setting confirmed faster instead
+    (with why the pick is not deployed). Returns the choice, its setting's row and the deployment."""
+    pick = settings[settings["config_id"] == choice.pick.name].iloc[0] if choice.pick else None
+    deployment = _deployment(pick, choice.confirmed, by, alone, ar_quality, percent)
+    fallback = _fastest_lossless(settings, candidates) if deployment["deploy"] == TARGET_ALONE else None
+    if fallback is None or fallback is choice.pick:
+        return choice, pick, deployment
+    why_not = _deploy(pick, choice.confirmed, _speed(pick) if pick is not None else None, by)[1]
+    lossless_pick = settings[settings["config_id"] == fallback.name].iloc[0]
+    deployment = _deployment(lossless_pick, True, by, alone, ar_quality, percent)
+    deployment["reason"] += f" (the fastest lossless setting; the first pick is not deployed: {why_not})"
+    return Choice(fallback, math.nan, math.nan, True, choice.cleared), lossless_pick, deployment  # fmt: skip
 
 
 def _fastest_lossless(settings: pd.DataFrame, candidates: list[Candidate]) -> Candidate | None:
