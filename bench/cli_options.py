@@ -112,6 +112,9 @@ PlotsDir = Annotated[Optional[Path], _opt("Where the plots go (default: OUTPUT_D
 Shard = Annotated[str, _opt("Run only share i of k of every configuration's examples.")]
 BatchSize = Annotated[int, _opt("Examples decoded together; their rows carry no time.")]
 TimingExamples = Annotated[int, _opt("First K examples decoded alone and timed, methods interleaved.")]
+TimingRepeats = Annotated[
+    int, _opt("Times each timed example is decoded, methods interleaved each time: their spread measures the noise.")
+]
 Report = Annotated[bool, _opt("Print the table and write the plots at the end.")]
 Progress = Annotated[bool, _opt("A bar on a terminal, one line per configuration in a log.")]
 Trace = Annotated[bool, _opt("Also store every token's fate, p, q and weight (for `report`).")]

@@ -274,7 +274,7 @@ def test_demo_diversed_is_above_the_static_ensemble_and_an_ensemble_point_is_not
     assert "Δ" not in render(result, "latex") and r"$\Delta$ quality" in render(result, "latex")
     # An untrusted timing gives no speedup, as in the table.
     shaky = cells(dataclasses.replace(diversed, speedup=1.5, time_spread=3.0))
-    assert shaky["speedup"] == "not shown: times vary 3.0x"
+    assert shaky["speedup"] == "not shown: repeats disagree 3.00x"
     assert cells(dataclasses.replace(diversed, speedup=1.5, time_spread=1.2))["speedup"] == "1.500"
 
 
