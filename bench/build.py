@@ -9,7 +9,9 @@ from bench.decoding import SpeculativeDecoder
 from bench.distributions import Sampling
 from bench.engines import EagerEngine, EngineFactory
 from bench.errors import BenchError
-from bench.head import WeightHead, required_head
+from torch import nn
+
+from bench.head import required_head
 from bench.pairs import Pair
 from bench.verifiers import Verifier, make_verifier
 
@@ -22,7 +24,7 @@ def build_decoder(
     method: str,
     params: dict | None = None,
     *,
-    head: str | WeightHead | None = None,
+    head: str | nn.Module | None = None,
     draft_len: int = 5,
     sampling: Sampling = Sampling(),
     engine: EngineFactory = EagerEngine,

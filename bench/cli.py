@@ -76,9 +76,9 @@ def run(  # fmt: skip
     truncate_prompt: o.Truncate = None, draft_policy: o.DraftPolicy = None, drafter: o.Drafters = None,
     output_dir: o.ResultsDir = Path("results"), plots_dir: o.PlotsDir = None, device: o.Device = "auto",
     dtype: o.Dtype = None, shard: o.Shard = "0/1", batch_size: o.BatchSize = 16,
-    timing_examples: o.TimingExamples = 4, engine: o.Engine = "eager", threads: o.Threads = None,
-    report: o.Report = True, progress: o.Progress = True, sandbox: o.Sandbox = "bwrap",
-    trace: o.Trace = False, calibrate: o.Calibrate = None, verbose: o.Verbose = False,
+    timing_examples: o.TimingExamples = 4, timing_repeats: o.TimingRepeats = 2, engine: o.Engine = "eager",
+    threads: o.Threads = None, report: o.Report = True, progress: o.Progress = True, sandbox: o.Sandbox = "bwrap",
+    trace: o.Trace = False, calibrate: o.Calibrate = None, train: o.Train = True, verbose: o.Verbose = False,
 ) -> None:
     """Decode every example with every method; rows are flushed as they finish, and re-running
     the same command resumes where it stopped. A setting a grid fixes is refused, one it leaves
@@ -199,15 +199,16 @@ def report(  # fmt: skip
 
 @app.command()
 def train(  # fmt: skip
-    task: o.TrainTask, pair: o.Pair = "tiny", algorithm: o.Algorithm = "reinforce", lr: o.Lr = 5e-4,
+    task: o.TrainTask, pair: o.Pair = "tiny", method: o.TrainMethod = "diversed", algorithm: o.Algorithm = "reinforce", lr: o.Lr = 5e-4,
     batch_size: o.Rollouts = 8, epochs: o.Epochs = 2, num_prompts: o.NumPrompts = 400,
     reg_weight: o.RegWeight = 0.01, temperature: o.RolloutTemperature = 1.0,
     rollout_tokens: o.RolloutTokens = 128, chat_template: o.TrainChat = False, data: o.TrainData = None,
     output_dir: o.HeadDir = None, seed: o.TrainSeed = 0, device: o.Device = "auto", dtype: o.Dtype = None,
     engine: o.Engine = "eager", truncate_prompt: o.Truncate = None, verbose: o.Verbose = False,
 ) -> None:
-    """Train a DIVERSED weight head with both models frozen; writes head.safetensors, card.json,
-    train_log.parquet and a checkpoint that a re-run resumes from.
+    """Train a learned verifier's head with both models frozen (DIVERSED's REINFORCE by default; a
+    judge's mined labels and classifier with --method autojudge/selfjudge, or any plug-in's recipe);
+    writes the head, card.json and a checkpoint that a re-run resumes from.
 
     Example: diversed-bench train --task gsm8k --pair llama3 --algorithm reinforce++
     """
@@ -215,7 +216,7 @@ def train(  # fmt: skip
     from bench import api
 
     folder = api.train(**{**args, "truncate_prompt": truncate_prompt or "none"}, log=typer.echo)
-    typer.echo(f"head written to {folder}/ ; use it with: diversed-bench run --method diversed --head {folder}")
+    typer.echo(f"head written to {folder}/ ; use it with: diversed-bench run --method {method} --head {folder}")
 
 
 @app.command()

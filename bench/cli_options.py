@@ -112,9 +112,21 @@ PlotsDir = Annotated[Optional[Path], _opt("Where the plots go (default: OUTPUT_D
 Shard = Annotated[str, _opt("Run only share i of k of every configuration's examples.")]
 BatchSize = Annotated[int, _opt("Examples decoded together; their rows carry no time.")]
 TimingExamples = Annotated[int, _opt("First K examples decoded alone and timed, methods interleaved.")]
+TimingRepeats = Annotated[
+    int, _opt("Times each timed example is decoded, methods interleaved each time: their spread measures the noise.")
+]
 Report = Annotated[bool, _opt("Print the table and write the plots at the end.")]
 Progress = Annotated[bool, _opt("A bar on a terminal, one line per configuration in a log.")]
 Trace = Annotated[bool, _opt("Also store every token's fate, p, q and weight (for `report`).")]
+Train = Annotated[
+    bool,
+    _opt(
+        "Train a learned family's head (DIVERSED, the judges) where none is cached for the task and pair; "
+        "--no-train skips those families.",
+        "--train/--no-train",
+    ),
+]
+TrainMethod = Annotated[str, _opt("The learned method whose head to train: diversed, autojudge, selfjudge or path/to/file.py:Class.")]
 Calibrate = Annotated[
     Optional[bool],
     _opt(
@@ -145,7 +157,10 @@ RolloutTemperature = Annotated[float, _opt("Rollout temperature (> 0).")]
 RolloutTokens = Annotated[int, _opt("Tokens per rollout.")]
 TrainChat = Annotated[bool, _opt("Wrap prompts in the tokenizer's chat template, as `run` does.")]
 TrainData = Annotated[Optional[str], _opt("hub, fixture or a local folder with train.jsonl.")]
-HeadDir = Annotated[Optional[Path], _opt("Head folder (default: heads/TASK-PAIR); resumed if it holds a checkpoint.")]
+HeadDir = Annotated[
+    Optional[Path],
+    _opt("Head folder (default: heads/TASK-PAIR for diversed, the head cache for other methods); resumed if it holds a checkpoint."),
+]
 TrainSeed = Annotated[int, _opt("Seeds the prompts drawn and every rollout.")]
 SpeedPair = Annotated[str, _opt("Pair name or YAML (llama3-shapes: real 8B/1B shapes, random weights).")]
 DraftLens = Annotated[str, _opt("Draft lengths to measure, comma-separated.")]

@@ -24,6 +24,7 @@ from bench.context import check_truncation
 from bench.decoding import check_draft_policy
 from bench.drafters import DRAFTERS, canonical_drafter, check_reads, drafter_label, parse_drafter
 from bench.errors import BenchError
+from bench.lossless import LOSSLESS_METHOD, Drafts, lossless_drafts
 from bench.pairs import pick_device, pick_dtype, resolve_pair
 from bench.store import SCHEMA
 from bench.tasks import default_data, resolve_task
@@ -77,21 +78,16 @@ class RunConfig:
         check_truncation(self.truncate_prompt)
         if any(v is CALIBRATED for v in self.params.values()):
             raise BenchError(f"{cls.name}: a calibrated sweep's values are chosen by `run` (bench.calibration) first")
-        # Under greedy decoding every draft is the argmax, whatever the policy.
-        policy = (
-            "greedy" if self.temperature == 0 else check_draft_policy(self.draft_policy or cls.draft_policy)
-        )
         verifier = make_verifier(self.method, **self.params)
-        drafter = canonical_drafter(self.drafter) if cls.uses_draft else None
-        if drafter:
-            check_reads(cls.name, verifier.reads(), drafter)
-        deterministic = bool(drafter) and DRAFTERS[parse_drafter(drafter)[0]].deterministic
+        drafts = self.drafts()
+        if drafts.drafter:
+            check_reads(cls.name, verifier.reads(), drafts.drafter)
         resolved = replace(
             self,
             params={f.name: getattr(verifier, f.name) for f in fields(verifier)},  # type: ignore[arg-type]
             draft_len=self.draft_len if cls.uses_draft else 0,
-            draft_policy=policy if cls.uses_draft and not deterministic else None,
-            drafter=drafter,
+            draft_policy=drafts.policy,
+            drafter=drafts.drafter,
             head=self.head if cls.needs_hidden else None,
             device=device.type,
             dtype=str(pick_dtype(pair, device, self.dtype)).removeprefix("torch."),
@@ -105,6 +101,30 @@ class RunConfig:
             data=self.data or default_data(spec.name, pair.kind),
             num_fewshot=spec.num_fewshot if self.num_fewshot is None else self.num_fewshot,
             split=self.split or spec.dataset["split"],
+        )
+
+    def drafts(self) -> Drafts:
+        """What this configuration drafts, as it runs: the drafter's canonical spec (None for a
+        method that drafts nothing) and the draft policy ("greedy" under greedy decoding, whose
+        drafts are the argmax; None where a deterministic drafter has one draft whatever it is)."""
+        cls = verifier_class(self.method)
+        if not cls.uses_draft:
+            return Drafts(None, None)
+        drafter = canonical_drafter(self.drafter)
+        if DRAFTERS[parse_drafter(drafter)[0]].deterministic:
+            return Drafts(None, drafter)
+        # Under greedy decoding every draft is the argmax, whatever the policy.
+        policy = "greedy" if self.temperature == 0 else check_draft_policy(self.draft_policy or cls.draft_policy)
+        return Drafts(policy, drafter)
+
+    def lossless(self) -> RunConfig | None:
+        """The lossless point of this configuration's drafts (``bench.lossless``): ``sd`` on the
+        same drafts, under the same settings; None for a method that drafts nothing."""
+        drafts = lossless_drafts(self.drafts())
+        if drafts is None:
+            return None
+        return replace(
+            self, method=LOSSLESS_METHOD, params={}, head=None, draft_policy=drafts.policy, drafter=drafts.drafter
         )
 
     @property
@@ -203,8 +223,18 @@ def expand_methods(
         for combo in combos:
             # validate every value before any model loads (a calibrated one at its path's end)
             make_verifier(m, **{**combo, **(path.values(path.top) if path and CALIBRATED in combo.values() else {})})
-            out += [(m, combo, h) for h in heads] if cls.needs_hidden else [(m, combo, None)]
+            if cls.needs_hidden and not heads:
+                if not _learns(m, combo):
+                    raise BenchError(f"{cls.name}: reads a head and trains none of its own; pass --head PATH")
+                out.append((m, combo, None))  # its cached head, trained if missing (bench.learned.cache)
+            else:
+                out += [(m, combo, h) for h in heads] if cls.needs_hidden else [(m, combo, None)]
     return out
+
+
+def _learns(method: str, params: dict[str, Any]) -> bool:
+    """Whether a configuration trains its own head (a recipe): run then supplies it."""
+    return make_verifier(method, **{k: v for k, v in params.items() if v is not CALIBRATED}).recipe() is not None
 
 
 def example_seed(seed: int, example_id: str) -> int:

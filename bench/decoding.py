@@ -31,7 +31,6 @@ from bench.drafters import Draft, Drafter, make_drafter
 from bench.drafters.model import padded
 from bench.engines import EagerEngine, EngineFactory, to_device
 from bench.errors import BenchError
-from bench.head import WeightHead
 from bench.verifiers import Round, Verifier, verify
 from bench.verifiers.tree import TreeRound, check_tree_method, verify_tree
 
@@ -233,7 +232,7 @@ class SpeculativeDecoder:
         draft_len: int = 5,
         sampling: Sampling = Sampling(),
         eos_token_ids: Sequence[int] = (),
-        head: WeightHead | None = None,
+        head: torch.nn.Module | None = None,
         engine: EngineFactory = EagerEngine,
         draft_policy: str | None = None,
         trace: bool = False,
@@ -267,7 +266,7 @@ class SpeculativeDecoder:
                 engine=engine,
                 sampling=sampling,
                 greedy=self.greedy_draft,
-                hidden=verifier.needs_hidden,
+                hidden="hidden" in verifier.reads(),  # a target-only judge reads none of the draft's
                 method=verifier.name,
                 reads=verifier.reads(),
                 device=self.device,
@@ -643,9 +642,16 @@ class SpeculativeDecoder:
             q_logits=draft_logits,
             p_logits=p_logits[sel, :k],
             sampling=self.sampling,
-            weights=self.head(draft_h, h_target[sel, :k]) if self.verifier.needs_hidden else None,
+            weights=self._head_output(draft_h, h_target, sel, k) if self.verifier.needs_hidden else None,
             greedy_draft=self.greedy_draft and draft.q is not None,  # a lookup's q is its proposal
         )
+
+    def _head_output(self, draft_h: Tensor | None, h_target: Tensor | None, sel: slice | Tensor, k: int) -> Tensor:
+        """The learned head on the round's states: DIVERSED's reads the target's states that predict
+        each drafted token, a judge's (``at_token``) those with the drafted token as input."""
+        assert h_target is not None and self.head is not None
+        start = 1 if getattr(self.head, "at_token", False) else 0
+        return self.head(draft_h, h_target[sel, start : start + k])
 
     def _emit(
         self,

@@ -12,14 +12,16 @@ refused when the grid sets it: never silently dropped.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import fields
+from dataclasses import fields, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from bench.config import RunConfig, expand_methods
 from bench.errors import BenchError
+from bench.lossless import LOSSLESS_METHOD
 from bench.registry import load_yaml
+from bench.verifiers import verifier_class
 
 # Verifier parameters that have their own flag (and grid key) besides --param.
 PARAM_ALIASES = ("target_weight", "lenience", "cascade_rule", "cascade_alpha", "mix")
@@ -27,7 +29,9 @@ PARAM_ALIASES = ("target_weight", "lenience", "cascade_rule", "cascade_alpha", "
 SHARED_KEYS = tuple(
     f.name for f in fields(RunConfig) if f.name not in ("task", "pair", "method", "params", "head", "device", "dtype", "engine")
 )
-GRID_KEYS = {"tasks", "pairs", "methods", "limit", "head", "params", "sweep", "calibrate", *PARAM_ALIASES, *SHARED_KEYS}
+GRID_KEYS = {
+    "tasks", "pairs", "methods", "limit", "head", "params", "sweep", "calibrate", "lossless", *PARAM_ALIASES, *SHARED_KEYS
+}
 
 
 def configs_from_flags(
@@ -155,4 +159,23 @@ def configs_from_grid(
             )
     else:
         configs = configs_from_flags(methods=methods, heads=grid_heads, params={**own, **params}, **base)
-    return configs, g.get("limit")
+    return (with_lossless(configs) if g.get("lossless") else configs), g.get("limit")
+
+
+def with_lossless(configs: list[RunConfig]) -> list[RunConfig]:
+    """The configurations and, after them, the lossless point of each one's drafts
+    (``RunConfig.lossless``: ``sd`` on the same drafts) that none of them is already: a grid with
+    ``lossless: true`` runs every point its families' frontiers hold (bench/lossless.py)."""
+
+    def key(c: RunConfig) -> RunConfig:  # a configuration with its drafts as they run
+        drafts = c.drafts()
+        return replace(c, draft_policy=drafts.policy, drafter=drafts.drafter)
+
+    have = [key(c) for c in configs if verifier_class(c.method).name == LOSSLESS_METHOD]
+    out = list(configs)
+    for c in configs:
+        point = c.lossless()
+        if point is not None and key(point) not in have:
+            have.append(key(point))
+            out.append(point)
+    return out

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -14,6 +14,8 @@ from bench.errors import BenchError
 
 class WeightHead(nn.Module):
     """One linear layer on the concatenated last hidden states; starts at w = 0.5 everywhere."""
+
+    at_token: ClassVar[bool] = False  # reads the states that predict each drafted token
 
     def __init__(self, draft_hidden: int, target_hidden: int) -> None:
         super().__init__()
@@ -61,8 +63,9 @@ def head_folder(path: str) -> Path:
     return Path(path)
 
 
-def load_head(path: str, pair_name: str, hidden_sizes: tuple[int, int]) -> tuple[WeightHead, dict[str, Any]]:
-    """A trained head for this pair, or ``init`` for a fresh one (w = 0.5 everywhere)."""
+def load_head(path: str, pair_name: str, hidden_sizes: tuple[int, int]) -> tuple[nn.Module, dict[str, Any]]:
+    """A trained head for this pair (DIVERSED's weight head, or a judge's when its card says so),
+    or ``init`` for a fresh weight head (w = 0.5 everywhere)."""
     if path == "init":
         return WeightHead(*hidden_sizes), {"pair": pair_name, "trained": False}
     from safetensors.torch import load_file
@@ -73,11 +76,24 @@ def load_head(path: str, pair_name: str, hidden_sizes: tuple[int, int]) -> tuple
             f"--head {folder} is a file; give the folder that holds {HEAD_FILE} and {CARD_FILE} "
             f"(here: --head {folder.parent})"
         )
-    if not (folder / HEAD_FILE).is_file() or not (folder / CARD_FILE).is_file():
+    card_file = folder / CARD_FILE
+    if card_file.is_file() and json.loads(card_file.read_text()).get("head") == "judge":
+        from bench.learned.heads import JudgeHead
+
+        card = _checked_card(folder, pair_name, hidden_sizes)
+        return JudgeHead.load(folder, card), card
+    if not (folder / HEAD_FILE).is_file() or not card_file.is_file():
         raise BenchError(
             f"no head at {folder} (expected {HEAD_FILE} and {CARD_FILE}); train one with "
             f"`diversed-bench train --task TASK --pair {pair_name} --output-dir {folder}`"
         )
+    card = _checked_card(folder, pair_name, hidden_sizes)
+    head = WeightHead(*hidden_sizes)
+    head.load_state_dict(load_file(str(folder / HEAD_FILE)))
+    return head, card
+
+
+def _checked_card(folder: Path, pair_name: str, hidden_sizes: tuple[int, int]) -> dict[str, Any]:
     card = json.loads((folder / CARD_FILE).read_text())
     if card.get("pair") != pair_name or (card.get("draft_hidden"), card.get("target_hidden")) != hidden_sizes:
         raise BenchError(
@@ -85,14 +101,12 @@ def load_head(path: str, pair_name: str, hidden_sizes: tuple[int, int]) -> tuple
             f"(hidden {card.get('draft_hidden')}+{card.get('target_hidden')}), not {pair_name} "
             f"({hidden_sizes[0]}+{hidden_sizes[1]}); train one for this pair"
         )
-    head = WeightHead(*hidden_sizes)
-    head.load_state_dict(load_file(str(folder / HEAD_FILE)))
-    return head, card
+    return card
 
 
 def required_head(
     path: str | None, method: str, pair_name: str, hidden_sizes: tuple[int, int], device: torch.device
-) -> WeightHead:
+) -> nn.Module:
     """The head a head-reading method runs with; never a silent default when none is given."""
     if path is None:
         raise BenchError(f"{method}: needs --head PATH (or --head init for an untrained w = 0.5 head)")

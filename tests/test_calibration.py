@@ -116,7 +116,10 @@ def test_a_plugin_declares_its_path_like_a_builtin_and_a_wrong_one_is_refused():
 def test_the_baselines_grid_leaves_calibrated_values_open_and_given_values_fixed():
     configs, _ = configs_from_grid("baselines", tasks=["arith"], pairs=["ref"], candidates=[PLUGIN])
     open_ = {verifier_class(c.method).name: c.params for c in configs if pending(c)}
-    assert set(open_) == {"ensemble", "lossy", "cascade", "typical", "threshold", "relaxed", "confidence"}
+    assert set(open_) == {
+        *("ensemble", "lossy", "cascade", "typical", "threshold", "relaxed", "fuzzy", "mentored", "confidence"),
+        *("diversed", "autojudge", "selfjudge"),  # the learned families, by their knobs
+    }
     assert open_["relaxed"] == {"relaxed_topk": 4, "relaxed_delta": CALIBRATED}  # its fixed sweep stays
     assert open_["typical"] == {"posterior_threshold": CALIBRATED}  # alpha moves with it
     # --param values run as given; --no-calibrate runs the classes' fixed sweeps.

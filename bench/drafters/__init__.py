@@ -85,7 +85,7 @@ def check_reads(method: str, reads: frozenset[str], drafter: str | None) -> None
         raise BenchError(
             f"{method}: reads the draft model's {what}, which the {name} drafter does not have; "
             "use --drafter model, or a rule that reads only the drafted tokens (sd, lossy, typical, "
-            "threshold, relaxed, ensemble with mix=prob)"
+            "threshold, relaxed, mentored, ensemble with mix=prob)"
         )
 
 

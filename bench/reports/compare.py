@@ -7,9 +7,12 @@ Per task x panel (the settings a comparison shares) the baselines are the famili
 declares ``baseline`` (the static ensemble, lossy SD, each cascade rule, each engine rule), and
 the candidates are the configurations a ``--candidate`` names (a method, a family or a label).
 A per-request random mix of any two settings is attainable whatever their families, so every
-baseline point pooled, lossless ``sd`` included, is a family too: "all baselines", whose frontier
-is the strongest a candidate can be set against (a family run at one setting takes part as its
-point; the candidates' own configurations are left out of the pool).
+family's frontier, a candidate's included, holds the lossless point of its drafts (``sd`` on the
+same drafts, ``bench.lossless``; ``with_lossless``), and every baseline point pooled is a family
+too: "all baselines", whose frontier is the strongest a candidate can be set against (a family run
+at one setting takes part as its point; the candidates' own configurations are left out of the
+pool). Where the baselines draft in more than one way (sampled, greedy), each way is pooled too,
+and the verdicts name each side's drafts where they differ: a better draft is not a better verifier.
 
 Each candidate point is judged against each family's frontier, and a candidate run at several
 settings (its configurations of one family in a panel and task) has its frontier judged against
@@ -29,14 +32,13 @@ import pandas as pd
 
 from bench.calibration.notes import barely_moves, floor_point, reaches_floor
 from bench.errors import BenchError
+from bench.lossless import LOSSLESS_METHOD, Drafts, lossless_drafts
 from bench.reports.judge import judge, judge_frontiers
 from bench.reports.summary import PERCENT_METRICS, Panel, panels, quality_metrics, summarise
 from bench.verifiers import MethodInfo
 
 MIN_EXAMPLES = 10  # fewer paired examples than this: no verdict
-POOLED = "all baselines"  # the family of every baseline point pooled
-# Lossless SD joins the pool: its quality is ar's, at its acceptance (the pool's lossless end).
-LOSSLESS = ("sd",)
+POOLED = "all baselines"  # the family of every baseline point pooled (and "all baselines, sampled drafts", ...)
 HOW_TO_SWEEP = (
     "baseline sweeps: `diversed-bench run --grid baselines --method CANDIDATE --task T --pair P` "
     "(or --param NAME=v1,v2,v3 with several values to sweep one by hand)"
@@ -71,6 +73,8 @@ class Comparison:
     reason: str
     percent: bool  # quality is a percentage (accuracy, pass@1)
     candidate_family: str  # the candidate configuration's family
+    candidate_drafts: str = ""  # what drafted each side ("sampled drafts", "greedy drafts", ...)
+    family_drafts: str = ""
 
 
 @dataclass
@@ -94,6 +98,8 @@ class FrontierComparison:
     verdict: str  # dominates, dominated, crosses, indistinguishable or cannot judge
     reason: str
     percent: bool
+    candidate_drafts: str = ""
+    family_drafts: str = ""
 
 
 @dataclass
@@ -115,6 +121,8 @@ class FamilyVerdict:
     acceptance: tuple[float, float]  # the shared acceptance range; a point's acceptance twice
     point_verdicts: dict[str, int]  # how the candidate's points fared against this family
     percent: bool
+    candidate_drafts: str = ""
+    family_drafts: str = ""
 
 
 @dataclass
@@ -145,14 +153,68 @@ def sweep_hint(info: MethodInfo) -> str:
     return fixed or "--param NAME=v1,v2,v3"
 
 
+def drafts_of(row: pd.Series) -> Drafts:
+    """What drafted a summary row's configuration (its draft policy and drafter)."""
+    policy, drafter = row.get("draft_policy"), row.get("drafter")
+    return Drafts(policy if isinstance(policy, str) else None, drafter if isinstance(drafter, str) else None)
+
+
+def drafts_text(members: pd.DataFrame) -> str:
+    """How a verdict line names a family's drafts: "greedy drafts", or "sampled and greedy drafts"
+    for a pool of both; "" for a family that drafts nothing."""
+    texts = list(dict.fromkeys(drafts_of(r).text for _, r in members.iterrows() if drafts_of(r).drafter))
+    if len(texts) < 2:
+        return texts[0] if texts else ""
+    return " and ".join(t.removesuffix(" drafts") for t in texts) + " drafts"
+
+
+def with_lossless(part: pd.DataFrame, members: pd.DataFrame) -> tuple[pd.DataFrame, list[Drafts]]:
+    """A family's configurations with the lossless point of each one's drafts (bench/lossless.py:
+    ``sd`` on the same drafts) that ``part`` holds and the family lacks, and the drafts whose
+    lossless point ``part`` does not hold. Every frontier, a candidate's included, is built on this."""
+    need = list(dict.fromkeys(d for _, r in members.iterrows() if (d := lossless_drafts(drafts_of(r)))))
+    sd = part[part["method"] == LOSSLESS_METHOD]
+    have = [drafts_of(r) for _, r in sd.iterrows()]
+    found = sd[pd.Series([d in need for d in have], index=sd.index, dtype=bool)]
+    found = found[~found["config_id"].isin(members["config_id"])]
+    return pd.concat([members, found]), [d for d in need if d not in have]
+
+
 def baseline_families(part: pd.DataFrame, candidates: list[str]) -> list[tuple[str, pd.DataFrame]]:
-    """(name, configurations) of every family a candidate is judged against in one panel and task:
-    "all baselines" first (every baseline and lossless point that is not a candidate, when they
-    come from at least two families), then each baseline family in the summary's order."""
+    """(name, configurations) of every family a candidate is judged against in one panel and task,
+    each with the lossless point of its drafts (``with_lossless``): "all baselines" first (every
+    baseline point that is not a candidate, when they come from at least two families), then, where
+    the baselines draft in more than one way, the pool of each way ("all baselines, greedy drafts":
+    a better verifier told from a better draft), then each baseline family in the summary's order."""
     base = part["baseline"].astype(bool)
-    pool = part[(base | part["method"].isin(LOSSLESS)) & ~chosen(part, candidates)]
-    families = [(str(name), members) for name, members in part[base].groupby("family", sort=False)]
-    return ([(POOLED, pool)] if pool["family"].nunique() > 1 else []) + families
+    pooled = part[base & ~chosen(part, candidates)]
+    pools = [(POOLED, pooled)]
+    texts = pd.Series([drafts_of(r).text for _, r in pooled.iterrows()], index=pooled.index, dtype=object)
+    if texts.nunique() > 1:
+        pools += [(f"{POOLED}, {text}", g) for text, g in pooled.groupby(texts, sort=False)]
+    families = [(name, members) for name, members in pools if members["family"].nunique() > 1]
+    families += [(str(name), members) for name, members in part[base].groupby("family", sort=False)]
+    return [(name, with_lossless(part, members)[0]) for name, members in families]
+
+
+def missing_lossless(part: pd.DataFrame, candidates: list[str]) -> str | None:
+    """One line naming the lossless points the families' frontiers lack (their drafts' ``sd``
+    configurations are not in these results), the families that lack them and how to run them."""
+    lacking: dict[Drafts, list[str]] = {}
+    judged = part[part["baseline"].astype(bool) | chosen(part, candidates)]
+    for name, members in judged.groupby("family", sort=False):
+        for drafts in with_lossless(part, members)[1]:
+            lacking.setdefault(drafts, []).append(str(name))
+    if not lacking:
+        return None
+    points = "; ".join(
+        f"sd on {d.text} ({', '.join(names)})" + (f" (--draft-policy {d.policy})" if d.policy == "greedy" else "")
+        for d, names in lacking.items()
+    )
+    return (
+        f"no lossless point in these results for: {points}; those frontiers lack the per-request mix "
+        "with lossless SD on their drafts: run it (`--grid baselines` runs every one it needs)"
+    )
 
 
 def _per_example(rows: pd.DataFrame, config_id: str, ids: list[str]) -> dict[str, np.ndarray]:
@@ -208,6 +270,8 @@ def compare(
             baselines = baseline_families(part, candidates)
             percent = metrics.get(task) in PERCENT_METRICS
             where = {"panel": panel.title, "task": str(task), "percent": percent}
+            lacking = missing_lossless(part, candidates)
+            notes += [(panel.title, str(task), lacking)] if lacking else []
             for _, cand in mine.iterrows():
                 for family, members in baselines:
                     points.append(_point(rows, examples, where, cand, family, members, seed))
@@ -218,10 +282,11 @@ def compare(
                     str(name), cands["method_info"].iloc[0], list(cands["params"]), list(cands["acceptance_rate"])
                 )
                 notes += [(panel.title, str(task), note)] if note else []
+                own = with_lossless(part, cands)[0]  # its frontier holds its drafts' lossless point
                 for family, members in baselines:
                     if family != name:  # never the candidate against itself
                         frontiers.append(
-                            _frontier(rows, examples, where, str(name), cands, family, members, seed)
+                            _frontier(rows, examples, where, str(name), own, len(cands), family, members, seed)
                         )
     if not points:
         raise BenchError(
@@ -271,6 +336,8 @@ def _family_line(
         acceptance=acceptance,
         point_verdicts={str(k): int(v) for k, v in tally.items()},
         percent=mine[0].percent,
+        candidate_drafts=mine[0].candidate_drafts,
+        family_drafts=mine[0].family_drafts,
     )
 
 
@@ -303,6 +370,7 @@ def _point(
         if len(paired) < total:
             note = f"{len(paired)} of the candidate's {total} examples are shared with the family"
             result["reason"] = "; ".join(r for r in (result["reason"], note) if r)
+        result["reason"] = _one_setting(result, family, members)
     return Comparison(
         **where,
         candidate=str(cand["label"]),
@@ -313,8 +381,20 @@ def _point(
         speedup=float(cand["speedup"]),
         time_spread=float(cand["time_spread"]),
         candidate_family=str(cand["family"]),
+        candidate_drafts=drafts_text(cand.to_frame().T),
+        family_drafts=drafts_text(members),
         **result,
     )
+
+
+def _one_setting(result: dict[str, Any], family: str, members: pd.DataFrame) -> str:
+    """The reason of a verdict withheld from a family that ran one setting of its own (its frontier
+    is the segment to its lossless point), with how to sweep it."""
+    own = members[members["method"] != LOSSLESS_METHOD]
+    if result["verdict"] != "cannot judge" or len(own) != 1 or family.startswith(POOLED):
+        return str(result["reason"])
+    hint = f"{family} ran one setting besides its lossless point: sweep it ({sweep_hint(own['method_info'].iloc[0])})"
+    return "; ".join(r for r in (result["reason"], hint) if r)
 
 
 def _floor(members: pd.DataFrame, examples: int) -> list[dict[str, np.ndarray]]:
@@ -354,10 +434,13 @@ def _frontier(
     where: dict[str, Any],
     name: str,
     cands: pd.DataFrame,
+    settings: int,
     family: str,
     members: pd.DataFrame,
     seed: int,
 ) -> FrontierComparison:
+    """``cands``: the candidate family's configurations with its lossless point; ``settings``: how
+    many of them are its own."""
     cand_ids, ids = list(cands["config_id"]), list(members["config_id"])
     total = len(_paired(examples, cand_ids))
     paired = _paired(examples, [*cand_ids, *ids])
@@ -383,12 +466,15 @@ def _frontier(
         if len(paired) < total:
             note = f"{len(paired)} of the candidate's {total} examples are shared with the family"
             result["reason"] = "; ".join(r for r in (result["reason"], note) if r)
+        result["reason"] = _one_setting(result, family, members)
     return FrontierComparison(
         **where,
         candidate=name,
         family=family,
-        candidate_points=len(cands),
+        candidate_points=settings,
         family_points=len(members),
         examples=len(paired),
+        candidate_drafts=drafts_text(cands),
+        family_drafts=drafts_text(members),
         **result,
     )

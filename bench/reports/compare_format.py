@@ -39,13 +39,30 @@ def _ci(ci: tuple[float, float], percent: bool) -> str:
     return f" [{_num(ci[0], percent)}, {_num(ci[1], percent)}]"
 
 
+def drafts_differ(v: Comparison | FrontierComparison | FamilyVerdict) -> tuple[str, str]:
+    """What drafted each side, where the two differ ("sampled drafts", "greedy drafts"), else
+    ("", ""): a verdict between different drafts tells a better draft as much as a better verifier.
+    A pool named by its drafts ("all baselines, greedy drafts") is not named twice."""
+    mine, theirs = v.candidate_drafts, v.family_drafts
+    if not (mine and theirs) or mine == theirs:
+        return "", ""
+    return mine, "" if v.family.endswith(theirs) else theirs
+
+
+def _named(name: str, *parts: str) -> str:
+    """A name with its count and drafts in one parenthesis: ``threshold (8 pts, greedy drafts)``."""
+    shown = ", ".join(p for p in parts if p)
+    return f"{name} ({shown})" if shown else name
+
+
 def cells(c: Comparison) -> dict[str, str]:
     """One point comparison as the formatted cells of a table row."""
     p, note = c.percent, spread_note(c.time_spread)
+    mine, theirs = drafts_differ(c)
     return {
         "task": c.task,
-        "candidate": c.candidate,
-        "family": f"{c.family} ({c.family_points} pts)",
+        "candidate": _named(c.candidate, mine),
+        "family": _named(c.family, f"{c.family_points} pts", theirs),
         "examples": str(c.examples),
         "accept rate": _num(c.acceptance, True) + _ci(c.acceptance_ci, True),
         "quality": _num(c.quality, p) + _ci(c.quality_ci, p),
@@ -62,10 +79,11 @@ def frontier_cells(f: FrontierComparison) -> dict[str, str]:
     """One frontier comparison as the formatted cells of a table row."""
     p = f.percent
     lo, hi = f.shared_acceptance
+    mine, theirs = drafts_differ(f)
     return {
         "task": f.task,
-        "candidate": f"{f.candidate} ({f.candidate_points} pts)",
-        "family": f"{f.family} ({f.family_points} pts)",
+        "candidate": _named(f.candidate, f"{f.candidate_points} pts", mine),
+        "family": _named(f.family, f"{f.family_points} pts", theirs),
         "examples": str(f.examples),
         "shared accept range": f"{_num(lo, True)} to {_num(hi, True)}" if np.isfinite(lo) else "NA",
         "mean Δ quality [95%]": _num(f.mean_gap, p) + _ci(f.mean_gap_ci, p),
@@ -104,8 +122,12 @@ def _markdown(table: pd.DataFrame) -> list[str]:
 
 
 FOOTNOTE = (
-    "all baselines: every baseline point and lossless sd pooled (a random mix of any two settings is "
-    "attainable), its frontier the upper hull of them all. "
+    "Every frontier, the candidate's included, holds the lossless point of its drafts (sd on the same "
+    "drafts: sampled, greedy or lookup), counted in a family's points: a per-request mix with lossless SD is "
+    "open to every verifier. all baselines: every baseline point and their lossless points pooled (a "
+    "random mix of any two settings is attainable), its frontier the upper hull of them all; where the "
+    "baselines draft in more than one way, each way is pooled too (all baselines, sampled drafts; all "
+    "baselines, greedy drafts), and a line names each side's drafts where they differ. "
     "Δ quality = candidate minus the family's frontier (upper Pareto hull, interpolated) at the "
     "candidate's acceptance rate; [95%] = paired bootstrap over examples. above/below: the interval "
     "excludes 0. Δ accept is NA where no setting of the family reaches the candidate's quality. "
@@ -135,7 +157,11 @@ def gap_text(v: FamilyVerdict) -> str:
 
 def family_line(v: FamilyVerdict) -> str:
     """One family verdict as a line of text: who against whom, the verdict, the gap and where."""
-    who = f"{v.candidate} ({_count(v.candidate_points, 'setting')}) vs {v.family} ({_count(v.family_points)})"
+    mine, theirs = drafts_differ(v)
+    who = (
+        f"{_named(v.candidate, _count(v.candidate_points, 'setting'), mine)} vs "
+        f"{_named(v.family, _count(v.family_points), theirs)}"
+    )
     text = f"{who}: {v.verdict}" + (f", {gap_text(v)}" if gap_text(v) else "")
     if v.reason:
         text += f" ({v.reason})"

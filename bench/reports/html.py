@@ -21,8 +21,17 @@ import numpy as np
 import pandas as pd
 
 from bench.errors import BenchError
+from bench.lossless import LOSSLESS_METHOD
 from bench.reports.charts import BASE, CAND, chart, marks
-from bench.reports.compare import POOLED, FamilyVerdict, Verdicts, baseline_families, chosen, compare
+from bench.reports.compare import (
+    POOLED,
+    FamilyVerdict,
+    Verdicts,
+    baseline_families,
+    chosen,
+    compare,
+    with_lossless,
+)
 from bench.reports.compare_format import cells, family_line, frontier_cells, gap_text
 from bench.reports.summary import Panel, panels, quality_metrics, summarise
 from bench.reports.table import table_frames
@@ -155,8 +164,10 @@ def _short(name: str, width: int = 34) -> str:
 def _pooled_names(members: pd.DataFrame) -> list[str]:
     """Names of the pooled family's points: each setting's family and swept values, short."""
     return [
-        _short(f"{family} {swept}".strip(), 22) if family != "sd" else "sd"
-        for family, swept in zip(members["family"].astype(str), members["swept"].astype(str))
+        _short(f"{family} {swept}".strip(), 22) if method != LOSSLESS_METHOD else family
+        for family, swept, method in zip(
+            members["family"].astype(str), members["swept"].astype(str), members["method"].astype(str)
+        )
     ]
 
 
@@ -170,11 +181,12 @@ def _family_chart(v: FamilyVerdict, part: pd.DataFrame, candidates: list[str]) -
     mine = mine[np.isfinite(mine["acceptance_rate"].to_numpy(float))]
     if mine.empty or base.empty or v.kind == "own":  # its own family: the rows say all there is
         return ""
-    names = _pooled_names(base) if v.family == POOLED else None
+    names = _pooled_names(base) if v.family.startswith(POOLED) else None
     own = list(mine["swept"]) if len(mine) > 1 else [""]
-    series = [(base, BASE, True)] + ([(mine, CAND, False)] if len(mine) > 1 else [])
+    # The candidate's frontier holds its drafts' lossless point, as compare's does.
+    series = [(base, BASE, True)] + ([(with_lossless(task, mine)[0], CAND, False)] if len(mine) > 1 else [])
     titles = [
-        (f"{v.task}: {_short(v.candidate)} vs {_short(v.family, 24)}", "#1d1d1f"),
+        (f"{v.task}: {_short(v.candidate)} vs {_short(v.family, 30)}", "#1d1d1f"),
         (v.verdict if v.verdict != "cannot judge" else "cannot judge (the rows below say why)", CAND),
         (gap_text(v), "#6e6e73"),
     ]

@@ -33,6 +33,7 @@ from bench.reports.summary import (  # noqa: E402
     panels,
     quality_metrics,
     summarise,
+    timing_trusted,
 )
 from bench.store import load_results  # noqa: E402
 
@@ -48,7 +49,7 @@ QUALITY_LABELS = {
     "rougeL": "ROUGE-L F1 (x100)",
 }
 MIN_QUALITY_SPAN = 5.0  # percentage points (or ROUGE x 100)
-HOLLOW = f"hollow: time varies > {SPREAD_LIMIT:g}x, not trusted"
+HOLLOW = f"hollow: repeats disagree > {SPREAD_LIMIT:g}x (or 1 repeat), not trusted"
 PARETO_AXES = {
     # column: (file name, title, axis label, scale)
     "normalised_time": ("pareto", "Quality vs time", "time per example vs AR (AR = 1)", 1.0),
@@ -268,18 +269,19 @@ def _bound_quality_axis(ax: plt.Axes, metric: str) -> None:
     ax.set_ylim(low, high)
 
 
-POOLED_LINE = "all baselines (upper hull, sd included)"
+POOLED_LINE = "all baselines (upper hull, lossless sd included)"
 
 
 def _pooled_hull(ax: plt.Axes, rows: pd.DataFrame, q_scale: float) -> bool:
-    """Draw the upper hull of every baseline point and lossless sd (compare's "all baselines"),
-    where they come from at least two families; True when drawn."""
-    from bench.reports.compare import LOSSLESS
+    """Draw the upper hull of every baseline point and the lossless point of their drafts
+    (compare's "all baselines", the same rule: ``baseline_families``), where they come from at
+    least two families; True when drawn."""
+    from bench.reports.compare import POOLED, baseline_families
     from bench.reports.frontier import hull_points
 
-    pooled = rows["baseline"].astype(bool) | rows["method"].isin(LOSSLESS)
-    pool = rows[pooled & rows["acceptance_rate"].notna()]
-    if pool["family"].nunique() < 2:
+    pools = [members for name, members in baseline_families(rows, []) if name == POOLED]
+    pool = pools[0][pools[0]["acceptance_rate"].notna()] if pools else rows.iloc[:0]
+    if pool.empty:
         return False
     hull = np.array(hull_points(pool["acceptance_rate"].to_numpy(float), pool["quality"].to_numpy(float)))
     ax.plot(hull[:, 0] * 100, hull[:, 1] * q_scale, ":", color="0.35", lw=1.6, zorder=1, label=POOLED_LINE)
@@ -319,7 +321,7 @@ def plot_pareto(panel: Panel, qualities: dict[str, str], out: Path, x: str = "no
                 sweeps.append((ax, *_merge_coincident(list(zip(xs, ys)), texts), style["color"]))
             for _, r in family.iterrows():
                 drawn.append(r["legend"])
-                unsteady = x == "normalised_time" and r.get("time_spread", np.nan) > SPREAD_LIMIT
+                unsteady = x == "normalised_time" and not timing_trusted(r.get("time_spread", np.nan))
                 flagged |= bool(unsteady)
                 ax.errorbar(
                     r[x] * x_scale,
@@ -357,8 +359,8 @@ def plot_pareto(panel: Panel, qualities: dict[str, str], out: Path, x: str = "no
         else "acceptance rate = accepted / drafted tokens"
     )
     hollow = (
-        f" Hollow markers: the time per token of the timed examples varied more than {SPREAD_LIMIT:g}x; "
-        "that time is not to be trusted."
+        " Hollow markers: re-timing the same examples moved the normalised time more than "
+        f"{SPREAD_LIMIT:g}x, or they were timed once (noise not measured); that time is not to be trusted."
         if flagged
         else ""
     )

@@ -1,6 +1,7 @@
 """Verifiers: the template and ``verify`` (base), the paper's six methods (paper), the serving
-engines' lossy acceptance rules (engines), all reachable by name through one registry, and the
-rules on token trees (tree: ``verify_tree``)."""
+engines' lossy acceptance rules (engines), the training-free newcomers (newcomers: fuzzy SD,
+mentored decoding) and the learned judges (judges), all reachable by name through one registry,
+and the rules on token trees (tree: ``verify_tree``)."""
 
 from bench.verifiers.base import (
     CALIBRATED,
@@ -18,6 +19,8 @@ from bench.verifiers.base import (
     verify,
 )
 from bench.verifiers.engines import RelaxedAcceptance, ThresholdAcceptance, TypicalAcceptance
+from bench.verifiers.newcomers import FuzzySD, MentoredDecoding
+from bench.verifiers.judges import AutoJudge, Judge, SelfJudge
 from bench.verifiers.tree import (
     TREE_RULES,
     TreeRound,
@@ -49,10 +52,18 @@ for _cls in (
     TypicalAcceptance,
     ThresholdAcceptance,
     RelaxedAcceptance,
+    FuzzySD,
+    MentoredDecoding,
+    Judge,
+    AutoJudge,
+    SelfJudge,
 ):
     register(_cls)
 
 __all__ = [
+    "AutoJudge",
+    "Judge",
+    "SelfJudge",
     "CASCADE_RULES",
     "MIX_MODES",
     "CALIBRATED",
@@ -60,7 +71,9 @@ __all__ = [
     "Calibration",
     "Autoregressive",
     "Diversed",
+    "FuzzySD",
     "LossySD",
+    "MentoredDecoding",
     "MethodInfo",
     "MixtureVerifier",
     "RelaxedAcceptance",

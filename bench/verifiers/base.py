@@ -45,7 +45,8 @@ class Round:
     greedy decoding they are the temperature-1 softmax. ``p_logits``/``q_logits`` give the raw
     scores for rules that read temperature-1 probabilities (SpecCascade's deferral) or mix before
     processing (logit mixing). ``weights`` are per-token target weights from a DIVERSED head, when
-    one runs.
+    one runs, or a judge's p(important) per drafted token: whatever the verifier's learned head
+    outputs (``Verifier.recipe``).
     """
 
     draft: Tensor  # [B, N] drafted token ids
@@ -54,7 +55,7 @@ class Round:
     q_logits: Tensor | None  # [B, N, V]; None without a draft model (prompt lookup)
     p_logits: Tensor  # [B, N, V]
     sampling: Sampling
-    weights: Tensor | None = None  # [B, N]
+    weights: Tensor | None = None  # [B, N] the learned head's output per drafted token
     greedy_draft: bool = False  # the draft drafted its argmax instead of sampling q
 
     @property
@@ -191,6 +192,15 @@ class Verifier(ABC):
     # How the rule runs on a token tree (bench/verifiers/tree.py, docs/spec.md §10, token trees):
     # "lossless", "sglang" or "target_only"; None: not defined on trees, refused there.
     tree_rule: ClassVar[str | None] = None
+    # Swept parameters whose value here leaves the learned head as trained (DIVERSED's logit shift
+    # 0): labels leave them out at that value, so a trained head's one point reads as before.
+    neutral: ClassVar[Mapping[str, Any]] = {}
+
+    def recipe(self) -> Any:
+        """How this configuration's head is trained (a ``bench.learned.Recipe``); None: the method
+        learns nothing. A learned verifier returns one built from its parameters (a judge's
+        features), so that `train --method` and `--grid baselines` train it with no other code."""
+        return None
 
     def reads(self) -> frozenset[str]:
         """What this configuration reads of the draft: the class's ``draft_reads`` unless a
@@ -348,6 +358,7 @@ class MethodInfo:
     draft_policy: str = "sample"
     draft_reads: list[str] = field(default_factory=list)
     calibration: dict[str, Any] | None = None  # the class's Calibration as plain data
+    neutral: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def of(cls, verifier: type[Verifier]) -> MethodInfo:
@@ -374,6 +385,7 @@ class MethodInfo:
             draft_policy=verifier.draft_policy,
             draft_reads=sorted(verifier.draft_reads),
             calibration={**asdict(calibration), "ties": dict(calibration.ties)} if calibration else None,
+            neutral=dict(verifier.neutral),
         )
 
     def to_json(self) -> str:
@@ -414,7 +426,11 @@ class MethodInfo:
     def swept_text(self, params: Mapping[str, Any], digits: int | None = LABEL_DIGITS) -> str:
         """The swept values, as a label shows them (``w=0.2``): what tells a family's points apart."""
         full = self.full(params)
-        return ", ".join(self.shown(k, full[k], digits) for k in self.swept if k in full)
+        return ", ".join(
+            self.shown(k, full[k], digits)
+            for k in self.swept
+            if k in full and not (k in self.neutral and full[k] == self.neutral[k])
+        )
 
     def digits(self, points: Sequence[Mapping[str, Any]]) -> int:
         """The significant digits labels need to tell these points (one family's) apart: at least

@@ -208,7 +208,22 @@ class Diversed(MixtureVerifier):
         "zorder": 5,
     }
     order: ClassVar[int] = 5
+    # The knob: a shift of the head's logit, w = sigmoid(logit + shift). It moves every token's
+    # weight the same way while keeping the head's ranking of which tokens need the target (what
+    # training learned), costs no training per point (one head per regulariser weight would), and
+    # spans the family from accepting every draft (w -> 0) to SD (w -> 1); shift 0 is the head as
+    # trained. Acceptance 1 - w TV(p, q) falls as the shift rises.
+    calibration: ClassVar[Calibration] = Calibration("shift", -8.0, 8.0, rising=False)
+    sweep: ClassVar[Mapping[str, Sequence[Any]]] = {"shift": (-4.0, -2.0, -1.0, 0.0, 1.0, 2.0)}
+    shorthand: ClassVar[Mapping[str, str]] = {"shift": "shift"}
+    neutral: ClassVar[Mapping[str, Any]] = {"shift": 0.0}
     mix: str = "prob"
+    shift: float = 0.0
+
+    def recipe(self) -> Any:
+        from bench.learned.reinforce import ReinforceRecipe
+
+        return ReinforceRecipe()
 
     def __post_init__(self) -> None:
         _check_mix("diversed", self.mix)
@@ -221,4 +236,7 @@ class Diversed(MixtureVerifier):
     def pi(self, r: Round) -> Tensor:
         if r.weights is None:
             raise BenchError("diversed: no per-token weights; pass a weight head (--head PATH)")
-        return mixture(r, r.weights, self.mix)
+        w = r.weights
+        if self.shift:
+            w = torch.sigmoid(torch.logit(w.double(), eps=1e-12) + self.shift).to(w.dtype)
+        return mixture(r, w, self.mix)

@@ -1,0 +1,89 @@
+"""Heads cached by what made them: the method, its recipe and settings, the task, the pair, the
+data and the harness's version key a folder under the cache root; a run that finds the folder's
+head uses it, one that finds a checkpoint there resumes it. ``--grid baselines`` calls
+``provide_heads`` to train the learned families it lacks (``--no-train``: skip them)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Callable
+
+from bench import __version__
+from bench.config import RunConfig
+from bench.verifiers import make_verifier, verifier_class
+
+# Raise when a recipe's output changes for the same settings (it keys every cached head).
+HEAD_FORMAT = 1
+
+
+def recipe_of(method: str, params: dict[str, Any] | None = None) -> Any:
+    """The recipe a method's configuration trains its head with (None: it learns nothing)."""
+    return make_verifier(method, **_fixed(params or {})).recipe()
+
+
+def head_key(method: str, recipe: Any, task: str, pair: str, data: str) -> dict[str, Any]:
+    return {
+        "method": verifier_class(method).name,
+        "recipe": recipe.name,
+        "settings": recipe.settings(),
+        "task": Path(task).stem,
+        "pair": Path(pair).stem,
+        "data": data,
+        "harness": f"{__version__}/{HEAD_FORMAT}",
+    }
+
+
+def cached_folder(key: dict[str, Any]) -> Path:
+    from bench.fetch import cache_root
+
+    digest = hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:10]
+    return cache_root() / "heads" / f"{key['method']}-{key['task']}-{key['pair']}-{digest}"
+
+
+def is_trained(folder: Path) -> bool:
+    card = folder / "card.json"
+    return card.is_file() and bool(json.loads(card.read_text()).get("trained"))
+
+
+def provide_heads(
+    configs: list[RunConfig], *, train: bool, log: Callable[[str], None], device: str = "auto",
+    dtype: str | None = None, engine: str = "eager", verbose: bool = False,
+) -> list[RunConfig]:  # fmt: skip
+    """Every configuration of a learned method given no head gets its cached head, trained first
+    where missing (or, with ``train`` off, is dropped, with one line saying so)."""
+    from bench import api
+    from bench.pairs import resolve_pair
+    from bench.tasks import default_data, resolve_task
+
+    out, skipped = [], set()
+    for cfg in configs:
+        cls = verifier_class(cfg.method)
+        recipe = recipe_of(cfg.method, cfg.params) if cls.needs_hidden and cfg.head is None else None
+        if recipe is None:
+            out.append(cfg)
+            continue
+        data = cfg.data or default_data(resolve_task(cfg.task).name, resolve_pair(cfg.pair).kind)
+        folder = cached_folder(head_key(cfg.method, recipe, cfg.task, cfg.pair, data))
+        if not is_trained(folder):
+            if not train:
+                skipped.add(cls.name)
+                continue
+            log(f"{cls.name}: no trained head for {cfg.task} on {cfg.pair}; training it into {folder}")
+            api.train(
+                task=cfg.task, pair=cfg.pair, method=cfg.method, params=_fixed(cfg.params), data=data,
+                output_dir=folder, device=device, dtype=dtype, engine=engine, verbose=verbose, log=log,
+            )  # fmt: skip
+        out.append(replace(cfg, head=str(folder)))
+    if skipped:
+        log(f"--no-train: skipped the learned families {', '.join(sorted(skipped))} (no trained head cached)")
+    return out
+
+
+def _fixed(params: dict[str, Any]) -> dict[str, Any]:
+    """The parameters that name a head: everything but values a calibration has yet to choose."""
+    from bench.verifiers import CALIBRATED
+
+    return {k: v for k, v in params.items() if v is not CALIBRATED}

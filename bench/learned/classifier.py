@@ -1,0 +1,134 @@
+"""The judges' recipe: mine labels on the train split's questions (a miner from
+bench.learned.miners), read the features at each mined token, fit the classifier
+(bench.learned.logistic) and write a judge head. Mined labels are checkpointed per question, so a
+killed run resumes where it stopped."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar
+
+import torch
+
+from bench.build import encode_prompt
+from bench.errors import BenchError
+from bench.learned import Recipe, TrainJob
+from bench.learned.features import PairOracle, token_features
+from bench.learned.heads import JudgeHead, check_features
+from bench.learned.logistic import fit_judge
+from bench.learned.miners import Mined, autojudge, selfjudge
+from bench.tasks import Example
+
+MINERS = ("autojudge", "selfjudge")
+LABELS = "labels.pt"
+# `train` flags other recipes take; refused here unless left at their defaults.
+_SHARED = {"num_prompts": "questions", "seed": "seed", "chat_template": "chat_template"}
+
+
+@dataclass(frozen=True)
+class ClassifierRecipe(Recipe):
+    name: ClassVar[str] = "classifier"
+    miner: str = "autojudge"
+    features: str = "draft+target"
+    # Train-split questions mined (the authors mined GSM8K's 7.5k): on the shipped pair 1 token in
+    # ~300 changes the answer, so fewer leave too few important labels to validate a fit on.
+    questions: int = 1000
+    seed: int = 0
+    val_share: float = 0.1
+    chat_template: bool = False
+
+    def __post_init__(self) -> None:
+        if self.miner not in MINERS:
+            raise BenchError(f"miner must be one of {', '.join(MINERS)}, got {self.miner!r}")
+        check_features(self.features)
+        if self.questions < 2:
+            raise BenchError(f"the classifier recipe needs >= 2 questions (a validation split), got {self.questions}")
+
+    def settings(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def configure(self, **settings: Any) -> ClassifierRecipe:
+        from bench.train import TrainConfig
+
+        defaults = asdict(TrainConfig())
+        stray = sorted(k for k, v in settings.items() if k not in _SHARED and v != defaults.get(k, object()))
+        if stray:
+            flags = ", ".join("--" + k.replace("_", "-") for k in stray)
+            raise BenchError(f"{flags}: REINFORCE's; the classifier recipe takes --num-prompts, --seed, --chat-template")
+        mapped = {_SHARED[k]: v for k, v in settings.items() if k in _SHARED}
+        return ClassifierRecipe(**{**asdict(self), **mapped})
+
+    def examples(self, job: TrainJob) -> list[Example]:
+        return job.task.examples(min(self.questions, len(job.task.rows())), self.seed)
+
+    def plan(self, job: TrainJob) -> str:
+        per = "a greedy target decode" if self.miner == "autojudge" else "a teacher-forced target forward"
+        return (
+            f"{self.miner} labels on {len(self.examples(job))} train questions ({per} per mismatch), then "
+            f"{self.features} features and a logistic fit; the first question's time gives the estimate"
+        )
+
+    def mine(self, oracle: PairOracle, job: TrainJob, prompt: list[int], doc: dict[str, Any]) -> list[Mined]:
+        budget = job.task.spec.max_new_tokens
+        if self.miner == "selfjudge":
+            return selfjudge.mine(oracle, prompt, budget)
+        tok = job.pair.tokenizer
+
+        def agree(a: list[int], b: list[int]) -> bool:
+            text = [tok.decode(x, skip_special_tokens=True) for x in (a, b)]
+            return autojudge.answers_agree(job.task, doc, *text)
+
+        return autojudge.mine(oracle, prompt, budget, agree)
+
+    def train(self, job: TrainJob) -> dict[str, Any]:
+        state = self.mine_all(job)
+        x, y, group = torch.stack(state["x"]), torch.tensor(state["y"]), torch.tensor(state["group"])
+        fit = fit_judge(x, y, group, self.seed, self.val_share)
+        head = JudgeHead(self.features, *job.pair.hidden_sizes)
+        head.mean.copy_(fit.mean), head.scale.copy_(fit.scale), head.weight.copy_(fit.weight)
+        head.bias.fill_(fit.bias)
+        share = float(y.float().mean())
+        card = {
+            "pair": job.pair.spec.name, "task": job.task.name, "data": job.data, "recipe": self.settings(),
+            "labels": len(y), "important_share": share, "C": fit.C, "constant": not fit.C,
+            "val_auc": fit.val_auc if fit.C else None, "trained": True,
+        }  # fmt: skip
+        head.save(job.folder, card)
+        if fit.C:
+            job.log(f"fit: {len(y)} labels ({share:.1%} important), C {fit.C:.3g}, validation ROC-AUC {fit.val_auc:.3f}")
+        else:
+            job.log(
+                f"every one of the {len(y)} mined labels says {'important' if y[0] else 'unimportant'}: "
+                f"the judge is the constant p(important) {torch.sigmoid(torch.tensor(fit.bias)):.4f} "
+                "(mine more questions with --num-prompts for a fitted one)"
+            )
+        return card
+
+    def mine_all(self, job: TrainJob) -> dict[str, list[Any]]:
+        """Labels and features of every question, saved after each (a re-run skips those done)."""
+        store = job.folder / LABELS
+        state = torch.load(store) if store.exists() else {"done": [], "x": [], "y": [], "group": []}
+        if state.get("settings", self.settings()) != self.settings():
+            raise BenchError(f"{store} was mined with other settings; use another --output-dir or delete it")
+        examples, oracle = self.examples(job), PairOracle(job.pair)
+        start, fresh = time.perf_counter(), 0
+        for q, example in enumerate(examples):
+            if example.example_id in state["done"]:
+                continue
+            prompt = encode_prompt(job.pair, example.prompt, self.chat_template)
+            for m in self.mine(oracle, job, prompt, example.doc):
+                state["x"].append(token_features(job.pair, self.features, m.context, m.token))
+                state["y"].append(int(m.important))
+                state["group"].append(q)
+            state["done"].append(example.example_id)
+            job.folder.mkdir(parents=True, exist_ok=True)
+            torch.save({**state, "settings": self.settings()}, store)
+            done, fresh = len(state["done"]), fresh + 1
+            left = (time.perf_counter() - start) / fresh * (len(examples) - done)
+            if fresh == 1 or done % max(1, len(examples) // 20) == 0 or done == len(examples):
+                job.log(
+                    f"question {done}/{len(examples)}: {len(state['y'])} labels, {sum(state['y'])} important, "
+                    f"~{left / 60:.1f} min left"
+                )
+        return state

@@ -1,0 +1,80 @@
+"""A judge's head: standardised hidden states, one logistic unit (AutoJudge's StandardScaler +
+LogisticRegression, garipovroma/autojudge src/train_head_gsm8k.py), output p(important).
+
+Which states it reads (``features``): ``target``, the target's last hidden state at the drafted
+token (the verify forward's state with the token as input, AutoJudge's "DT"), or ``draft+target``,
+the draft's last hidden state where it predicted the token, then the target's ("DD-DT"; the
+authors ran the draft one step further to read its state on the token, which this harness's
+drafter never computes for the last drafted token, so the head reads the state it has).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from bench.errors import BenchError
+
+FEATURES = ("target", "draft+target")
+JUDGE_FILE, CARD_FILE = "judge.safetensors", "card.json"
+
+
+def check_features(features: str) -> str:
+    if features not in FEATURES:
+        raise BenchError(f"features must be one of {', '.join(FEATURES)}, got {features!r}")
+    return features
+
+
+def feature_vector(features: str, h_draft: Tensor | None, h_target: Tensor) -> Tensor:
+    """[..., F]: what a judge head reads, in float32."""
+    if features == "target":
+        return h_target.float()
+    if h_draft is None:
+        raise BenchError("a draft+target judge reads the draft model's hidden states; this drafter has none")
+    return torch.cat([h_draft.float(), h_target.float()], dim=-1)
+
+
+class JudgeHead(nn.Module):
+    """p(important) = sigmoid(((x - mean) / scale) . w + b) per drafted token."""
+
+    at_token: ClassVar[bool] = True  # reads the target's state with the drafted token as input
+
+    def __init__(self, features: str, draft_hidden: int, target_hidden: int) -> None:
+        super().__init__()
+        self.features = check_features(features)
+        self.draft_hidden, self.target_hidden = draft_hidden, target_hidden
+        width = target_hidden + (draft_hidden if features == "draft+target" else 0)
+        self.register_buffer("mean", torch.zeros(width))
+        self.register_buffer("scale", torch.ones(width))
+        self.register_buffer("weight", torch.zeros(width))
+        self.register_buffer("bias", torch.zeros(()))
+
+    def forward(self, h_draft: Tensor | None, h_target: Tensor) -> Tensor:
+        x = feature_vector(self.features, h_draft, h_target)
+        return torch.sigmoid(((x - self.mean) / self.scale) @ self.weight + self.bias)
+
+    def save(self, folder: Path, card: dict[str, Any]) -> None:
+        from safetensors.torch import save_file
+
+        folder.mkdir(parents=True, exist_ok=True)
+        save_file({k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}, str(folder / JUDGE_FILE))
+        card = {
+            **card,
+            "head": "judge",
+            "features": self.features,
+            "draft_hidden": self.draft_hidden,
+            "target_hidden": self.target_hidden,
+        }
+        (folder / CARD_FILE).write_text(json.dumps(card, indent=2, sort_keys=True))
+
+    @classmethod
+    def load(cls, folder: Path, card: dict[str, Any]) -> JudgeHead:
+        from safetensors.torch import load_file
+
+        head = cls(card["features"], card["draft_hidden"], card["target_hidden"])
+        head.load_state_dict(load_file(str(folder / JUDGE_FILE)))
+        return head

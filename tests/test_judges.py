@@ -1,0 +1,187 @@
+"""The judge family: its law (always-reject is SD, always-accept keeps every draft), mining on a
+fake target whose greedy continuation is known, the classifier against scikit-learn's, and the
+judge head read off the verify forward."""
+
+import pytest
+import torch
+
+from bench.distributions import Sampling, process
+from bench.learned.heads import JudgeHead
+from bench.learned.logistic import fit_judge, logistic_fit, roc_auc
+from bench.learned.miners import autojudge, selfjudge
+from bench.verifiers import Round, make_verifier, verify
+
+
+def random_round(b=4000, n=3, v=6, seed=0, scores=None, temperature=1.0):
+    g = torch.Generator().manual_seed(seed)
+    pl, ql = torch.randn(b, n, v, generator=g) * 2, torch.randn(b, n, v, generator=g) * 2
+    s = Sampling(temperature)
+    p, q = process(pl, s), process(ql, s)
+    draft = q.reshape(-1, v).multinomial(1, generator=g).reshape(b, n) if temperature else ql.argmax(-1)
+    w = scores if scores is not None else torch.zeros(b, n)
+    return Round(draft, q, p, ql, pl, s, weights=w.expand(b, n) if w.dim() == 0 else w)
+
+
+@pytest.mark.parametrize("method", ["judge", "autojudge", "selfjudge"])
+def test_always_reject_is_exactly_sd(method):
+    """p(important) = 1 > tau everywhere: the same mass and residual as SD, so the same draws."""
+    r = random_round(scores=torch.tensor(1.0))
+    judge, sd = make_verifier(method, tau=0.9), make_verifier("sd")
+    for a, b in zip(judge.rule(r), sd.rule(r)):
+        assert torch.equal(a, b)
+    bonus = r.p[:, -1]
+    vj = verify(judge, r, bonus, torch.Generator().manual_seed(1))
+    vs = verify(sd, r, bonus, torch.Generator().manual_seed(1))
+    assert torch.equal(vj.accepted, vs.accepted) and torch.equal(vj.next_token, vs.next_token)
+
+
+def test_tau_zero_is_sd_whatever_the_head_says():
+    r = random_round(scores=torch.rand(4000, 3, generator=torch.Generator().manual_seed(3)))
+    for a, b in zip(make_verifier("autojudge", tau=0.0).rule(r), make_verifier("sd").rule(r)):
+        assert torch.equal(a, b)
+
+
+def test_always_accept_keeps_every_draft():
+    r = random_round(scores=torch.tensor(0.0))
+    v = verify(make_verifier("autojudge", tau=0.5), r, r.p[:, -1], torch.Generator().manual_seed(1))
+    assert bool((v.accepted == 3).all())
+    g = random_round(scores=torch.tensor(0.0), temperature=0)
+    assert bool((verify(make_verifier("selfjudge", tau=0.5), g, g.p[:, -1]).accepted == 3).all())
+
+
+def test_judge_acceptance_follows_the_law():
+    """Statistically: drafted x kept w.p. min(1, p/q) + (1 - min(1, p/q)) [s < tau], per position."""
+    b, v = 200_000, 5
+    g = torch.Generator().manual_seed(7)
+    p = torch.softmax(torch.randn(v, generator=g), -1).expand(b, 1, v)
+    q = torch.softmax(torch.randn(v, generator=g), -1).expand(b, 1, v)
+    draft = q[:, 0].multinomial(1, generator=g)
+    fine_tokens = torch.tensor([0, 2])
+    scores = torch.where(torch.isin(draft, fine_tokens), 0.1, 0.9).float()
+    r = Round(draft, q, p, q.log(), p.log(), Sampling(1.0), weights=scores)
+    got = verify(make_verifier("judge", tau=0.5), r, p[:, 0], torch.Generator().manual_seed(2)).accepted.float()
+    ratio = (p[0, 0] / q[0, 0]).clamp(max=1)
+    law = torch.where(torch.isin(torch.arange(v), fine_tokens), torch.ones(v), ratio)
+    expected = (q[0, 0] * law).sum()
+    assert abs(got.mean() - expected) < 4 * (expected * (1 - expected) / b) ** 0.5
+
+
+def test_greedy_keeps_exact_matches_and_what_the_judge_calls_fine():
+    r = random_round(b=500, temperature=0, scores=torch.full((500, 3), 0.9))
+    sd = verify(make_verifier("sd"), r, r.p[:, -1])
+    judged = verify(make_verifier("judge", tau=0.5), r, r.p[:, -1])
+    assert torch.equal(sd.accepted, judged.accepted) and torch.equal(sd.next_token, judged.next_token)
+
+
+class FakeOracle:
+    """A target whose greedy continuation is a table lookup on the last token; a draft that
+    proposes fixed tokens at fixed positions."""
+
+    eos = frozenset({0})
+
+    def __init__(self, nexts, draft_swaps, v=10):
+        self.nexts, self.swaps, self.v = nexts, draft_swaps, v
+
+    def greedy(self, ids, max_new):
+        out = []
+        while len(out) < max_new:
+            out.append(self.nexts[(ids + out)[-1]])
+            if out[-1] in self.eos:
+                break
+        return out
+
+    def draft_argmax(self, ids):
+        return [self.swaps.get(i + 1, ids[i + 1] if i + 1 < len(ids) else 0) for i in range(len(ids))]
+
+    def target_logprobs(self, ids):
+        out = torch.full((len(ids), self.v), -10.0)
+        for i, t in enumerate(ids):
+            out[i, self.nexts.get(t, 0)] = 0.0 if t != 9 else -5.0  # after token 9 the target is unsure
+        return out
+
+
+def test_autojudge_mining_on_a_known_case():
+    """Target: 1 -> 2 -> 3 -> 4 -> 0 (EOS); 5 -> 3 (rejoins); 7 -> 8 -> 0 (another answer).
+    The draft writes 5 at completion position 0 (answer kept: unimportant, swapped text kept) and 7
+    at position 2 (answer changes: important)."""
+    nexts = {1: 2, 2: 3, 3: 4, 4: 0, 5: 3, 7: 8, 8: 0}
+    prompt = [1]
+    oracle = FakeOracle(nexts, {1: 5, 3: 7})  # absolute positions in prompt + completion
+    agree = lambda a, b: a[-2:] == b[-2:]  # the "answer": the last token before EOS
+    labels = autojudge.mine(oracle, prompt, 10, agree)
+    assert [(m.context, m.token, m.important) for m in labels] == [
+        ([1], 5, False),  # 1 5 3 4 0: ends "4 0" as the target's 1 2 3 4 0 does
+        ([1, 5, 3], 7, True),  # on the kept text: 1 5 3 7 8 0 ends "8 0"
+    ]
+
+
+def test_selfjudge_mining_on_a_known_case():
+    nexts = {1: 2, 2: 3, 3: 4, 4: 0, 9: 4}
+    # The target writes 1 2 3 4 0. At position 2 the draft writes 9, after which the target is unsure
+    # (max log p -5 instead of 0: a drop of 5 > 1); at 3 it writes 3, after which it is as sure.
+    oracle = FakeOracle(nexts, {2: 9, 3: 3})
+    labels = selfjudge.mine(oracle, [1], 10, window=2, threshold=1.0)
+    assert [(m.context, m.token, m.important) for m in labels] == [([1, 2], 9, True), ([1, 2, 3], 3, False)]
+
+
+def fixture(n=120, f=4, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, f, generator=g) * torch.tensor([1.0, 3.0, 0.5, 10.0]) + 2
+    y = ((x[:, 0] - 2 + 0.3 * torch.randn(n, generator=g)) > 0).long()
+    return x, y
+
+
+def test_logistic_fit_equals_scikit_learn():
+    sklearn = pytest.importorskip("sklearn.linear_model")
+    from sklearn.metrics import roc_auc_score
+
+    x, y = fixture()
+    x = (x - x.mean(0)) / x.std(0, unbiased=False)
+    for C in (0.01, 1.0, 100.0):
+        w, b = logistic_fit(x, y, C)
+        ref = sklearn.LogisticRegression(C=C, tol=1e-10, max_iter=10_000).fit(x.double().numpy(), y.numpy())
+        assert torch.allclose(w.double(), torch.tensor(ref.coef_[0]), atol=1e-4, rtol=1e-4)
+        assert b == pytest.approx(float(ref.intercept_[0]), abs=1e-4)
+    s = torch.randn(len(y), generator=torch.Generator().manual_seed(1)).round()
+    assert roc_auc(y, s) == pytest.approx(roc_auc_score(y.numpy(), s.numpy()))
+
+
+def test_fit_splits_by_question_and_the_head_applies_it():
+    x, y = fixture(200)
+    groups = torch.arange(200) // 5
+    fit = fit_judge(x, y, groups, seed=0)
+    assert fit.val_auc >= 0.85 and int(fit.weight.abs().argmax()) == 0  # the one informative feature
+    head = JudgeHead("target", 3, 4)
+    head.mean.copy_(fit.mean), head.scale.copy_(fit.scale), head.weight.copy_(fit.weight)
+    head.bias.fill_(fit.bias)
+    expected = torch.sigmoid(((x - fit.mean) / fit.scale) @ fit.weight + fit.bias)
+    assert torch.allclose(head(None, x), expected)
+
+
+def test_rare_important_labels_still_split_both_ways():
+    """Two questions of fifty hold the only important tokens: each side of the split gets one."""
+    from bench.learned.logistic import validation_questions
+
+    groups = torch.arange(150) // 3
+    y = torch.isin(groups, torch.tensor([7, 31])) & (torch.arange(150) % 3 == 0)
+    val = torch.isin(groups, validation_questions(y, groups, seed=0, share=0.1))
+    assert y[val].any() and y[~val].any() and (~y[val]).any()
+    assert len(validation_questions(y, groups, seed=0, share=0.1)) == 1 + round(48 * 0.1)
+
+
+def test_one_class_of_labels_gives_a_constant_judge():
+    """No finite logistic optimum: p(important) is the smoothed share, the same for every token."""
+    x, _ = fixture(40)
+    fit = fit_judge(x, torch.zeros(40, dtype=torch.long), torch.arange(40) // 4)
+    assert fit.C == 0 and torch.equal(fit.weight, torch.zeros(4))
+    assert torch.sigmoid(torch.tensor(fit.bias)).item() == pytest.approx(0.5 / 41)
+
+
+def test_the_bare_judge_rule_needs_a_head_it_cannot_train():
+    from bench.config import expand_methods
+    from bench.errors import BenchError
+
+    with pytest.raises(BenchError, match="judge: reads a head and trains none"):
+        expand_methods(["judge"])
+    assert expand_methods(["judge"], heads=["h"]) == [("judge", {}, "h")]
+    assert expand_methods(["autojudge"]) == [("autojudge", {}, None)]  # its cached head

@@ -1,0 +1,116 @@
+"""Learned verifiers end to end on the shipped pair: DIVERSED through the recipe path equals
+bench.train's head, a judge that always rejects decodes SD's tokens, a target-only judge runs on
+prompt lookup, and a learned plug-in trains (by `train --method`), sweeps and is compared."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from bench import api
+from bench.build import build_decoder
+from bench.learned.cache import cached_folder, head_key, recipe_of
+from bench.learned.heads import JudgeHead
+from bench.pairs import load_pair
+from bench.tasks import Task, resolve_task
+from bench.train import TrainConfig, Trainer
+
+PLUGIN = str(Path(__file__).with_name("learned_verifier.py")) + ":ConfidentJudge"
+
+
+@pytest.fixture(scope="module")
+def ref():
+    return load_pair("ref", device="cpu")
+
+
+def test_diversed_through_the_recipe_equals_todays_head(tmp_path, ref):
+    settings = dict(num_prompts=8, batch_size=4, epochs=1, rollout_tokens=8, lr=0.01)
+    folder = api.train(task="arith", pair="ref", method="diversed", output_dir=tmp_path / "new", device="cpu", log=lambda m: None, **settings)
+    spec = resolve_task("arith")
+    old = Trainer(ref, Task(spec, "hub", split="train"), TrainConfig(**settings), tmp_path / "old")
+    old.train()
+    from bench.head import load_head
+
+    new = load_head(str(folder), "ref", ref.hidden_sizes)[0]
+    for k, v in old.head.state_dict().items():
+        assert torch.equal(v, new.state_dict()[k]), k
+
+
+def always(importance: float, ref) -> JudgeHead:
+    head = JudgeHead("target", *ref.hidden_sizes)
+    head.bias.fill_(importance)  # weight 0: the same score on every token
+    return head
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_a_judge_that_always_rejects_decodes_sds_tokens(ref, temperature):
+    from bench.distributions import Sampling
+
+    prompt = ref.tokenizer("Q: 123 + 456 = ?").input_ids
+    sd = build_decoder(ref, "sd", sampling=Sampling(temperature)).generate(prompt, 40, seed=3)
+    judged = build_decoder(ref, "autojudge", {"tau": 0.9}, head=always(50.0, ref), sampling=Sampling(temperature))
+    out = judged.generate(prompt, 40, seed=3)
+    assert out.token_ids == sd.token_ids
+    keep_all = build_decoder(ref, "selfjudge", {"tau": 0.5}, head=always(-50.0, ref), sampling=Sampling(temperature))
+    stats = keep_all.generate(prompt, 40, seed=3).stats
+    assert stats.accepted_tokens == stats.drafted_tokens
+
+
+def test_a_target_only_judge_runs_on_prompt_lookup(ref):
+    prompt = ref.tokenizer("Q: 123 + 456 = ? 123 + 456 = 579 123 + 456").input_ids
+    decoder = build_decoder(ref, "selfjudge", {"tau": 0.5}, head=always(-50.0, ref), drafter="lookup")
+    stats = decoder.generate(prompt, 30).stats
+    assert stats.drafted_tokens > 0 and stats.accepted_tokens == stats.drafted_tokens
+    from bench.errors import BenchError
+
+    with pytest.raises(BenchError, match="hidden"):
+        build_decoder(ref, "autojudge", {"tau": 0.5}, head=always(-50.0, ref), drafter="lookup")
+
+
+def test_heads_are_cached_by_what_made_them():
+    a = cached_folder(head_key("autojudge", recipe_of("autojudge"), "arith", "ref", "hub"))
+    b = cached_folder(head_key("autojudge", recipe_of("autojudge", {"features": "target"}), "arith", "ref", "hub"))
+    c = cached_folder(head_key("autojudge", recipe_of("autojudge", {"tau": 0.9}), "arith", "ref", "hub"))
+    assert a != b and a == c  # the features change the head, the knob does not
+
+
+@pytest.mark.slow
+def test_a_learned_plugin_trains_sweeps_and_is_compared(tmp_path):
+    head = api.train(task="arith", pair="ref", method=PLUGIN, num_prompts=20, output_dir=tmp_path / "head", device="cpu", log=lambda m: None)
+    assert (head / "judge.safetensors").is_file()
+    api.run(
+        tasks=["arith"], pairs=["ref"], methods=["ar", "sd", "ensemble", PLUGIN], heads=[str(head)],
+        params={"tau": [0.0, 0.5, 1.0], "target_weight": [0.3, 0.7]}, limit=6, output_dir=tmp_path / "r",
+        device="cpu", timing_examples=0, progress=False, log=lambda m: None,
+    )  # fmt: skip
+    text = api.compare(tmp_path / "r", ["confident-judge"])
+    assert "confident-judge" in text and "ensemble" in text
+
+
+def test_judge_training_resumes_from_its_mined_labels(tmp_path, ref, monkeypatch):
+    from bench.errors import BenchError
+    from bench.learned import TrainJob
+    from bench.learned.classifier import ClassifierRecipe
+
+    recipe = ClassifierRecipe(miner="selfjudge", features="target", questions=3)
+    job = TrainJob(ref, Task(resolve_task("arith"), "hub", split="train"), "hub", tmp_path, log=lambda m: None)
+    first = recipe.train(job)
+    calls = []
+    monkeypatch.setattr(ClassifierRecipe, "mine", lambda self, *args: calls.append(args) or [])
+    assert recipe.train(job) == first and calls == []  # every question was mined already
+    with pytest.raises(BenchError, match="other settings"):
+        ClassifierRecipe(miner="selfjudge", features="target", questions=4).train(job)
+
+
+def test_no_train_skips_the_learned_families_in_one_line(tmp_path, monkeypatch):
+    from bench.grid import configs_from_grid
+    from bench.learned.cache import provide_heads
+    from bench.verifiers import verifier_class
+
+    monkeypatch.setenv("DIVERSED_BENCH_CACHE", str(tmp_path))
+    configs, _ = configs_from_grid("baselines", tasks=["arith"], pairs=["ref"])
+    lines = []
+    kept = provide_heads(configs, train=False, log=lines.append)
+    names = {verifier_class(c.method).name for c in kept}
+    assert not names & {"diversed", "autojudge", "selfjudge"} and {"sd", "ensemble"} <= names
+    assert lines == ["--no-train: skipped the learned families autojudge, diversed, selfjudge (no trained head cached)"]
