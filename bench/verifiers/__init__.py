@@ -1,7 +1,9 @@
 """Verifiers: the template and ``verify`` (base), the paper's six methods (paper), the serving
-engines' lossy acceptance rules (engines) and the training-free newcomers (newcomers: fuzzy SD,
-mentored decoding), all reachable by name through one registry."""
+engines' lossy acceptance rules (engines), the training-free newcomers (newcomers: fuzzy SD,
+mentored decoding) and every frontier's top anchor (anchors: accept every draft), all reachable by
+name through one registry."""
 
+from bench.verifiers.anchors import AcceptAll
 from bench.verifiers.base import (
     CALIBRATED,
     VERIFIERS,
@@ -43,10 +45,12 @@ for _cls in (
     RelaxedAcceptance,
     FuzzySD,
     MentoredDecoding,
+    AcceptAll,
 ):
     register(_cls)
 
 __all__ = [
+    "AcceptAll",
     "CASCADE_RULES",
     "MIX_MODES",
     "CALIBRATED",
