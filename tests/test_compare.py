@@ -533,9 +533,9 @@ def test_a_renamed_copy_of_a_baseline_is_judged_like_itself_at_the_nominal_rate(
 @pytest.mark.slow
 def test_the_static_ensemble_renamed_is_indistinguishable_from_itself_on_the_shipped_pair(tmp_path):
     """The shipped-pair case: tests/renamed_ensemble.py (pi = share p + (1 - share) q, swept at
-    share = 0.1 ... 0.9) beside the calibrated ensemble and sd, 50 arith examples as
+    share = 0.1 ... 0.9) beside the calibrated ensemble and both anchors, 50 arith examples as
     `run --grid baselines --method tests/renamed_ensemble.py:RenamedEnsemble --task arith --pair ref
-    --limit 50` decodes them. Before every frontier held its lossless point: "dominated", -6.6%."""
+    --limit 50` decodes them. Before every frontier held its anchors: "dominated", -6.6%."""
     from pathlib import Path
 
     from bench import api
@@ -544,7 +544,7 @@ def test_the_static_ensemble_renamed_is_indistinguishable_from_itself_on_the_shi
     api.run(
         tasks=["arith"],
         pairs=["ref"],
-        methods=["sd", "ensemble", plugin],
+        methods=["sd", "accept_all", "ensemble", plugin],
         sweep=True,
         calibrate=True,
         device="cpu",
@@ -559,7 +559,8 @@ def test_the_static_ensemble_renamed_is_indistinguishable_from_itself_on_the_shi
     (line,) = [v for v in result.families if v.family == "ensemble"]
     assert line.kind == "frontier" and line.verdict == "indistinguishable", line
     sd = summarise(load_results(tmp_path)).set_index("method").loc["sd", "acceptance_rate"]
-    assert line.acceptance[0] == pytest.approx(sd)  # both frontiers start at lossless SD
+    assert line.acceptance == pytest.approx((sd, 1.0))  # both frontiers span [SD's acceptance, 1]
+    assert not any("no anchor" in note for *_, note in result.notes)
 
 
 def _config(cid: str, family: str, method: str, policy: str | None, baseline: bool) -> dict:
