@@ -136,9 +136,9 @@ def test_a_plugin_that_declares_its_sweep_is_reported_like_a_builtin(tmp_path):
     verdicts = json.loads(api.compare(out, ["scaled"], "json"))
     points, frontiers = verdicts["points"], verdicts["frontiers"]
     assert {p["candidate"] for p in points} == set(labels[-3:])
-    # Judged against the baseline and against it pooled with its anchors, never against itself.
-    assert {p["family"] for p in points} == {"ensemble", "all baselines"}
-    assert [f["family"] for f in frontiers] == ["all baselines", "ensemble"]
+    # Judged against the one baseline family (with its anchors; one family: no pool), never against itself.
+    assert {p["family"] for p in points} == {"ensemble"}
+    assert [f["family"] for f in frontiers] == ["ensemble"]
     for frontier in frontiers:
         assert frontier["verdict"] in {"dominates", "dominated", "crosses", "indistinguishable"}
     page = api.report(out, tmp_path / "report.html", ["scaled"]).read_text()
