@@ -122,9 +122,10 @@ def _markdown(table: pd.DataFrame) -> list[str]:
 
 
 FOOTNOTE = (
-    "Every frontier, the candidate's included, holds the lossless point of its drafts (sd on the same "
-    "drafts: sampled, greedy or lookup), counted in a family's points: a per-request mix with lossless SD is "
-    "open to every verifier. all baselines: every baseline point and their lossless points pooled (a "
+    "Every frontier, the candidate's included, holds both anchors of its drafts (lossless sd and "
+    "accept_all, keeping every draft, on the same drafts: sampled, greedy or lookup), counted in a family's "
+    "points: a per-request mix with either is open to every verifier, so every frontier spans [sd's "
+    "acceptance, 1]. all baselines: every baseline point and their anchors pooled (a "
     "random mix of any two settings is attainable), its frontier the upper hull of them all; where the "
     "baselines draft in more than one way, each way is pooled too (all baselines, sampled drafts; all "
     "baselines, greedy drafts), and a line names each side's drafts where they differ. "

@@ -269,11 +269,11 @@ def _bound_quality_axis(ax: plt.Axes, metric: str) -> None:
     ax.set_ylim(low, high)
 
 
-POOLED_LINE = "all baselines (upper hull, lossless sd included)"
+POOLED_LINE = "all baselines (upper hull, anchors sd and accept_all included)"
 
 
 def _pooled_hull(ax: plt.Axes, rows: pd.DataFrame, q_scale: float) -> bool:
-    """Draw the upper hull of every baseline point and the lossless point of their drafts
+    """Draw the upper hull of every baseline point and the anchors of their drafts
     (compare's "all baselines", the same rule: ``baseline_families``), where they come from at
     least two families; True when drawn."""
     from bench.reports.compare import POOLED, baseline_families
@@ -369,7 +369,7 @@ def plot_pareto(panel: Panel, qualities: dict[str, str], out: Path, x: str = "no
         f"(asymmetric, as measured). Lines: methods swept over one parameter (points labelled), the static "
         f"ensemble's target-weight sweep among them; a label that would cover another or a point is left "
         "out; dotted "
-        "(on the acceptance axis): the upper hull of every baseline point and lossless sd pooled, what a "
+        "(on the acceptance axis): the upper hull of every baseline point and their anchors (lossless sd, accept_all) pooled, what a "
         f"random mix of settings attains; dashed: the quality of AR, the target alone.{hollow} "
         f"Settings: {panel.title}."
     )

@@ -1,8 +1,10 @@
 """Verifiers: the template and ``verify`` (base), the paper's six methods (paper), the serving
 engines' lossy acceptance rules (engines), the training-free newcomers (newcomers: fuzzy SD,
-mentored decoding) and the learned judges (judges), all reachable by name through one registry,
-and the rules on token trees (tree: ``verify_tree``)."""
+mentored decoding), the learned judges (judges) and every frontier's top anchor (anchors: accept
+every draft), all reachable by name through one registry, and the rules on token trees (tree:
+``verify_tree``)."""
 
+from bench.verifiers.anchors import AcceptAll
 from bench.verifiers.base import (
     CALIBRATED,
     VERIFIERS,
@@ -57,6 +59,7 @@ for _cls in (
     Judge,
     AutoJudge,
     SelfJudge,
+    AcceptAll,
 ):
     register(_cls)
 
@@ -64,6 +67,7 @@ __all__ = [
     "AutoJudge",
     "Judge",
     "SelfJudge",
+    "AcceptAll",
     "CASCADE_RULES",
     "MIX_MODES",
     "CALIBRATED",
