@@ -68,7 +68,7 @@ class Comparison:
     acceptance_diff_ci: tuple[float, float]
     normalised_time: float
     speedup: float
-    time_spread: float  # max / min time per token of the timed examples; above SPREAD_LIMIT untrusted
+    time_spread: float  # how far re-timing the same examples moves norm. time; above SPREAD_LIMIT untrusted
     beyond_sweep: float  # share of resamples whose candidate falls outside the family's acceptance range
     verdict: str  # above, indistinguishable, below or cannot judge
     reason: str

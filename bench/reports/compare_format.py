@@ -137,7 +137,8 @@ FOOTNOTE = (
     "the largest gap each way there. dominates: the mean's interval is above 0 and the deficit's lower "
     "end is at most 0 (dominated: the mirror); crosses: both the lead's and the deficit's lower ends are "
     "above 0; indistinguishable: otherwise. "
-    f"Speedups are not shown where the timed examples' time per token varies more than {SPREAD_LIMIT:g}x. "
+    f"Speedups are not shown where re-timing the same examples moved the normalised time more than "
+    f"{SPREAD_LIMIT:g}x, or where they were timed once. "
 )
 
 
