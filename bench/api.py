@@ -111,6 +111,7 @@ def run(
     shard: tuple[int, int] = (0, 1),
     batch_size: int = 16,
     timing_examples: int = 4,
+    timing_repeats: int = 2,
     progress: bool = True,
     trace: bool = False,
     report: bool = True,
@@ -149,6 +150,7 @@ def run(
         device=launch.device,
         batch_size=batch_size,
         timing_examples=timing_examples,
+        timing_repeats=timing_repeats,
         engine=engine,
         progress=progress and launch.rank == 0,
         log=log,
@@ -575,5 +577,19 @@ def registries() -> str:
     lines.append(
         f"  {'lookup':<{width}}prompt lookup, no model: ngram=2 (longest n-gram matched), min_ngram=1, match=first|recent, "
         "schedule=constant|heuristic; N = --draft-len (transformers' default is 10)"
+    )
+    lines.append(
+        f"  {'lookup_tree':<{width}}several prompt lookups merged into a token tree of N nodes: lookup's parameters "
+        "and matches=4 (occurrences merged; 1: lookup's chain)"
+    )
+    lines.append(
+        f"  {'suffix':<{width}}SuffixDecoding (vLLM's suffix), no model: max_tree_depth=24, max_spec_factor=1.0, "
+        "max_spec_offset=0.0, min_token_prob=0.1, max_cached_requests=10000 (global tree; 0: none, -1: no limit), "
+        "mode=chain|tree; N = --draft-len (tokens per round)"
+    )
+    lines.append(
+        f"  {'model_tree':<{width}}the draft model's static token tree: depth=4 levels, topk=2 children per node in "
+        "the first branch=1 levels (one below); top-k when greedy, draws without replacement when sampled; "
+        "at most N = --draft-len nodes"
     )
     return "\n".join(lines)

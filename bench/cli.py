@@ -76,8 +76,8 @@ def run(  # fmt: skip
     truncate_prompt: o.Truncate = None, draft_policy: o.DraftPolicy = None, drafter: o.Drafters = None,
     output_dir: o.ResultsDir = Path("results"), plots_dir: o.PlotsDir = None, device: o.Device = "auto",
     dtype: o.Dtype = None, shard: o.Shard = "0/1", batch_size: o.BatchSize = 16,
-    timing_examples: o.TimingExamples = 4, engine: o.Engine = "eager", threads: o.Threads = None,
-    report: o.Report = True, progress: o.Progress = True, sandbox: o.Sandbox = "bwrap",
+    timing_examples: o.TimingExamples = 4, timing_repeats: o.TimingRepeats = 2, engine: o.Engine = "eager",
+    threads: o.Threads = None, report: o.Report = True, progress: o.Progress = True, sandbox: o.Sandbox = "bwrap",
     trace: o.Trace = False, calibrate: o.Calibrate = None, train: o.Train = True, verbose: o.Verbose = False,
 ) -> None:
     """Decode every example with every method; rows are flushed as they finish, and re-running

@@ -61,15 +61,18 @@ Candidates = Annotated[
 DrafterOpt = Annotated[
     Optional[str],
     _opt(
-        "What drafts: model (the pair's draft model, default) or lookup[:ngram=2,min_ngram=1,match=first|recent,"
-        "schedule=constant|heuristic] (prompt lookup, no model; N is --draft-len). See `list`."
+        "What drafts: model (the pair's draft model, default), lookup[:ngram=2,min_ngram=1,match=first|recent,"
+        "schedule=constant|heuristic] (prompt lookup, no model; N is --draft-len), lookup_tree[:matches=4,...] "
+        "(lookups merged into a token tree), suffix[:mode=chain|tree,...] (SuffixDecoding) or "
+        "model_tree[:depth=4,topk=2,branch=1] (the draft model's static token tree; nodes capped by --draft-len). See `list`."
     ),
 ]
 Drafters = Annotated[
     Optional[list[str]],
     _opt(
-        "What drafts: model (default) or lookup[:ngram=2,min_ngram=1,match=first|recent,schedule=constant|heuristic] "
-        "(prompt lookup, no model; N is --draft-len); repeatable, each a configuration.",
+        "What drafts: model (default), lookup[:ngram=2,min_ngram=1,match=first|recent,schedule=constant|heuristic] "
+        "(prompt lookup, no model; N is --draft-len), lookup_tree[:matches=4,...], suffix[:mode=chain|tree,...] "
+        "or model_tree[:depth=4,topk=2,branch=1] (see `list`); repeatable, each a configuration.",
         "--drafter",
     ),
 ]
@@ -109,6 +112,9 @@ PlotsDir = Annotated[Optional[Path], _opt("Where the plots go (default: OUTPUT_D
 Shard = Annotated[str, _opt("Run only share i of k of every configuration's examples.")]
 BatchSize = Annotated[int, _opt("Examples decoded together; their rows carry no time.")]
 TimingExamples = Annotated[int, _opt("First K examples decoded alone and timed, methods interleaved.")]
+TimingRepeats = Annotated[
+    int, _opt("Times each timed example is decoded, methods interleaved each time: their spread measures the noise.")
+]
 Report = Annotated[bool, _opt("Print the table and write the plots at the end.")]
 Progress = Annotated[bool, _opt("A bar on a terminal, one line per configuration in a log.")]
 Trace = Annotated[bool, _opt("Also store every token's fate, p, q and weight (for `report`).")]

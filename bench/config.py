@@ -24,7 +24,7 @@ from bench.context import check_truncation
 from bench.decoding import check_draft_policy
 from bench.drafters import DRAFTERS, canonical_drafter, check_reads, drafter_label, parse_drafter
 from bench.errors import BenchError
-from bench.lossless import LOSSLESS_METHOD, Drafts, lossless_drafts
+from bench.lossless import Drafts, anchors
 from bench.pairs import pick_device, pick_dtype, resolve_pair
 from bench.store import SCHEMA
 from bench.tasks import default_data, resolve_task
@@ -117,15 +117,14 @@ class RunConfig:
         policy = "greedy" if self.temperature == 0 else check_draft_policy(self.draft_policy or cls.draft_policy)
         return Drafts(policy, drafter)
 
-    def lossless(self) -> RunConfig | None:
-        """The lossless point of this configuration's drafts (``bench.lossless``): ``sd`` on the
-        same drafts, under the same settings; None for a method that drafts nothing."""
-        drafts = lossless_drafts(self.drafts())
-        if drafts is None:
-            return None
-        return replace(
-            self, method=LOSSLESS_METHOD, params={}, head=None, draft_policy=drafts.policy, drafter=drafts.drafter
-        )
+    def anchors(self) -> list[RunConfig]:
+        """The anchors of this configuration's drafts (``bench.lossless``): ``sd`` and
+        ``accept_all`` on the same drafts, under the same settings; none for a method that drafts
+        nothing."""
+        return [
+            replace(self, method=method, params={}, head=None, draft_policy=d.policy, drafter=d.drafter)
+            for method, d in anchors(self.drafts())
+        ]
 
     @property
     def config_id(self) -> str:

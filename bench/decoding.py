@@ -32,6 +32,7 @@ from bench.drafters.model import padded
 from bench.engines import EagerEngine, EngineFactory, to_device
 from bench.errors import BenchError
 from bench.verifiers import Round, Verifier, verify
+from bench.verifiers.tree import TreeRound, check_tree_method, verify_tree
 
 DRAFT_POLICIES = ("sample", "greedy")
 
@@ -53,6 +54,7 @@ class DecodeStats:
     drafted_tokens: int = 0
     accepted_tokens: int = 0
     drafting_rounds: int = 0  # rounds that drafted at least one token (a lookup may find none)
+    verified_nodes: int = 0  # drafted tokens the target verified (a chain's tokens, a tree's nodes)
     target_logprob_sum: float = 0.0  # sum over emitted tokens of the target's log p at temperature 1
     target_forwards: int = 0
     draft_forwards: int = 0
@@ -78,6 +80,7 @@ class DecodeStats:
         self.rounds += 1
         self.drafting_rounds += drafted > 0
         self.drafted_tokens += drafted
+        self.verified_nodes += drafted
         self.accepted_tokens += accepted
         for i in range(drafted):
             self.drafted_per_position[i] += 1
@@ -87,10 +90,31 @@ class DecodeStats:
                 self.expected_acceptance_sum[i] += expected[i]
                 self.bias_sum[i] += bias[i]
 
+    def record_tree_round(self, nodes: int, depth: int, accepted: int) -> None:
+        """Count one tree round: ``nodes`` verified, the deepest ``depth`` levels down, ``accepted``
+        kept along one path. Per position is per depth: a level drafted, a level kept (the tree
+        rules report no expected acceptance or bias per node: no position is counted reached)."""
+        self.rounds += 1
+        self.drafting_rounds += nodes > 0
+        self.drafted_tokens += nodes
+        self.verified_nodes += nodes
+        self.accepted_tokens += accepted
+        for i in range(depth):
+            self.drafted_per_position[i] += 1
+            self.accepted_per_position[i] += i < accepted
+
     def pool(self, other: DecodeStats) -> None:
         """Add another example's counters to these (per-position lists entry by entry), so that the
         rates below are pooled over both: accepted / drafted over all drafts, not a mean of rates."""
-        counts = ("new_tokens", "rounds", "drafted_tokens", "accepted_tokens", "target_forwards", "draft_forwards")
+        counts = (
+            "new_tokens",
+            "rounds",
+            "drafted_tokens",
+            "verified_nodes",
+            "accepted_tokens",
+            "target_forwards",
+            "draft_forwards",
+        )
         for name in counts:
             setattr(self, name, getattr(self, name) + getattr(other, name))
         lists = ("drafted_per_position", "accepted_per_position", "reached_per_position")
@@ -110,6 +134,12 @@ class DecodeStats:
         """Tokens emitted per round, bonus included: tokens per target forward (each round is one;
         the prompt's prefill is not counted), Spec-Bench's mean accepted tokens."""
         return self.new_tokens / self.rounds if self.rounds else float("nan")
+
+    @property
+    def nodes_per_round(self) -> float:
+        """Drafted tokens the target verified per round (its forward's width less one): a tree
+        verifies more nodes than it can accept; compare with tokens per forward."""
+        return self.verified_nodes / self.rounds if self.rounds else float("nan")
 
     @property
     def drafting_share(self) -> float:
@@ -206,7 +236,7 @@ class SpeculativeDecoder:
         engine: EngineFactory = EagerEngine,
         draft_policy: str | None = None,
         trace: bool = False,
-        drafter: str = "model",
+        drafter: str | Drafter = "model",
     ) -> None:
         if verifier.uses_draft and draft_len < 1:
             raise BenchError(f"draft_len must be >= 1 for {verifier.name}, got {draft_len}")
@@ -227,7 +257,9 @@ class SpeculativeDecoder:
         # Tracing reads probabilities the round already computed, after its sync; it draws nothing.
         self.trace = trace
         self.drafter: Drafter | None = None
-        if self.draft_len:
+        if self.draft_len and isinstance(drafter, Drafter):  # a drafter built by the caller
+            self.drafter = drafter
+        elif self.draft_len:
             self.drafter = make_drafter(
                 drafter,
                 draft=draft,
@@ -244,7 +276,12 @@ class SpeculativeDecoder:
         # Step widths after the prompt: the target verifies up to N + 1 tokens (fewer near the
         # budget, and where a drafter proposes fewer).
         widths = self.drafter.target_widths(self.draft_len) if self.drafter else (1,)
-        self.engines = [engine(target, widths)] + (self.drafter.engines if self.drafter else [])
+        # A tree drafter's rounds are token trees of these widths (root and nodes).
+        trees = self.drafter.tree_widths(self.draft_len) if self.drafter else ()
+        if trees:  # refused before anything decodes, not at the first tree round
+            self._check_trees()
+        made = engine(target, widths, trees) if trees else engine(target, widths)  # type: ignore[call-arg]
+        self.engines = [made] + (self.drafter.engines if self.drafter else [])
 
     def generate(self, prompt_ids: Sequence[int], max_new_tokens: int, seed: int = 0) -> Generation:
         """Decode up to ``max_new_tokens`` tokens; EOS ends generation wherever it lands."""
@@ -314,6 +351,8 @@ class SpeculativeDecoder:
             if finished:
                 alive = [i for i in range(len(rows)) if i not in finished]
                 done += [rows[i] for i in finished]
+                for i in sorted(finished) if self.drafter else ():  # it may learn from a response
+                    self.drafter.finish(rows[i])  # type: ignore[union-attr]
                 rows = [rows[i] for i in alive]
                 for engine in self.engines if rows else ():
                     engine.select(alive)
@@ -397,6 +436,8 @@ class SpeculativeDecoder:
         caps = [min(self.draft_len, r.budget - len(r.out) - 1) for r in rows]
         draft = self.drafter.draft(rows, caps) if self.drafter and max(caps) > 0 else None
         last = to_device([[r.seq[-1]] for r in rows], self.device)
+        if draft is not None and draft.parents is not None:
+            return self._tree_round(rows, draft, last)
         drafted = draft.tokens if draft else last.new_empty(len(rows), 0)
         ns = draft.counts if draft else [0] * len(rows)
         n = drafted.shape[1]
@@ -423,6 +464,90 @@ class SpeculativeDecoder:
             if self._emit(row, i, nb, acc, drafts, host[count + i], logps[i], sums.get(i), weights.get(i), probs):
                 finished.add(i)
         return finished
+
+    def _tree_round(self, rows: list[_Row], draft: Draft, last: Tensor) -> set[int]:
+        """A round whose draft is a token tree per row: one target forward over every node
+        (``ModelEngine.tree_step``), the rule on trees (``bench.verifiers.tree``) picks one path per
+        row, its K/V are committed and its tokens and the verifier's token emitted."""
+        self._check_trees()
+        ns, nodes = draft.counts, draft.tokens
+        target = self.engines[0]
+        p_logits = target.tree_step(torch.cat([last, nodes], dim=1), draft.parents, [1 + nb for nb in ns])
+        paths, next_token = self._verify_tree(rows, draft, p_logits, process(p_logits, self.sampling))
+        target.commit(paths)
+        loglik = self._path_loglik(p_logits, nodes, paths, next_token)
+        host = torch.cat([next_token, nodes.flatten(), draft.parents.flatten()]).tolist()
+        logps = loglik.tolist()
+        count, n = len(rows), nodes.shape[1]
+        if self.drafter:
+            self.drafter.observe(rows, ns, [len(path) for path in paths])
+        finished: set[int] = set()
+        for i, (row, nb, path) in enumerate(zip(rows, ns, paths)):
+            tokens = host[count + i * n : count + (i + 1) * n]
+            parents = host[count * (1 + n) + i * n : count * (1 + n) + i * n + nb]
+            depth = [0] * nb
+            for j, up in enumerate(parents):
+                depth[j] = 1 + (depth[up] if up >= 0 else 0)
+            drafts = [tokens[j] for j in path]
+            tree = (nb, max(depth, default=0))
+            if self._emit(row, i, nb, len(path), drafts, host[i], logps[i], None, None, None, tree):
+                finished.add(i)
+        return finished
+
+    def _check_trees(self) -> None:
+        """A method, a weight head or a trace not defined on token trees is refused in one line."""
+        check_tree_method(self.verifier)
+        if self.verifier.needs_hidden or self.trace:
+            what = "a weight head" if self.verifier.needs_hidden else "--trace"
+            raise BenchError(f"{self.verifier.name}: {what} is defined on chain drafts only; use a chain drafter")
+
+    def _verify_tree(
+        self, rows: list[_Row], draft: Draft, p_logits: Tensor, p: Tensor
+    ) -> tuple[list[list[int]], Tensor]:
+        """The accepted path per row and the token after it. Rows with as many nodes are verified
+        together, without padding (as ``_verify`` groups chains): a row's draws are then the ones
+        it makes alone, whatever the other rows' trees."""
+        ns, count = draft.counts, len(rows)
+        paths: list[list[int]] = [[] for _ in rows]
+        next_token = torch.zeros(count, dtype=torch.long, device=self.device)
+        for k in sorted(set(ns)):
+            idx = [i for i, nb in enumerate(ns) if nb == k]
+            sel = slice(None) if len(idx) == count else to_device(idx, self.device)
+            generators = [rows[i].generator for i in idx]
+            if k == 0:  # nothing drafted: the target's token, drawn as a chain round draws it
+                next_token[sel] = pick(p_logits[sel, 0] if self.sampling.greedy else p[sel, 0], generators, self.sampling.greedy)
+                continue
+            cut = len(idx) < count or k < draft.tokens.shape[1]
+            tokens, parents, q = (
+                (t[sel, :k] if cut and t is not None else t) for t in (draft.tokens, draft.parents, draft.q)
+            )
+            round_ = TreeRound(
+                tokens=tokens,
+                parents=parents,
+                counts=[k] * len(idx),
+                p=p[sel, : k + 1] if cut else p,
+                p_logits=p_logits[sel, : k + 1] if cut else p_logits,
+                q=q,
+                sampling=self.sampling,
+                greedy_draft=self.greedy_draft and draft.q is not None,
+            )
+            verdict = verify_tree(self.verifier, round_, generators)
+            for i, path in zip(idx, verdict.path):
+                paths[i] = path
+            next_token[sel] = verdict.next_token
+        return paths, next_token
+
+    @staticmethod
+    def _path_loglik(p_logits: Tensor, nodes: Tensor, paths: list[list[int]], next_token: Tensor) -> Tensor:
+        """[B, depth + 1]: the target's temperature-1 log p of each token a tree round emits (the
+        path's nodes, read at their parents' logits, then the verifier's token at the path's end)."""
+        width = max(map(len, paths)) + 1
+        at = [[0] + [j + 1 for j in path] + [0] * (width - 1 - len(path)) for path in paths]
+        pick_ = [path + [nodes.shape[1]] + [0] * (width - 1 - len(path)) for path in paths]
+        tokens = torch.cat([nodes, next_token.unsqueeze(1)], dim=1).gather(1, to_device(pick_, nodes.device))
+        logits = p_logits.gather(1, to_device(at, nodes.device).unsqueeze(-1).expand(-1, -1, p_logits.shape[-1]))
+        picked = logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1).float()
+        return picked - logits.float().logsumexp(-1)
 
     @staticmethod
     def _read_floats(
@@ -540,16 +665,22 @@ class SpeculativeDecoder:
         sums: list[list[float]] | None,
         weights: Tensor | None,
         probs: dict[str, list[Any]] | None,
+        tree: tuple[int, int] | None = None,
     ) -> bool:
         """Append what row ``i`` emitted this round (its ``acc`` kept drafts, then ``token``, cut at
-        an EOS) and count it. Returns whether the row finished."""
+        an EOS) and count it; ``tree``: (nodes, depth) of a tree round, whose ``drafts`` are its
+        accepted path. Returns whether the row finished."""
         new = drafts[:acc] + [token]
         eos_at = next((j for j, t in enumerate(new) if t in self.eos), None)
         counted, kept = round_counts(nb, acc, eos_at)
-        row.stats.record_round(counted, kept, *(sums or ([], [])))
+        if tree:  # every node was verified; a path past an accepted EOS was not emitted
+            row.stats.record_tree_round(nb, tree[1], kept)
+        else:
+            row.stats.record_round(counted, kept, *(sums or ([], [])))
         row.stats.target_logprob_sum += sum(logp[: len(new) if eos_at is None else eos_at + 1])
         row.stats.target_forwards += 1
-        row.stats.draft_forwards += nb if self.drafter and self.drafter.engines else 0
+        steps = tree[1] if tree else nb  # a tree drafter steps its model once per level
+        row.stats.draft_forwards += steps if self.drafter and self.drafter.engines else 0
         if weights is not None:
             row.weights.append(weights[: min(kept + 1, counted)])
         if eos_at is not None:

@@ -19,7 +19,7 @@ from typing import Any
 
 from bench.config import RunConfig, expand_methods
 from bench.errors import BenchError
-from bench.lossless import LOSSLESS_METHOD
+from bench.lossless import ANCHORS
 from bench.registry import load_yaml
 from bench.verifiers import verifier_class
 
@@ -30,7 +30,7 @@ SHARED_KEYS = tuple(
     f.name for f in fields(RunConfig) if f.name not in ("task", "pair", "method", "params", "head", "device", "dtype", "engine")
 )
 GRID_KEYS = {
-    "tasks", "pairs", "methods", "limit", "head", "params", "sweep", "calibrate", "lossless", *PARAM_ALIASES, *SHARED_KEYS
+    "tasks", "pairs", "methods", "limit", "head", "params", "sweep", "calibrate", "anchors", *PARAM_ALIASES, *SHARED_KEYS
 }
 
 
@@ -159,23 +159,23 @@ def configs_from_grid(
             )
     else:
         configs = configs_from_flags(methods=methods, heads=grid_heads, params={**own, **params}, **base)
-    return (with_lossless(configs) if g.get("lossless") else configs), g.get("limit")
+    return (with_anchors(configs) if g.get("anchors") else configs), g.get("limit")
 
 
-def with_lossless(configs: list[RunConfig]) -> list[RunConfig]:
-    """The configurations and, after them, the lossless point of each one's drafts
-    (``RunConfig.lossless``: ``sd`` on the same drafts) that none of them is already: a grid with
-    ``lossless: true`` runs every point its families' frontiers hold (bench/lossless.py)."""
+def with_anchors(configs: list[RunConfig]) -> list[RunConfig]:
+    """The configurations and, after them, the anchors of each one's drafts (``RunConfig.anchors``:
+    ``sd`` and ``accept_all`` on the same drafts) that none of them is already: a grid with
+    ``anchors: true`` runs every point its families' frontiers hold (bench/lossless.py)."""
 
     def key(c: RunConfig) -> RunConfig:  # a configuration with its drafts as they run
         drafts = c.drafts()
         return replace(c, draft_policy=drafts.policy, drafter=drafts.drafter)
 
-    have = [key(c) for c in configs if verifier_class(c.method).name == LOSSLESS_METHOD]
+    have = [key(c) for c in configs if verifier_class(c.method).name in ANCHORS]
     out = list(configs)
     for c in configs:
-        point = c.lossless()
-        if point is not None and key(point) not in have:
-            have.append(key(point))
-            out.append(point)
+        for point in c.anchors():
+            if key(point) not in have:
+                have.append(key(point))
+                out.append(point)
     return out

@@ -24,7 +24,7 @@ def main() -> None:
         try:
             from lm_eval.__main__ import cli_evaluate
         except ImportError:
-            raise BenchError('lm-eval is not installed; pip install "diversed-bench[lm-eval]"') from None
+            raise BenchError('lm-eval is not installed: pip install ".[lm-eval]" (in a checkout of this repository)') from None
         import bench.lm_eval_model  # noqa: F401  (registers --model diversed)
 
         try:

@@ -1,17 +1,20 @@
-"""The lossless point of a configuration's drafts: the one rule every frontier follows.
+"""The anchors of a configuration's drafts: the two points every frontier holds, one rule.
 
 A per-request random mix of any two settings is attainable (send a share of the requests to one,
-the rest to the other), and lossless speculative decoding on the same drafts is open to every
-verifier: it keeps the target's law whatever drafted. So every family's frontier, a candidate's
-included, holds the lossless point of its drafts; without it, a frontier that happens to reach
-lossless SD (a calibrated ensemble's w = 1) beats one that does not (a fixed sweep stopping at
-w = 0.9), and a comparison measures sweep ranges, not methods (docs/compare.md).
+the rest to the other), and two settings are open to every verifier on the same drafts: lossless
+speculative decoding (``sd``: it keeps the target's law whatever drafted; the bottom of the
+acceptance range) and accepting every draft (``accept_all``, bench/verifiers/anchors.py:
+acceptance 1, its quality measured like any setting's; the top). So every family's frontier, a
+candidate's included, holds both anchors of its drafts and spans the same range, [SD's acceptance,
+1]; without them a comparison measures sweep ranges, not methods: a frontier that happens to reach
+lossless SD or the far end (a calibrated ensemble's w = 1 and w = 0.01) beats a fixed sweep that
+stops short of either (share 0.1 ... 0.9), on a convex trade-off (docs/compare.md).
 
-The lossless point is ``sd`` on the same drafts: the same drafter and the same draft policy
-(sampled drafts: ``sd``; greedy drafts: ``sd`` verifying the draft's argmax, which is ``threshold``
-at acc = 1, single = 1; prompt lookup: lookup ``sd``). ``--grid baselines`` runs each one its
-configurations need (``bench.grid``); ``compare``, ``plot`` and ``report`` add it to each family
-(``bench.reports.compare.with_lossless``). Under greedy decoding every draft is the argmax, and a
+The anchors run on the same drafts: the same drafter and the same draft policy (sampled drafts:
+``sd`` and ``accept_all``; greedy drafts: both verifying the draft's argmax; prompt lookup: both on
+lookup drafts). ``--grid baselines`` runs each one its configurations need (``anchors: true``,
+``bench.grid``); ``compare``, ``plot`` and ``report`` add them to each family
+(``bench.reports.compare.with_anchors``). Under greedy decoding every draft is the argmax, and a
 deterministic drafter (prompt lookup) has one draft whatever the policy: both read ``policy=None``.
 """
 
@@ -19,7 +22,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-LOSSLESS_METHOD = "sd"
+LOSSLESS_METHOD = "sd"  # the bottom anchor
+ACCEPT_ALL_METHOD = "accept_all"  # the top anchor
+ANCHORS = (LOSSLESS_METHOD, ACCEPT_ALL_METHOD)
 
 
 @dataclass(frozen=True)
@@ -41,7 +46,8 @@ class Drafts:
         return " ".join(p for p in (how, source, "drafts") if p)
 
 
-def lossless_drafts(drafts: Drafts) -> Drafts | None:
-    """The drafts of the lossless point a configuration with ``drafts`` gets: ``sd`` on the same
-    drafts (the same drafter, the same policy); None for a configuration that drafts nothing."""
-    return drafts if drafts.drafter else None
+def anchors(drafts: Drafts) -> list[tuple[str, Drafts]]:
+    """(method, drafts) of each anchor a configuration with ``drafts`` gets: ``sd`` and
+    ``accept_all`` on the same drafts (the same drafter, the same policy); none for a
+    configuration that drafts nothing."""
+    return [(method, drafts) for method in ANCHORS] if drafts.drafter else []

@@ -103,6 +103,8 @@ def stats_columns(stats: DecodeStats) -> dict[str, Any]:
         "new_tokens": stats.new_tokens,
         "rounds": stats.rounds,
         "drafted_tokens": stats.drafted_tokens,
+        "verified_nodes": stats.verified_nodes,
+        "nodes_per_round": stats.nodes_per_round,
         "accepted_tokens": stats.accepted_tokens,
         "drafted_per_position": stats.drafted_per_position,
         "accepted_per_position": stats.accepted_per_position,
@@ -121,6 +123,8 @@ def stats_columns(stats: DecodeStats) -> dict[str, Any]:
         "target_forwards": stats.target_forwards,
         "draft_forwards": stats.draft_forwards,
         "wall_time_s": stats.wall_time_s,
+        # Every repeat's time of an example timed more than once (the runner's timing pass): the noise.
+        "wall_times_s": [] if math.isnan(stats.wall_time_s) else [stats.wall_time_s],
         "prefill_time_s": stats.prefill_time_s,
         "batch_size": stats.batch_size,
         "kv_cache_bytes": stats.kv_cache_bytes,

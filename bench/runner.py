@@ -3,11 +3,14 @@
 Examples are decoded in batches (``batch_size``): a row's tokens and counters do not depend on its
 batch, but its latency does, so batched rows carry no time (NaN) and a timing pass decodes the
 first ``timing_examples`` of every configuration alone, the configurations of one task and pair
-interleaved example by example so that paired times share the machine's state.
+interleaved example by example so that paired times share the machine's state, each example
+``timing_repeats`` times over: how much the same example's times disagree is what measures the
+machine's noise (docs/engines-and-timing.md).
 """
 
 from __future__ import annotations
 
+import statistics
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -70,6 +73,7 @@ class Runner:
         device: str | None = None,
         batch_size: int = 1,
         timing_examples: int = 4,
+        timing_repeats: int = 2,
         engine: str = "eager",
         progress: bool = True,
         log: Any = print,
@@ -82,7 +86,9 @@ class Runner:
             raise BenchError(f"--batch-size must be a positive integer, got {batch_size}")
         if timing_examples < 0:
             raise BenchError(f"--timing-examples must be 0 or more, got {timing_examples}")
-        self.batch_size, self.timing_examples = batch_size, timing_examples
+        if timing_repeats < 1:
+            raise BenchError(f"--timing-repeats must be 1 or more, got {timing_repeats}")
+        self.batch_size, self.timing_examples, self.timing_repeats = batch_size, timing_examples, timing_repeats
         self.engine_name, self.engine = engine, make_engine(engine, verbose, log)
         self.store = ResultStore(output_dir, writer=f"{partition[0]}of{partition[1]}")
         self.store.check_writable()
@@ -212,7 +218,9 @@ class Runner:
 
     def timing_pass(self, jobs: list[_Job]) -> None:
         """Examples decoded alone, timed: after one warm-up decode per configuration, example i of
-        every configuration, then example i + 1 of every configuration, and so on."""
+        every configuration, ``timing_repeats`` rounds over, then example i + 1, and so on. A row
+        keeps every repeat's time (``wall_times_s``) and their median (``wall_time_s``); the
+        repeats draw from the same seed, so their tokens and counters are the same."""
         for job in jobs:
             if job.timed:
                 job.decoder.generate(job.prompts[job.timed[0].example_id], job.budget, seed=0)  # warm-up
@@ -220,7 +228,7 @@ class Runner:
         if not total:
             return
         overall = Progress(
-            total,
+            total * self.timing_repeats,
             f"{jobs[0].task.name} | {jobs[0].pair.spec.name} | timing, batch 1",
             self.log,
             quiet=not (self.progress and sys.stderr.isatty()),  # off a terminal: the lines below
@@ -237,16 +245,25 @@ class Runner:
             for job in jobs
         ]
         for i in range(max(len(job.timed) for job in jobs)):
-            for job, progress in zip(jobs, each):
-                if i < len(job.timed):
-                    example = job.timed[i]
+            live = [(job, progress) for job, progress in zip(jobs, each) if i < len(job.timed)]
+            times: list[list[float]] = [[] for _ in live]
+            decoded: list[tuple[Generation, list[str] | None]] = []
+            for _ in range(self.timing_repeats):
+                decoded = []
+                for (job, _), own in zip(live, times):
                     overall.describe(
                         f"{job.task.name} | {job.pair.spec.name} | {job.cfg.label} | timing, batch 1"
                     )
-                    [(gen, turns)] = self.decode(job, [example])
-                    self.store.append(self.row(job, example, gen, turns), self.trace_frame(job, [(example, gen)]))
+                    [(gen, turns)] = self.decode(job, [job.timed[i]])
+                    own.append(gen.stats.wall_time_s)
+                    decoded.append((gen, turns))
                     overall.update(gen.stats)
-                    progress.update(gen.stats)
+            for (job, progress), (gen, turns), own in zip(live, decoded, times):
+                example = job.timed[i]
+                gen.stats.wall_time_s = statistics.median(own)
+                stored = self.row(job, example, gen, turns) | {"wall_times_s": own}
+                self.store.append(stored, self.trace_frame(job, [(example, gen)]))
+                progress.update(gen.stats)
         overall.close()
         for progress in each:
             if progress.total:

@@ -26,8 +26,9 @@ def test_baselines_grid_sweeps_every_family_and_the_candidates_param():
         (swept,) = [k for k in cls.sweep if len(cls.sweep[k]) > 1]
         assert [p[swept] for p in by_method[name]] == list(cls.sweep[swept])
     assert by_method["confidence"] == [{"floor": 0.1}, {"floor": 0.9}]
-    # sd twice: on sampled drafts, and on greedy drafts for threshold and relaxed (bench/lossless.py)
+    # Both anchors twice: on sampled drafts, and on greedy drafts for threshold and relaxed (bench/lossless.py)
     assert by_method["ar"] == [{}] and by_method["sd"] == [{}, {}] and limit == 200
+    assert by_method["accept_all"] == [{}, {}]
 
 
 def test_baselines_grid_sweeps_a_candidate_over_its_declared_sweep():
@@ -135,9 +136,9 @@ def test_a_plugin_that_declares_its_sweep_is_reported_like_a_builtin(tmp_path):
     verdicts = json.loads(api.compare(out, ["scaled"], "json"))
     points, frontiers = verdicts["points"], verdicts["frontiers"]
     assert {p["candidate"] for p in points} == set(labels[-3:])
-    # Judged against the baseline and against it pooled with lossless sd, never against itself.
-    assert {p["family"] for p in points} == {"ensemble", "all baselines"}
-    assert [f["family"] for f in frontiers] == ["all baselines", "ensemble"]
+    # Judged against the one baseline family (with its anchors; one family: no pool), never against itself.
+    assert {p["family"] for p in points} == {"ensemble"}
+    assert [f["family"] for f in frontiers] == ["ensemble"]
     for frontier in frontiers:
         assert frontier["verdict"] in {"dominates", "dominated", "crosses", "indistinguishable"}
     page = api.report(out, tmp_path / "report.html", ["scaled"]).read_text()

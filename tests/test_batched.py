@@ -191,7 +191,7 @@ def test_batched_run_gives_batch_one_rows_and_times_only_the_timing_pass(tmp_pat
         rows = load_results(tmp_path / name).sort_values(["config_id", "example_id"]).reset_index(drop=True)
         frames[name] = rows
     alone, batched = frames["alone"], frames["batched"]
-    timing = ["wall_time_s", "prefill_time_s", "batch_size", "kv_cache_bytes"]
+    timing = ["wall_time_s", "wall_times_s", "prefill_time_s", "batch_size", "kv_cache_bytes"]
     pd.testing.assert_frame_equal(
         alone.drop(
             columns=timing

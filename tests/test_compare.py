@@ -281,7 +281,7 @@ def test_demo_diversed_is_above_the_static_ensemble_and_an_ensemble_point_is_not
     assert "Δ" not in render(result, "latex") and r"$\Delta$ quality" in render(result, "latex")
     # An untrusted timing gives no speedup, as in the table.
     shaky = cells(dataclasses.replace(diversed, speedup=1.5, time_spread=3.0))
-    assert shaky["speedup"] == "not shown: times vary 3.0x"
+    assert shaky["speedup"] == "not shown: repeats disagree 3.00x"
     assert cells(dataclasses.replace(diversed, speedup=1.5, time_spread=1.2))["speedup"] == "1.500"
 
 
@@ -393,15 +393,17 @@ def test_baselines_grid_takes_any_candidate_task_and_pair():
     )
     methods = [c.method for c in configs]
     assert methods.count("ensemble") == 5 and methods.count("lossy") == 4 and methods.count("cascade") == 5
-    assert methods[-2].endswith("ConfidenceEnsemble") and {c.task for c in configs} == {"arith"}
-    # The lossless point of every configuration's drafts runs (bench/lossless.py): sd on sampled
-    # drafts (in the grid) and, for threshold and relaxed, which draft greedily, sd on greedy drafts.
+    assert methods[-4].endswith("ConfidenceEnsemble") and {c.task for c in configs} == {"arith"}
+    # Both anchors of every configuration's drafts run (bench/lossless.py): sd (in the grid) and
+    # accept_all on sampled drafts and, for threshold and relaxed, which draft greedily, on greedy drafts.
     assert [c.drafts().policy for c in configs if c.method == "sd"] == ["sample", "greedy"]
-    assert configs[-1].lossless() == configs[-1]  # sd is its own lossless point
+    assert [c.drafts().policy for c in configs if c.method == "accept_all"] == ["sample", "greedy"]
+    assert configs[-1] in configs[-1].anchors()  # an anchor is its own anchor
     lookup, _ = configs_from_grid(
         "baselines", device="cpu", tasks=["arith"], pairs=["ref"], settings={"drafter": "lookup"}, calibrate=False
     )
-    assert [c.drafts() for c in lookup if c.method == "sd"] == [Drafts(None, canonical_drafter("lookup"))]
+    for anchor in ("sd", "accept_all"):
+        assert [c.drafts() for c in lookup if c.method == anchor] == [Drafts(None, canonical_drafter("lookup"))]
     with pytest.raises(BenchError, match="give --pair"):
         configs_from_grid("baselines", device="cpu", dtype=None, tasks=["arith"])
     with pytest.raises(BenchError, match="not with --method"):
@@ -498,54 +500,54 @@ def test_sweep_hint_names_calibration_only_where_the_class_declares_one():
 
 
 def _curve(t: np.ndarray) -> np.ndarray:
-    """Quality along a mixing path t in [0, 1] (t = 0: lossless SD), shaped as the static ensemble's
-    on the shipped pair: it falls fast from SD's 97% and levels off near 55% (convex), so the upper
-    hull of a sweep that holds SD is the chord from SD to its far end."""
+    """Quality along a mixing path t in [0, 1] (t = 0: lossless SD, t = 1: every draft kept), shaped
+    as the static ensemble's on the shipped pair: it falls fast from SD's 97% and levels off near 55%
+    (convex), so the upper hull of a sweep that holds both ends is the chord between them."""
     return 0.55 + 0.42 * np.exp(-t / 0.15)
 
 
-def _renamed_copy(rng, n: int, lossless: bool) -> tuple[list[dict], list[dict]]:
-    """One method twice on the same n examples: its calibrated family (levels t = 0 ... 1, the
-    lossless end included, as ``--grid baselines`` runs the ensemble) and a renamed copy swept at
-    fixed values of its own that stop short of lossless (t = 0.2 ... 1, as shares 0.8 ... 0),
-    acceptance 0.8 + 0.18 t. With ``lossless``, each frontier holds the lossless point of its drafts
-    (one sd run, shared). Examples share an acceptance noise and, 70% of the time, their difficulty."""
+def _renamed_copy(rng, n: int, anchors: int) -> tuple[list[dict], list[dict]]:
+    """One method twice on the same n examples: its calibrated family (t = 0 ... 0.99, lossless SD to
+    w = 0.01, as ``--grid baselines`` runs the ensemble) and a renamed copy swept at fixed values of
+    its own that reach neither end (t = 0.1 ... 0.9, as shares 0.9 ... 0.1), acceptance 0.8 + 0.2 t.
+    Each frontier holds the first ``anchors`` of its drafts' anchors, each one run, shared: lossless
+    SD (t = 0) and accepting every draft (t = 1, acceptance exactly 1). Examples share an acceptance
+    noise and, 70% of the time, their difficulty."""
     u, e = rng.random(n), rng.uniform(-0.05, 0.05, n)
 
     def run(t: float) -> dict:
         draw = np.where(rng.random(n) < 0.7, u, rng.random(n))
-        return {
-            "accepted": rng.binomial(20, np.clip(0.8 + 0.18 * t + e, 0, 1)).astype(float),
-            "drafted": np.full(n, 20.0),
-            "quality": (draw < _curve(t)).astype(float),
-        }
+        drafted = np.full(n, 20.0)
+        accepted = drafted if t == 1 else rng.binomial(20, np.clip(0.8 + 0.2 * t + e, 0, 1)).astype(float)
+        return {"accepted": accepted, "drafted": drafted, "quality": (draw < _curve(t)).astype(float)}
 
-    sd = [run(0.0)] if lossless else []
-    return [run(t) for t in (0.2, 0.4, 0.6, 0.8, 1.0)] + sd, [run(t) for t in (0.0, 0.25, 0.5, 0.75, 1.0)] + sd
+    shared = [run(t) for t in (0.0, 1.0)[:anchors]]
+    copy, original = (0.1, 0.3, 0.5, 0.7, 0.9), (0.0, 0.25, 0.5, 0.75, 0.99)
+    return [run(t) for t in copy] + shared, [run(t) for t in original] + shared
 
 
 def test_a_renamed_copy_of_a_baseline_is_judged_like_itself_at_the_nominal_rate():
     """The verdict calibrated against itself: a renamed copy of a baseline, swept at fixed values
-    of its own, against its original (calibrated) family. "dominates" or "dominated" are false
-    calls: at most the nominal 5% plus three Monte-Carlo standard errors once every frontier holds
-    its lossless point (7 of 200 here). Without it the copy's hull starts at its first setting,
-    below the chord from SD, and it is called "dominated" often (24 of 60 here): the shipped pair's
-    -6.6% before the rule."""
+    of its own that reach neither end of its range, against its original (calibrated) family.
+    "dominates" or "dominated" are false calls: at most the nominal 5% plus three Monte-Carlo
+    standard errors once every frontier holds both anchors of its drafts (bench/lossless.py). With
+    lossless SD alone the copy's hull stops at its last setting, below the chord from SD to the
+    original's far end, and on more examples it is called "dominated" more and more often."""
     rng, draws, nominal = np.random.default_rng(44), 200, 0.05
-    calls = [judge_frontiers(*_renamed_copy(rng, 50, True), seed=i)["verdict"] for i in range(draws)]
+    calls = [judge_frontiers(*_renamed_copy(rng, 50, 2), seed=i)["verdict"] for i in range(draws)]
     false = (calls.count("dominates") + calls.count("dominated")) / draws
     tally = {v: calls.count(v) for v in set(calls)}
     assert false <= nominal + 3 * math.sqrt(nominal * (1 - nominal) / draws), tally
-    without = [judge_frontiers(*_renamed_copy(rng, 50, False), seed=i)["verdict"] for i in range(60)]
-    assert without.count("dominated") / len(without) >= 0.25, {v: without.count(v) for v in set(without)}
+    bottom = [judge_frontiers(*_renamed_copy(rng, 400, 1), seed=i)["verdict"] for i in range(40)]
+    assert bottom.count("dominated") / len(bottom) >= 0.2, {v: bottom.count(v) for v in set(bottom)}
 
 
 @pytest.mark.slow
 def test_the_static_ensemble_renamed_is_indistinguishable_from_itself_on_the_shipped_pair(tmp_path):
     """The shipped-pair case: tests/renamed_ensemble.py (pi = share p + (1 - share) q, swept at
-    share = 0.1 ... 0.9) beside the calibrated ensemble and sd, 50 arith examples as
+    share = 0.1 ... 0.9) beside the calibrated ensemble and both anchors, 50 arith examples as
     `run --grid baselines --method tests/renamed_ensemble.py:RenamedEnsemble --task arith --pair ref
-    --limit 50` decodes them. Before every frontier held its lossless point: "dominated", -6.6%."""
+    --limit 50` decodes them. Before every frontier held its anchors: "dominated", -6.6%."""
     from pathlib import Path
 
     from bench import api
@@ -554,7 +556,7 @@ def test_the_static_ensemble_renamed_is_indistinguishable_from_itself_on_the_shi
     api.run(
         tasks=["arith"],
         pairs=["ref"],
-        methods=["sd", "ensemble", plugin],
+        methods=["sd", "accept_all", "ensemble", plugin],
         sweep=True,
         calibrate=True,
         device="cpu",
@@ -569,7 +571,8 @@ def test_the_static_ensemble_renamed_is_indistinguishable_from_itself_on_the_shi
     (line,) = [v for v in result.families if v.family == "ensemble"]
     assert line.kind == "frontier" and line.verdict == "indistinguishable", line
     sd = summarise(load_results(tmp_path)).set_index("method").loc["sd", "acceptance_rate"]
-    assert line.acceptance[0] == pytest.approx(sd)  # both frontiers start at lossless SD
+    assert line.acceptance == pytest.approx((sd, 1.0))  # both frontiers span [SD's acceptance, 1]
+    assert not any("no anchor" in note for *_, note in result.notes)
 
 
 def _config(cid: str, family: str, method: str, policy: str | None, baseline: bool) -> dict:
@@ -584,13 +587,15 @@ def _config(cid: str, family: str, method: str, policy: str | None, baseline: bo
     }
 
 
-def test_every_family_holds_the_lossless_point_of_its_drafts_and_pools_split_by_draft_policy():
-    from bench.reports.compare import baseline_families, missing_lossless
+def test_every_family_holds_both_anchors_of_its_drafts_and_pools_split_by_draft_policy():
+    from bench.reports.compare import baseline_families, missing_anchors
 
     part = pd.DataFrame(
         [
             _config("sd", "sd", "sd", "sample", False),
             _config("sd-greedy", "sd (greedy draft)", "sd", "greedy", False),
+            _config("all", "accept_all", "accept_all", "sample", False),
+            _config("all-greedy", "accept_all (greedy draft)", "accept_all", "greedy", False),
             _config("ens1", "ensemble", "ensemble", "sample", True),
             _config("ens2", "ensemble", "ensemble", "sample", True),
             _config("lossy1", "lossy", "lossy", "sample", True),
@@ -609,13 +614,16 @@ def test_every_family_holds_the_lossless_point_of_its_drafts_and_pools_split_by_
         "threshold",
         "relaxed",
     ]
-    assert families["ensemble"] == {"ens1", "ens2", "sd"} and families["threshold"] == {"thr1", "sd-greedy"}
-    assert families["all baselines"] == {"ens1", "ens2", "lossy1", "thr1", "rel1", "sd", "sd-greedy"}
-    assert families["all baselines, greedy drafts"] == {"thr1", "rel1", "sd-greedy"}
-    assert missing_lossless(part, ["mine"]) is None
-    # Without sd on greedy drafts the greedy families judge what they have, and a note says what is missing.
-    note = missing_lossless(part[part["config_id"] != "sd-greedy"], ["mine"])
+    assert families["ensemble"] == {"ens1", "ens2", "sd", "all"}
+    assert families["threshold"] == {"thr1", "sd-greedy", "all-greedy"}
+    anchors = {"sd", "sd-greedy", "all", "all-greedy"}
+    assert families["all baselines"] == {"ens1", "ens2", "lossy1", "thr1", "rel1"} | anchors
+    assert families["all baselines, greedy drafts"] == {"thr1", "rel1", "sd-greedy", "all-greedy"}
+    assert missing_anchors(part, ["mine"]) is None
+    # Without an anchor the families judge what they have, and a note says what is missing.
+    note = missing_anchors(part[~part["config_id"].isin(["sd-greedy", "all"])], ["mine"])
     assert "sd on greedy drafts (threshold, relaxed) (--draft-policy greedy)" in note
+    assert "accept_all on sampled drafts (ensemble, lossy, mine)" in note
     # One way of drafting: no pools per way (they would repeat "all baselines").
     sampled = part[part["draft_policy"] == "sample"]
     assert [name for name, _ in baseline_families(sampled, ["mine"])] == ["all baselines", "ensemble", "lossy"]

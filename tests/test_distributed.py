@@ -14,7 +14,7 @@ from bench.grid import configs_from_flags
 from bench.runner import Runner
 from bench.store import load_results, merge
 
-TIMING = ["wall_time_s", "prefill_time_s"]
+TIMING = ["wall_time_s", "wall_times_s", "prefill_time_s"]
 KEY = ["config_id", "example_id"]
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
 RUN = [

@@ -32,9 +32,11 @@ from bench.build import encode_prompt
 from bench.tasks import Task, resolve_task
 from bench.verifiers import make_verifier
 from hub_checkpoints import FAMILIES, WINDOW, build_family
+from tree_checks import OracleTree, check_tree_steps
 
 ARCHITECTURES = ("llama3", "qwen3", "gemma3")
 ENGINES = ("eager", pytest.param("compiled", marks=pytest.mark.slow))  # compiling: about a minute a pair
+TREE_ENGINES = ENGINES
 GREEDY = Sampling(temperature=0.0)
 N = 3  # draft length: the target verifies N + 1 tokens a step
 BUDGET = 16
@@ -205,6 +207,66 @@ def test_greedy_lookup_sd_equals_transformers_generate(name, engine, pairs, prom
     for prompt, want in zip(prompts[name], references[name]):
         assert decoder.generate(prompt, BUDGET).token_ids == want, f"{name} {engine} lookup, batch 1"
     assert any(g.stats.drafting_rounds for g in batch), "no lookup found a continuation: nothing was tested"
+
+
+TREE_NODES = 6  # a tree round verifies up to 6 nodes (7 tokens with the root)
+
+
+@pytest.mark.parametrize("engine", TREE_ENGINES)
+@pytest.mark.parametrize("name", ARCHITECTURES)
+def test_tree_step_logits_equal_a_full_forward_of_each_path(name, engine, pairs, prompts, factories):
+    """Token trees (bench/engines/tree.py) in ragged batches: every tree token's logits equal
+    transformers' forward of its row's sequence and that token's path, then a random path per row
+    is committed (its K/V moved into place) and the next steps read it; Gemma 3's sliding window
+    (8) is shorter than the prompts, so tree tokens' windows are checked too."""
+    model = pairs[name].target
+    vocab = model.config.get_text_config().vocab_size
+    engine_ = factories[engine](model, (1,), (TREE_NODES + 1,))
+    seqs = [list(p) for p in prompts[name]]
+    g = torch.Generator().manual_seed(0)
+    with torch.inference_mode():
+        engine_.start(ROWS, max(map(len, seqs)) + 6 * (TREE_NODES + 1))
+        width = max(map(len, seqs)) - 1
+        feed = torch.tensor([s[:-1] + [0] * (width - len(s) + 1) for s in seqs])
+        engine_.step(feed, [len(s) - 1 for s in seqs], keep=1, hidden=False)
+        rounds = [(6, 0, 3), (6, 6, 6), (1, 4, 2), (2, 5, 0)]
+        check_tree_steps(model, engine_, seqs, rounds, vocab, g, **TOLERANCE)
+
+
+@pytest.mark.parametrize("engine", TREE_ENGINES)
+@pytest.mark.parametrize("name", ARCHITECTURES)
+def test_greedy_tree_sd_equals_transformers_generate(name, engine, pairs, prompts, references, factories):
+    """Greedy tree rounds (a test drafter hiding transformers' continuation among distractor
+    nodes): in a ragged batch and alone, token for token."""
+    pair = pairs[name]
+    vocab = pair.target.config.get_text_config().vocab_size
+    decoder = SpeculativeDecoder(
+        pair.target, None, make_verifier("sd"), draft_len=TREE_NODES, sampling=GREEDY,
+        eos_token_ids=pair.eos_token_ids, engine=factories[engine],
+        drafter=OracleTree([len(p) for p in prompts[name]], references[name], vocab),
+    )  # fmt: skip
+    batch = decoder.generate_batch(prompts[name], BUDGET, list(range(ROWS)))
+    assert [g.token_ids for g in batch] == references[name], f"{name} {engine} tree, ragged batch"
+    for prompt, want in zip(prompts[name], references[name]):
+        decoder.drafter = OracleTree([len(prompt)], [want], vocab, seed=len(prompt))
+        alone = decoder.generate(prompt, BUDGET)
+        assert alone.token_ids == want, f"{name} {engine} tree, batch 1"
+        assert alone.stats.verified_nodes > alone.stats.accepted_tokens > 0
+
+
+@pytest.mark.parametrize("name", ARCHITECTURES)
+def test_greedy_model_tree_sd_equals_transformers_generate(name, pairs, prompts, references, factories):
+    """The draft model's token tree (two levels of top-2, then one child each: 10 nodes), its
+    levels stepped under the tree mask on the draft's own architecture: eager, ragged batch and alone."""
+    pair = pairs[name]
+    decoder = SpeculativeDecoder(
+        pair.target, pair.draft, make_verifier("sd"), draft_len=10, sampling=GREEDY,
+        eos_token_ids=pair.eos_token_ids, engine=factories["eager"], drafter="model_tree:depth=3,topk=2,branch=2",
+    )  # fmt: skip
+    batch = decoder.generate_batch(prompts[name], BUDGET, list(range(ROWS)))
+    assert [g.token_ids for g in batch] == references[name], f"{name} model_tree, ragged batch"
+    for prompt, want in zip(prompts[name], references[name]):
+        assert decoder.generate(prompt, BUDGET).token_ids == want, f"{name} model_tree, batch 1"
 
 
 @pytest.mark.slow

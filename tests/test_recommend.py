@@ -13,7 +13,16 @@ import pytest
 
 from bench.errors import BenchError
 from bench.reports.deploy import how_to_run
-from bench.reports.recommend import ALPHA, Candidate, Floor, choose, confirmation_half, lower_bound
+from bench.reports.recommend import (
+    ALPHA,
+    LOSSLESS,
+    Candidate,
+    Floor,
+    choose,
+    confirmation_half,
+    lossless,
+    lower_bound,
+)
 
 
 def test_the_floor_is_a_share_of_ar_or_an_absolute_value():
@@ -220,16 +229,19 @@ def test_the_pick_is_ranked_by_speedup_only_where_every_timing_is_trusted():
     assert (found.ranked_by, found.setting, found.status) == ("speedup", "lossy", "confirmed")
     assert found.speedup == pytest.approx(2.0) and found.deploy == "lossy"
     assert "confirmed faster than ar: 2.00x" in found.reason
-    # One setting's times vary more than 2x: acceptance ranks (a tie: the first); the pick's own
-    # times are steady, so its speedup (1.25x) is trusted and shown.
-    shaky = result_rows({"ar": [1.0] * n, "sd": [0.8] * n, "lossy": [0.2, 0.5] * (n // 2)})
+    # One setting's repeats disagree 1.5x (noise): acceptance ranks (a tie: the first); the pick's
+    # own repeats agree, so its speedup (1.25x) is trusted and shown.
+    shaky = result_rows({"ar": [1.0] * n, "sd": [0.8] * n, "lossy": [[0.4, 0.6]] * n})
     (found,) = recommend(shaky, Floor.parse("0.9"))
     assert (found.ranked_by, found.setting, found.deploy) == ("acceptance", "sd", "sd")
     assert found.speedup == pytest.approx(1.25)
-    # The pick's own times vary more than 2x: this run cannot tell that it is faster, ar it is.
-    (found,) = recommend(result_rows({"ar": [1.0] * n, "sd": [0.2, 0.5] * (n // 2)}), Floor.parse("0.9"))
+    # The pick's own repeats disagree 2.5x: this run cannot tell that it is faster, ar it is.
+    (found,) = recommend(result_rows({"ar": [1.0] * n, "sd": [[0.2, 0.5]] * n}), Floor.parse("0.9"))
     assert (found.setting, found.deploy) == ("sd", "ar") and math.isnan(found.speedup)
-    assert "its measured 2.86x ar's speed is not trustworthy (times vary 2.5x)" in found.reason
+    assert "its measured 2.86x ar's speed is not trustworthy (repeats disagree 2.50x)" in found.reason
+    # Each example timed once: the noise is not measured, the speed not trusted.
+    (found,) = recommend(result_rows({"ar": [[1.0]] * n, "sd": [[0.5]] * n}), Floor.parse("0.9"))
+    assert found.deploy == "ar" and "not trustworthy (noise not measured: 1 repeat)" in found.reason
 
 
 def test_the_target_alone_is_recommended_when_no_setting_is_faster(tmp_path):
@@ -249,7 +261,7 @@ def test_the_target_alone_is_recommended_when_no_setting_is_faster(tmp_path):
     assert out.exit_code == 0, out.output
     (found,) = json.loads(out.output)
     assert (found["deploy"], found["setting"], found["status"], found["ranked_by"]) == (
-        "ar", "sd", "confirmed", "speedup"
+        "ar", "sd", LOSSLESS, "speedup"
     )  # fmt: skip
     assert found["speedup"] == pytest.approx(0.8) and found["speedup_ci"] == pytest.approx([0.8, 0.8])
     assert found["ar_quality"] == pytest.approx(0.5) and found["cleared"] == 2
@@ -274,3 +286,62 @@ def test_the_target_alone_is_recommended_when_no_setting_is_faster(tmp_path):
 
     deploy, reason = _deploy(pd.Series({"label": "sd"}), False, (3.0, (2.5, 3.5)), "speedup")
     assert deploy == "ar" and reason == "the best setting on the selection half, sd, is not confirmed on the other half"
+
+
+def _quality(rows, method: str, quality) -> None:
+    """Set one method's per-example quality in hand-made rows (in place)."""
+    mine = rows["method"] == method
+    rows.loc[mine, "quality"] = quality(rows.loc[mine, "example_id"].map(confirmation_half).to_numpy())
+
+
+def test_a_lossless_setting_needs_only_its_speed_confirmed():
+    """sd has the target's law: under a floor of at most ar's quality it clears untested (its sample
+    may score below ar's by chance) and is deployed once confirmed faster; under an absolute floor
+    it is tested like any setting."""
+    from result_rows import result_rows
+
+    from bench.reports.recommend import recommend
+
+    n = 200
+    rows = result_rows({"ar": [1.0] * n, "sd": [0.8] * n})
+    _quality(rows, "sd", lambda half: (np.arange(len(half)) % 4 == 1).astype(float))  # 25%, ar's 50%
+    (found,) = recommend(rows, Floor.parse("0.98"))
+    assert (found.setting, found.status, found.deploy) == ("sd", LOSSLESS, "sd")
+    assert math.isnan(found.selection_bound) and found.quality < found.ar_quality
+    assert found.reason.startswith("deploy sd: it is lossless (ar's quality by construction) and is confirmed faster")
+    (found,) = recommend(rows, Floor.parse("abs:0.5"))
+    assert found.status != LOSSLESS and found.deploy == "ar"  # tested: 25% does not clear 0.5
+
+
+def test_a_lossless_setting_is_deployed_where_the_lossy_pick_is_not_confirmed():
+    """The lossy pick clears the floor on the selection half and fails on the other: the answer is
+    not ar but the fastest lossless setting confirmed faster, saying why the pick is not deployed."""
+    from result_rows import result_rows
+
+    from bench.reports.recommend import recommend
+
+    n = 200
+    rows = result_rows({"ar": [1.0] * n, "sd": [0.8] * n, "lossy": [0.5] * n})
+    _quality(rows, "ar", lambda half: np.ones(len(half)))
+    _quality(rows, "lossy", lambda half: np.where(half, 0.0, 1.0))  # perfect where selected, 0 where confirmed
+    (found,) = recommend(rows, Floor.parse("0.9"))
+    assert (found.setting, found.status, found.deploy, found.cleared) == ("sd", LOSSLESS, "sd", 2)
+    assert "the first pick is not deployed: the best setting on the selection half, lossy, is not confirmed" in (
+        found.reason
+    )
+
+
+def test_lossless_settings_are_sd_and_each_family_at_its_lossless_value():
+    import pandas as pd
+
+    from bench.verifiers import VERIFIERS, MethodInfo
+
+    def setting(method, **params):
+        info = MethodInfo.of(VERIFIERS[method])
+        return pd.Series({"method_info": info, "params": info.full(params)})
+
+    assert lossless(setting("sd"))
+    assert lossless(setting("ensemble", target_weight=1.0)) and not lossless(setting("ensemble", target_weight=0.9))
+    assert lossless(setting("lossy", lenience=1.0)) and not lossless(setting("lossy", lenience=0.5))
+    assert lossless(setting("threshold", speculative_accept_threshold_acc=1.0))
+    assert not lossless(setting("relaxed"))

@@ -12,6 +12,8 @@ without the chat template, 24 new tokens:
   target's first 3 layers, the draft its first 1, with the real norm, head and tokenizer): it
   compiles every layer alike, and compiling the full target alone took 245 s on an idle 2-core
   machine. ``DIVERSED_BENCH_FULL_COMPILE=1`` runs the full pair on it as well;
+- token trees (eager): greedy tree ``sd`` equals ``generate``, and tree tokens' logits equal a full
+  forward of their paths;
 - decoders with a planted bug (a rollback that keeps one rejected token; RoPE positions one short
   after the prompt) are caught by the same comparison.
 
@@ -41,6 +43,7 @@ from bench.engines import EagerEngine, make_engine
 from bench.pairs import Pair
 from bench.tasks import Task, resolve_task
 from bench.verifiers import make_verifier
+from tree_checks import OracleTree, check_tree_steps
 
 TASKS = ("gsm8k", "cnndm", "xsum", "mbpp")
 BUDGET = 24
@@ -294,6 +297,36 @@ def test_compiled_engine_equals_transformers_on_the_full_pair(smollm2, prompts, 
     for chat in (True, False):
         where = f"compiled full chat={chat}"
         decode_all(smollm2, prompts[chat], references[chat], compiled, where, list(range(len(TASKS))))
+
+
+@pytest.mark.slow
+def test_tree_rounds_equal_transformers_on_real_weights(smollm2, prompts, references):
+    """Token trees on the real weights, eager: greedy tree ``sd`` (a test drafter hiding the
+    reference among distractor nodes, 6 nodes a round) equals ``generate`` in the ragged batch of
+    the four chat prompts and alone (gsm8k); then tree tokens' logits (two ragged rows, trees of 4
+    and 3 nodes) equal a full forward of each token's path, and a path is committed."""
+    check_prompts(prompts[True], references[True], TIE)
+    refs, vocab = [r.tokens for r in references[True]], smollm2.target.config.vocab_size
+    decoder = SpeculativeDecoder(
+        smollm2.target, None, make_verifier("sd"), draft_len=6, sampling=GREEDY,
+        eos_token_ids=smollm2.eos_token_ids, drafter=OracleTree([len(p) for p in prompts[True]], refs, vocab),
+    )  # fmt: skip
+    batch = decoder.generate_batch(prompts[True], BUDGET, list(range(len(TASKS))))
+    for i, (gen, want) in enumerate(zip(batch, references[True])):
+        assert forgiven(gen.token_ids, want, f"eager tree ragged batch, prompt {i}") == 0
+    decoder.drafter = OracleTree([len(prompts[True][0])], refs[:1], vocab, seed=1)
+    alone = decoder.generate(prompts[True][0], BUDGET)
+    assert forgiven(alone.token_ids, references[True][0], "eager tree batch 1, prompt 0") == 0
+    assert alone.stats.verified_nodes > alone.stats.accepted_tokens > 0
+    seqs = [list(p) for p in prompts[True][2:]]
+    engine = EagerEngine(smollm2.target)
+    with torch.inference_mode():
+        engine.start(len(seqs), max(map(len, seqs)) + 16)
+        width = max(map(len, seqs)) - 1
+        feed = torch.tensor([s[:-1] + [0] * (width - len(s) + 1) for s in seqs])
+        engine.step(feed, [len(s) - 1 for s in seqs], keep=1, hidden=False)
+        g = torch.Generator().manual_seed(0)
+        check_tree_steps(smollm2.target, engine, seqs, [(4, 3)], vocab, g, **STEP_TOLERANCE)
 
 
 def step_logits(model, engine, prompts: list[list[int]]) -> float:

@@ -264,3 +264,19 @@ def test_bad_arguments_raise_one_clear_error(method, params, needle):
 def test_plugin_verifier_by_path():
     cls = verifier_class("example_verifier:ConfidenceEnsemble")
     assert cls.name == "confidence"
+
+
+@pytest.mark.parametrize("greedy_draft", [False, True])
+def test_accept_all_keeps_every_draft_and_its_bonus_follows_p(greedy_draft):
+    """The top anchor of every frontier (bench/lossless.py): acceptance 1 on sampled and on greedy
+    drafts, the emitted token the drafted one (its law the proposal's), the bonus token from p;
+    under greedy decoding too, with a drafted token that is not q's argmax (a lookup's match)."""
+    r, g = batched_round(P, Q)
+    r = Round(r.draft, r.q, r.p, r.q_logits, r.p_logits, r.sampling, greedy_draft=greedy_draft)
+    verdict = verify(make_verifier("accept_all"), r, BONUS.expand(DRAWS, -1), g)
+    assert bool((verdict.accepted == 1).all()) and bool((verdict.expected_acceptance == 1).all())
+    counts = torch.bincount(verdict.next_token, minlength=len(P)).numpy()
+    expected = BONUS.double().numpy() / BONUS.double().sum().item() * DRAWS
+    assert stats.chisquare(counts, expected).pvalue > 1e-3
+    greedy = Round(r.draft[:50], r.q[:50], r.p[:50], r.q_logits[:50], r.p_logits[:50], Sampling(0.0))
+    assert bool((verify(make_verifier("accept_all"), greedy, BONUS.expand(50, -1)).accepted == 1).all())

@@ -23,6 +23,7 @@ from bench.build import decoder_for
 from bench.calibration.search import STILL, calibrate_path
 from bench.config import RunConfig
 from bench.errors import BenchError
+from bench.lossless import ANCHORS
 from bench.store import SHARED_SETTINGS
 from bench.tasks import Example, Task, resolve_task, select
 from bench.verifiers import CALIBRATED, Calibration, verifier_class
@@ -182,11 +183,12 @@ def search_family(cfg: RunConfig, calib: Calibrator, low: float, extra: list[flo
 
 
 def _candidates(group: list[RunConfig]) -> list[RunConfig]:
-    """The fixed-value configurations judged against the baselines: neither ar, sd nor a baseline."""
+    """The fixed-value configurations judged against the baselines: neither ar, an anchor
+    (bench/lossless.py) nor a baseline."""
     out = []
     for c in group:
         cls = verifier_class(c.method)
-        if not pending(c) and cls.uses_draft and not cls.baseline and cls.name != "sd":
+        if not pending(c) and cls.uses_draft and not cls.baseline and cls.name not in ANCHORS:
             out.append(c)
     return out
 

@@ -1,5 +1,6 @@
 """Drafters: what proposes a round's tokens (docs/spec.md §3). ``model`` is the pair's draft model,
-``lookup`` prompt lookup (no model). A drafter is named on the command line and in grids by a spec
+``lookup`` prompt lookup (no model), ``lookup_tree`` several lookups merged into a token tree,
+``suffix`` SuffixDecoding's suffix trees (no model). A drafter is named on the command line and in grids by a spec
 string, ``NAME[:key=value,...]`` (``lookup:ngram=3,match=recent``); configurations record it with
 every parameter made concrete."""
 
@@ -13,12 +14,20 @@ from transformers import PreTrainedModel
 
 from bench.distributions import Sampling
 from bench.drafters.base import DRAFT_OUTPUTS, Draft, Drafter, DraftRow
-from bench.drafters.lookup import PromptLookup, lookup
+from bench.drafters.lookup import LookupTree, PromptLookup, lookup, lookup_tree
 from bench.drafters.model import ModelDrafter
+from bench.drafters.model_tree import ModelTree
+from bench.drafters.suffix import SuffixDecoding
 from bench.engines import EngineFactory
 from bench.errors import BenchError
 
-DRAFTERS: dict[str, type[Drafter]] = {"model": ModelDrafter, "lookup": PromptLookup}
+DRAFTERS: dict[str, type[Drafter]] = {
+    "model": ModelDrafter,
+    "lookup": PromptLookup,
+    "lookup_tree": LookupTree,
+    "suffix": SuffixDecoding,
+    "model_tree": ModelTree,
+}
 # What a verifier may read of a drafter, as a refusal names it.
 _WHAT = {"q": "distribution q", "q_logits": "logits", "hidden": "hidden states"}
 
@@ -38,10 +47,12 @@ def parse_drafter(text: str | None) -> tuple[str, dict[str, typing.Any]]:
             allowed = ", ".join(known) or "none"
             raise BenchError(f"drafter {name}: unknown or malformed parameter {item!r}; its parameters: {allowed}")
         key = key.strip()
+        kind = kinds.get(key)
         try:
-            params[key] = int(value) if kinds.get(key) is int else value.strip()
+            params[key] = kind(value) if kind in (int, float) else value.strip()
         except ValueError:
-            raise BenchError(f"drafter {name}: {key} takes an integer, got {value!r}") from None
+            what = "an integer" if kind is int else "a number"
+            raise BenchError(f"drafter {name}: {key} takes {what}, got {value!r}") from None
     if known:
         cls(**params)  # validate every value before any model loads
     return name, params
@@ -96,10 +107,12 @@ def make_drafter(
     reads the draft's hidden states; ``reads``: what the verifier reads of the draft."""
     name, params = parse_drafter(spec)
     check_reads(method, reads, spec)
-    if name == "lookup":
-        return PromptLookup(**params).bind(device, eos, draft_len)
+    if name not in ("model", "model_tree"):  # a drafter without a model
+        return DRAFTERS[name](**params).bind(device, eos, draft_len)  # type: ignore[attr-defined]
     if draft is None:
-        raise BenchError(f"{method}: needs a draft model (or --drafter lookup, which needs none)")
+        raise BenchError(f"{method}: needs a draft model (or --drafter lookup, lookup_tree or suffix, which need none)")
+    if name == "model_tree":
+        return ModelTree(**params).bind(draft, engine, sampling, greedy)
     return ModelDrafter(draft, engine, sampling, greedy, hidden)
 
 
@@ -109,12 +122,16 @@ __all__ = [
     "Draft",
     "DraftRow",
     "Drafter",
+    "LookupTree",
     "ModelDrafter",
+    "ModelTree",
     "PromptLookup",
+    "SuffixDecoding",
     "canonical_drafter",
     "check_reads",
     "drafter_label",
     "lookup",
+    "lookup_tree",
     "make_drafter",
     "parse_drafter",
 ]

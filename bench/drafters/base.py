@@ -19,7 +19,7 @@ from typing import ClassVar, Protocol
 import torch
 from torch import Tensor
 
-from bench.engines import ModelEngine
+from bench.engines import ModelEngine, to_device
 
 # What a drafter may supply besides its tokens (Verifier.draft_reads names the same).
 DRAFT_OUTPUTS = ("q", "q_logits", "hidden")
@@ -30,6 +30,7 @@ class DraftRow(Protocol):
 
     index: int  # the row's place in the batch it started in (stable while rows leave)
     seq: list[int]  # prompt and emitted tokens
+    out: list[int]  # the emitted tokens (the response so far)
     generator: torch.Generator
 
 
@@ -44,6 +45,19 @@ class Draft:
     q: Tensor | None = None
     q_logits: Tensor | None = None
     hidden: Tensor | None = None
+    parents: Tensor | None = None  # [B, n] long: node j's parent, an earlier node index (0..j-1), or -1 for a child of the root (the row's last emitted token); None: a chain (parents[j] = j - 1). Nodes in topological order; row b's nodes j >= counts[b] are padding (parent -1), never verified.
+
+
+def packed(drafts: Sequence[tuple[list[int], list[int]]], device: torch.device) -> Draft:
+    """One round's Draft from each row's (tokens, parents) of a deterministic drafter: right-padded
+    to the widest row, parents None when every row is a chain (parents[j] = j - 1)."""
+    width = max(len(tokens) for tokens, _ in drafts)
+    tokens = to_device([t + [0] * (width - len(t)) for t, _ in drafts], device).view(len(drafts), width)
+    counts = [len(t) for t, _ in drafts]
+    if all(p == list(range(-1, len(p) - 1)) for _, p in drafts):
+        return Draft(tokens=tokens, counts=counts)
+    parents = to_device([p + [-1] * (width - len(p)) for _, p in drafts], device).view(len(drafts), width)
+    return Draft(tokens=tokens, counts=counts, parents=parents)
 
 
 class Drafter(ABC):
@@ -64,6 +78,11 @@ class Drafter(ABC):
         """The target step widths the loop will use with drafts of at most ``cap`` tokens."""
         return (cap + 1,)
 
+    def tree_widths(self, cap: int) -> tuple[int, ...]:
+        """The token-tree widths (root and nodes) of its rounds with at most ``cap`` nodes, for a
+        drafter whose drafts carry ``parents``; a chain drafter has none."""
+        return ()
+
     def start(self, rows: int) -> None:
         """A new batch of ``rows`` rows begins."""
 
@@ -73,3 +92,8 @@ class Drafter(ABC):
 
     def observe(self, rows: Sequence[DraftRow], drafted: Sequence[int], accepted: Sequence[int]) -> None:
         """The verdicts of the round just drafted (a schedule adapts its length to them)."""
+
+    def finish(self, row: DraftRow) -> None:
+        """Row ``row`` finished (``row.out`` is its whole response; called after the round it
+        finished in, rows of one round in batch order): a drafter that learns across examples
+        (SuffixDecoding's global tree) takes the response here."""

@@ -8,6 +8,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from bench.errors import BenchError
+
 
 def to_device(values: list, device: torch.device) -> Tensor:
     """Host integers as a long tensor on ``device``, without a host sync. ``torch.tensor(values,
@@ -44,6 +46,19 @@ class ModelEngine(ABC):
         lengths[b] grows by ``real[b]`` (tokens past it are padding, overwritten later). Returns the
         logits of the last ``keep`` positions [B, keep, V] and, when ``hidden``, their last-layer
         hidden states."""
+
+    def tree_step(self, ids: Tensor, parents: Tensor, real: Sequence[int]) -> Tensor:
+        """Feed a token tree per row (``bench.engines.tree``): ``ids`` [B, n + 1] the row's last
+        token (the root) then its nodes, ``parents`` [B, n] each node's parent (-1: the root). Token
+        t goes to slot lengths[b] + t at position lengths[b] + its depth and sees the row's cache
+        and its ancestors; lengths[b] grows by ``real[b]``. Returns the logits of every token
+        [B, n + 1, V]. ``commit`` then keeps one path per row."""
+        raise BenchError(f"{type(self).__name__} does not verify token trees; use --engine eager")
+
+    def commit(self, paths: Sequence[Sequence[int]]) -> None:
+        """After ``tree_step``: row b keeps its root and the nodes ``paths[b]`` (a root-to-node path,
+        node indices), their K/V moved into the slots right after the root; the rest is rolled back."""
+        raise BenchError(f"{type(self).__name__} does not verify token trees; use --engine eager")
 
     def truncate(self, keep: Sequence[int]) -> None:
         """Roll rows back: row b holds at most ``keep[b]`` tokens from now on."""

@@ -53,7 +53,7 @@ def caching() -> str:
     return f"inductor's cache: {cache_dir()}"
 
 
-def key(model: PreTrainedModel, rows: int, width: int, gemms: bool) -> str:
+def key(model: PreTrainedModel, rows: int, width: int | str, gemms: bool) -> str:
     """A compile's identity for the record: what sets its cost (shapes, dtype, device, options)."""
     c = model.config.get_text_config()
     return (
@@ -70,7 +70,7 @@ def _read() -> dict[str, dict[str, float]]:
         return {}
 
 
-def estimate(model: PreTrainedModel, rows: int, widths: list[int], gemms: bool) -> str:
+def estimate(model: PreTrainedModel, rows: int, widths: list[int | str], gemms: bool) -> str:
     """Before a compile: how long it should take, and on what that figure rests."""
     found = _read()
     seen = [found.get(key(model, rows, w, gemms)) for w in widths]
@@ -88,7 +88,7 @@ def estimate(model: PreTrainedModel, rows: int, widths: list[int], gemms: bool) 
     )
 
 
-def record(model: PreTrainedModel, rows: int, width: int, gemms: bool, seconds: float) -> None:
+def record(model: PreTrainedModel, rows: int, width: int | str, gemms: bool, seconds: float) -> None:
     """Keep a compile's time beside the cache for the next estimate (best effort: a read-only
     cache folder only loses the estimate)."""
     found = _read()

@@ -117,6 +117,7 @@ class CompiledEngine(EagerEngine):
         widths: Sequence[int],
         verbose: bool = False,
         log: Callable[[str], None] | None = None,
+        trees: Sequence[int] = (),
     ) -> None:
         super().__init__(model)
         # Inductor's own output (autotune tables, warnings) only with --verbose; the harness says
@@ -128,18 +129,23 @@ class CompiledEngine(EagerEngine):
         # tiny pair. The harness never trains a pair's models.
         model.requires_grad_(False)
         self.widths = sorted(set(widths))
+        self.trees = sorted(set(trees))  # token-tree widths (root + nodes): a graph each
         self.cuda = model.device.type == "cuda"
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, _RECOMPILE_LIMIT)
         torch._dynamo.config.fail_on_recompile_limit_hit = True
+        options = {
+            "triton.cudagraphs": self.cuda,
+            "triton.cudagraph_or_error": self.cuda,  # a graph CUDA graphs cannot take is an error
+            "guard_filter_fn": torch.compiler.keep_tensor_guards_unsafe,
+        }
         self.compiled = torch.compile(
-            types.MethodType(_own_copy(CompiledEngine._forward), self),
+            types.MethodType(_own_copy(CompiledEngine._forward), self), fullgraph=True, dynamic=False, options=options
+        )
+        self.compiled_tree = torch.compile(
+            types.MethodType(_own_copy(CompiledEngine._tree_forward), self),
             fullgraph=True,
             dynamic=False,
-            options={
-                "triton.cudagraphs": self.cuda,
-                "triton.cudagraph_or_error": self.cuda,  # a graph CUDA graphs cannot take is an error
-                "guard_filter_fn": torch.compiler.keep_tensor_guards_unsafe,
-            },
+            options=options,
         )
         self.cache = StaticSlotCache(0, 0)
         self.caches: list[StaticSlotCache] = []  # one per batch shape met; each has its graphs
@@ -161,11 +167,15 @@ class CompiledEngine(EagerEngine):
         positions = start.unsqueeze(1) + torch.arange(ids.shape[1], device=ids.device)
         return self._forward_at(ids, positions, self.cache.max_len, keep, hidden=True)
 
+    def _tree_forward(self, ids: Tensor, start: Tensor, parents: Tensor) -> Tensor:
+        """A token tree per row over all ``capacity`` slots (``EagerEngine._tree_forward_at``)."""
+        return self._tree_forward_at(ids, start, parents, self.cache.max_len)
+
     def start(self, rows: int, max_len: int) -> None:
         """Reuse the smallest cache (and its graphs) that holds the batch, extra rows running as
         idle padding; else allocate one and compile for it. Capacities round up to a power of two,
         so growing prompts rarely compile again."""
-        need = max_len + max(self.widths, default=1)
+        need = max_len + max(self.widths + self.trees, default=1)
         fits = [c for c in self.caches if c.rows >= rows and c.max_len >= need]
         if fits:
             self.cache = min(fits, key=lambda c: (c.rows, c.max_len))
@@ -190,16 +200,22 @@ class CompiledEngine(EagerEngine):
             self.log(
                 f"compiling {config.model_type} ({config.num_hidden_layers} layer"
                 f"{'s' * (config.num_hidden_layers != 1)}) for step "
-                f"width{'s' * (len(self.widths) > 1)} {', '.join(map(str, self.widths))}, batch {rows}: "
-                f"{compile_report.estimate(self.model, rows, self.widths, gemms)}; {compile_report.caching()}"
+                f"width{'s' * (len(self.widths) > 1)} {', '.join(map(str, self.widths))}, batch {rows}"
+                f"{' and token trees of ' + ', '.join(map(str, self.trees)) if self.trees else ''}: "
+                f"{compile_report.estimate(self.model, rows, [*self.widths, *(f'tree{t}' for t in self.trees)], gemms)}; "
+                f"{compile_report.caching()}"
             )
         with torch._inductor.config.patch(self._cpu_options()), compile_report.quiet(self.verbose):
             for width in self.widths:
                 self._compile_width(width, start)
                 compile_report.record(self.model, rows, width, gemms, self._last_compile_s)
+            for width in self.trees:
+                self._compile_width(width, start, tree=True)
+                compile_report.record(self.model, rows, f"tree{width}", gemms, self._last_compile_s)
         if self.log:
             hits, bypassed = (now - then for now, then in zip(compile_report.cache_counts(), before))
-            self.log("  " + compile_report.outcome(self.compile_s - spent, len(self.widths), hits, bypassed))
+            graphs = len(self.widths) + len(self.trees)
+            self.log("  " + compile_report.outcome(self.compile_s - spent, graphs, hits, bypassed))
 
     def _gemms(self) -> bool:
         """Whether inductor generates the products from its C++ GEMM templates (CPU, large weights)."""
@@ -210,13 +226,14 @@ class CompiledEngine(EagerEngine):
             return {}
         return _CPU_OPTIONS | (_CPU_GEMMS if self._gemms() else {})
 
-    def _compile_width(self, width: int, start: Tensor) -> None:
+    def _compile_width(self, width: int, start: Tensor, tree: bool = False) -> None:
         ids = torch.zeros(self.cache.rows, width, dtype=torch.long, device=start.device)
+        parents = ids[:, 1:] - 1  # every node a child of the root
         for call in range(3):  # compile; then warm-up runs (CUDA graphs record on a later call)
             tick = time.perf_counter()
             skips = counters["inductor"]["cudagraph_skips"]
             try:
-                self._run(ids, start)
+                self._run_tree(ids, start, parents) if tree else self._run(ids, start)
             except Exception as exc:
                 raise BenchError(
                     f"--engine compiled: torch.compile cannot compile {self.model.config.model_type} "
@@ -243,13 +260,19 @@ class CompiledEngine(EagerEngine):
             return logits.clone(), hidden.clone()  # the graph's outputs are overwritten next replay
         return self.compiled(ids, start, ids.shape[1])
 
-    def _replay(self, ids: Tensor, start: Tensor) -> tuple[Tensor, Tensor | None]:
+    def _run_tree(self, ids: Tensor, start: Tensor, parents: Tensor) -> Tensor:
+        if self.cuda:
+            torch.compiler.cudagraph_mark_step_begin()
+            return self.compiled_tree(ids, start, parents).clone()
+        return self.compiled_tree(ids, start, parents)
+
+    def _replay(self, ids: Tensor, start: Tensor, parents: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor | None]:
         """A step runs a graph ``start`` compiled, never a new one: a graph whose guards fail here
         (e.g. compiled outside inference mode, stepped inside) would compile again without
         ``start``'s CPU options: a different, slower graph, in silence."""
         try:
             with torch.compiler.set_stance("fail_on_recompile"):
-                return self._run(ids, start)
+                return self._run(ids, start) if parents is None else self._run_tree(ids, start, parents)
         except RuntimeError as exc:
             if "fail_on_recompile" not in str(exc):
                 raise
@@ -276,7 +299,7 @@ class CompiledEngine(EagerEngine):
             logits, states = self._forward(ids, start, keep)
             first = 0
         else:
-            logits, states = self._replay(ids.contiguous(), start)
+            logits, states = self._replay(ids.contiguous(), start)  # type: ignore[misc]
             first = width - keep
         self.fresh = False
         self.lengths = [n + r for n, r in zip(self.lengths, real)]
@@ -284,6 +307,31 @@ class CompiledEngine(EagerEngine):
             window = slice(first, first + keep)
             logits, states = logits[:count, window], states[:count, window]
         return logits, states if hidden else None
+
+    def tree_step(self, ids: Tensor, parents: Tensor, real: Sequence[int]) -> Tensor:
+        """A tree of n + 1 tokens runs the narrowest tree graph declared that holds it: its extra
+        nodes hang under the root in slots past every real one, its extra rows are idle."""
+        count, width = ids.shape
+        graph = next((w for w in self.trees if w >= width), 0)
+        if not graph:
+            declared = ", ".join(map(str, self.trees)) or "none"
+            raise BenchError(
+                f"--engine compiled: a token tree of {width} tokens is wider than the tree widths compiled "
+                f"({declared}); declare it (Drafter.tree_widths) or use --engine eager"
+            )
+        if max(self.lengths) + graph > self.cache.max_len:
+            raise RuntimeError(f"cache overflow: {max(self.lengths) + graph} > {self.cache.max_len} slots")
+        rows = self.cache.rows
+        full_ids = ids.new_zeros(rows, graph)
+        full_ids[:count, :width] = ids
+        full_parents = parents.new_full((rows, graph - 1), -1)
+        full_parents[:count, : width - 1] = parents
+        start = to_device(self.lengths + [0] * (rows - count), ids.device)
+        logits = self._replay(full_ids, start, full_parents)
+        self.fresh = False
+        self.tree_start = list(self.lengths)
+        self.lengths = [n + r for n, r in zip(self.lengths, real)]
+        return logits[:count, :width]  # type: ignore[index]
 
     def select(self, rows: Sequence[int]) -> None:
         self.cache.compact(to_device(list(rows), self.model.device))
@@ -296,15 +344,15 @@ class CompiledEngines:
 
     def __init__(self, verbose: bool = False, log: Callable[[str], None] | None = None) -> None:
         self.verbose, self.log = verbose, log
-        self.engines: weakref.WeakKeyDictionary[PreTrainedModel, dict[tuple[int, ...], CompiledEngine]] = (
+        self.engines: weakref.WeakKeyDictionary[PreTrainedModel, dict[tuple[tuple[int, ...], ...], CompiledEngine]] = (
             weakref.WeakKeyDictionary()
         )
 
-    def __call__(self, model: PreTrainedModel, widths: Sequence[int]) -> CompiledEngine:
+    def __call__(self, model: PreTrainedModel, widths: Sequence[int], trees: Sequence[int] = ()) -> CompiledEngine:
         mine = self.engines.setdefault(model, {})
-        key = tuple(sorted(set(widths)))
+        key = (tuple(sorted(set(widths))), tuple(sorted(set(trees))))
         if key not in mine:
-            mine[key] = CompiledEngine(model, key, self.verbose, self.log)
+            mine[key] = CompiledEngine(model, key[0], self.verbose, self.log, key[1])
         return mine[key]
 
     @property

@@ -10,6 +10,7 @@ from transformers import PreTrainedModel
 
 from bench.engines.base import ModelEngine, to_device
 from bench.engines.layout import FULL, SLIDING, attention_layout, layer_devices
+from bench.engines.tree import ancestors, tree_allowed
 
 
 class SlotCache:
@@ -47,6 +48,17 @@ class SlotCache:
         v[rows, :, positions] = value.transpose(1, 2)
         return k[:, :, : self.visible], v[:, :, : self.visible]
 
+    def move(self, rows: Sequence[int], source: Sequence[int], target: Sequence[int]) -> None:
+        """Copy row rows[i]'s K/V from slot source[i] to slot target[i] in every layer (a tree's
+        accepted path into the contiguous slots after the root; every source at or past every
+        target, so reading all before writing any is the same as copying in order)."""
+        index = [list(rows), list(source), list(target)]
+        on: dict[torch.device, Tensor] = {}  # the indices copied once per device
+        for store in (self.keys, self.values):
+            for buf in store.values():
+                r, s, t = on.setdefault(buf.device, to_device(index, buf.device))
+                buf[r, :, t] = buf[r, :, s]
+
     def select(self, rows: Tensor) -> None:
         for store in (self.keys, self.values):
             for layer, buf in store.items():
@@ -63,14 +75,16 @@ class EagerEngine(ModelEngine):
     are causal by position (and windowed on sliding layers), so padding and rejected slots are
     never visible to a real query."""
 
-    def __init__(self, model: PreTrainedModel, widths: Sequence[int] = ()) -> None:
-        """``widths``: the step widths the loop will use; eager runs any width, so it needs none."""
+    def __init__(self, model: PreTrainedModel, widths: Sequence[int] = (), trees: Sequence[int] = ()) -> None:
+        """``widths``, ``trees``: the step and tree widths the loop will use; eager runs any width,
+        so it needs none."""
         layout = attention_layout(model)
         self.model = model
         self.kinds = set(layout.kinds)
         self.window = layout.window
         self.devices = tuple(dict.fromkeys(layer_devices(model).values())) or (model.device,)
         self.lengths: list[int] = []
+        self.tree_start: list[int] = []  # each row's length before the last tree step
         self.cache = SlotCache(0, 0)
 
     def start(self, rows: int, max_len: int) -> None:
@@ -86,8 +100,12 @@ class EagerEngine(ModelEngine):
         allowed = {FULL: slot <= query}
         if SLIDING in self.kinds:
             allowed[SLIDING] = allowed[FULL] & (slot > query - self.window)
+        return self._additive(allowed)
+
+    def _additive(self, allowed: dict[str, Tensor]) -> Tensor | dict[str, Tensor]:
+        """0 where allowed, the dtype's lowest value elsewhere, [B, 1, T, visible] per layer type."""
         low = torch.finfo(self.model.dtype).min
-        zero = torch.zeros((), dtype=self.model.dtype, device=positions.device)
+        zero = torch.zeros((), dtype=self.model.dtype, device=next(iter(allowed.values())).device)
         masks = {k: torch.where(a, zero, low).unsqueeze(1) for k, a in allowed.items() if k in self.kinds}
         return masks if len(masks) > 1 else next(iter(masks.values()))
 
@@ -136,6 +154,46 @@ class EagerEngine(ModelEngine):
             output_hidden_states=hidden,
         )
         return out.logits, out.hidden_states[-1][:, -keep:] if hidden else None
+
+    def tree_step(self, ids: Tensor, parents: Tensor, real: Sequence[int]) -> Tensor:
+        start = to_device(self.lengths, ids.device)
+        self.cache.visible = max(self.lengths) + ids.shape[1]
+        if self.cache.visible > self.cache.max_len:
+            raise RuntimeError(f"cache overflow: {self.cache.visible} > {self.cache.max_len} slots")
+        logits = self._tree_forward_at(ids, start, parents, self.cache.visible)
+        self.tree_start = list(self.lengths)
+        self.lengths = [n + r for n, r in zip(self.lengths, real)]
+        return logits
+
+    def _tree_forward_at(self, ids: Tensor, start: Tensor, parents: Tensor, visible: int) -> Tensor:
+        """Logits [B, n + 1, V] of a tree per row (bench.engines.tree): tokens in slots start + t,
+        at positions start + depth, each seeing the cache and its ancestors (and, on sliding
+        layers, only keys less than ``window`` positions back, as ``_masks``)."""
+        allowed, positions, keys = tree_allowed(start, ancestors(parents), visible)
+        kinds = {FULL: allowed}
+        if SLIDING in self.kinds:
+            kinds[SLIDING] = allowed & (keys.unsqueeze(1) > positions.unsqueeze(-1) - self.window)
+        self.cache.place(start.unsqueeze(1) + torch.arange(ids.shape[1], device=ids.device))
+        out = self.model(
+            input_ids=ids,
+            position_ids=positions,
+            attention_mask=self._additive(kinds),
+            cache=self.cache,
+            use_cache=True,
+            logits_to_keep=ids.shape[1],
+        )
+        return out.logits
+
+    def commit(self, paths: Sequence[Sequence[int]]) -> None:
+        moves = [
+            (b, start + 1 + j, start + 1 + i)
+            for b, (path, start) in enumerate(zip(paths, self.tree_start))
+            for i, j in enumerate(path)
+            if j != i
+        ]
+        if moves:
+            self.cache.move(*zip(*moves))
+        self.lengths = [start + 1 + len(path) for path, start in zip(paths, self.tree_start)]
 
     def select(self, rows: Sequence[int]) -> None:
         self.cache.select(to_device(list(rows), self.model.device))

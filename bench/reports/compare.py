@@ -7,8 +7,9 @@ Per task x panel (the settings a comparison shares) the baselines are the famili
 declares ``baseline`` (the static ensemble, lossy SD, each cascade rule, each engine rule), and
 the candidates are the configurations a ``--candidate`` names (a method, a family or a label).
 A per-request random mix of any two settings is attainable whatever their families, so every
-family's frontier, a candidate's included, holds the lossless point of its drafts (``sd`` on the
-same drafts, ``bench.lossless``; ``with_lossless``), and every baseline point pooled is a family
+family's frontier, a candidate's included, holds both anchors of its drafts (lossless ``sd`` and
+``accept_all`` on the same drafts, ``bench.lossless``; ``with_anchors``) and spans [SD's
+acceptance, 1], and every baseline point pooled is a family
 too: "all baselines", whose frontier is the strongest a candidate can be set against (a family run
 at one setting takes part as its point; the candidates' own configurations are left out of the
 pool). Where the baselines draft in more than one way (sampled, greedy), each way is pooled too,
@@ -32,7 +33,7 @@ import pandas as pd
 
 from bench.calibration.notes import barely_moves, floor_point, reaches_floor
 from bench.errors import BenchError
-from bench.lossless import LOSSLESS_METHOD, Drafts, lossless_drafts
+from bench.lossless import ANCHORS, Drafts, anchors
 from bench.reports.judge import judge, judge_frontiers
 from bench.reports.summary import PERCENT_METRICS, Panel, panels, quality_metrics, summarise
 from bench.verifiers import MethodInfo
@@ -67,7 +68,7 @@ class Comparison:
     acceptance_diff_ci: tuple[float, float]
     normalised_time: float
     speedup: float
-    time_spread: float  # max / min time per token of the timed examples; above SPREAD_LIMIT untrusted
+    time_spread: float  # how far re-timing the same examples moves norm. time; above SPREAD_LIMIT untrusted
     beyond_sweep: float  # share of resamples whose candidate falls outside the family's acceptance range
     verdict: str  # above, indistinguishable, below or cannot judge
     reason: str
@@ -168,21 +169,22 @@ def drafts_text(members: pd.DataFrame) -> str:
     return " and ".join(t.removesuffix(" drafts") for t in texts) + " drafts"
 
 
-def with_lossless(part: pd.DataFrame, members: pd.DataFrame) -> tuple[pd.DataFrame, list[Drafts]]:
-    """A family's configurations with the lossless point of each one's drafts (bench/lossless.py:
-    ``sd`` on the same drafts) that ``part`` holds and the family lacks, and the drafts whose
-    lossless point ``part`` does not hold. Every frontier, a candidate's included, is built on this."""
-    need = list(dict.fromkeys(d for _, r in members.iterrows() if (d := lossless_drafts(drafts_of(r)))))
-    sd = part[part["method"] == LOSSLESS_METHOD]
-    have = [drafts_of(r) for _, r in sd.iterrows()]
-    found = sd[pd.Series([d in need for d in have], index=sd.index, dtype=bool)]
+def with_anchors(part: pd.DataFrame, members: pd.DataFrame) -> tuple[pd.DataFrame, list[tuple[str, Drafts]]]:
+    """A family's configurations with the anchors of each one's drafts (bench/lossless.py: ``sd``
+    and ``accept_all`` on the same drafts) that ``part`` holds and the family lacks, and the
+    (method, drafts) anchors ``part`` does not hold. Every frontier, a candidate's included, is
+    built on this."""
+    need = list(dict.fromkeys(a for _, r in members.iterrows() for a in anchors(drafts_of(r))))
+    pool = part[part["method"].isin(ANCHORS)]
+    have = [(str(r["method"]), drafts_of(r)) for _, r in pool.iterrows()]
+    found = pool[pd.Series([a in need for a in have], index=pool.index, dtype=bool)]
     found = found[~found["config_id"].isin(members["config_id"])]
-    return pd.concat([members, found]), [d for d in need if d not in have]
+    return pd.concat([members, found]), [a for a in need if a not in have]
 
 
 def baseline_families(part: pd.DataFrame, candidates: list[str]) -> list[tuple[str, pd.DataFrame]]:
     """(name, configurations) of every family a candidate is judged against in one panel and task,
-    each with the lossless point of its drafts (``with_lossless``): "all baselines" first (every
+    each with the anchors of its drafts (``with_anchors``): "all baselines" first (every
     baseline point that is not a candidate, when they come from at least two families), then, where
     the baselines draft in more than one way, the pool of each way ("all baselines, greedy drafts":
     a better verifier told from a better draft), then each baseline family in the summary's order."""
@@ -194,26 +196,27 @@ def baseline_families(part: pd.DataFrame, candidates: list[str]) -> list[tuple[s
         pools += [(f"{POOLED}, {text}", g) for text, g in pooled.groupby(texts, sort=False)]
     families = [(name, members) for name, members in pools if members["family"].nunique() > 1]
     families += [(str(name), members) for name, members in part[base].groupby("family", sort=False)]
-    return [(name, with_lossless(part, members)[0]) for name, members in families]
+    return [(name, with_anchors(part, members)[0]) for name, members in families]
 
 
-def missing_lossless(part: pd.DataFrame, candidates: list[str]) -> str | None:
-    """One line naming the lossless points the families' frontiers lack (their drafts' ``sd``
-    configurations are not in these results), the families that lack them and how to run them."""
-    lacking: dict[Drafts, list[str]] = {}
+def missing_anchors(part: pd.DataFrame, candidates: list[str]) -> str | None:
+    """One line naming the anchors the families' frontiers lack (their drafts' ``sd`` or
+    ``accept_all`` configurations are not in these results), the families that lack them and how
+    to run them."""
+    lacking: dict[tuple[str, Drafts], list[str]] = {}
     judged = part[part["baseline"].astype(bool) | chosen(part, candidates)]
     for name, members in judged.groupby("family", sort=False):
-        for drafts in with_lossless(part, members)[1]:
-            lacking.setdefault(drafts, []).append(str(name))
+        for anchor in with_anchors(part, members)[1]:
+            lacking.setdefault(anchor, []).append(str(name))
     if not lacking:
         return None
     points = "; ".join(
-        f"sd on {d.text} ({', '.join(names)})" + (f" (--draft-policy {d.policy})" if d.policy == "greedy" else "")
-        for d, names in lacking.items()
+        f"{method} on {d.text} ({', '.join(names)})" + (f" (--draft-policy {d.policy})" if d.policy == "greedy" else "")
+        for (method, d), names in lacking.items()
     )
     return (
-        f"no lossless point in these results for: {points}; those frontiers lack the per-request mix "
-        "with lossless SD on their drafts: run it (`--grid baselines` runs every one it needs)"
+        f"no anchor in these results for: {points}; those frontiers lack the per-request mix with it, "
+        "and a comparison then measures sweep ranges: run it (`--grid baselines` runs every one it needs)"
     )
 
 
@@ -270,7 +273,7 @@ def compare(
             baselines = baseline_families(part, candidates)
             percent = metrics.get(task) in PERCENT_METRICS
             where = {"panel": panel.title, "task": str(task), "percent": percent}
-            lacking = missing_lossless(part, candidates)
+            lacking = missing_anchors(part, candidates)
             notes += [(panel.title, str(task), lacking)] if lacking else []
             settings = mine["family"].value_counts()
             for _, cand in mine.iterrows():
@@ -285,7 +288,7 @@ def compare(
                     str(name), cands["method_info"].iloc[0], list(cands["params"]), list(cands["acceptance_rate"])
                 )
                 notes += [(panel.title, str(task), note)] if note else []
-                own = with_lossless(part, cands)[0]  # its frontier holds its drafts' lossless point
+                own = with_anchors(part, cands)[0]  # its frontier holds its drafts' anchors
                 for family, members in baselines:
                     if family != name:  # never the candidate against itself
                         frontiers.append(
@@ -392,11 +395,11 @@ def _point(
 
 def _one_setting(result: dict[str, Any], family: str, members: pd.DataFrame) -> str:
     """The reason of a verdict withheld from a family that ran one setting of its own (its frontier
-    is the segment to its lossless point), with how to sweep it."""
-    own = members[members["method"] != LOSSLESS_METHOD]
+    is its anchors and that point), with how to sweep it."""
+    own = members[~members["method"].isin(ANCHORS)]
     if result["verdict"] != "cannot judge" or len(own) != 1 or family.startswith(POOLED):
         return str(result["reason"])
-    hint = f"{family} ran one setting besides its lossless point: sweep it ({sweep_hint(own['method_info'].iloc[0])})"
+    hint = f"{family} ran one setting besides its anchors: sweep it ({sweep_hint(own['method_info'].iloc[0])})"
     return "; ".join(r for r in (result["reason"], hint) if r)
 
 
@@ -442,7 +445,7 @@ def _frontier(
     members: pd.DataFrame,
     seed: int,
 ) -> FrontierComparison:
-    """``cands``: the candidate family's configurations with its lossless point; ``settings``: how
+    """``cands``: the candidate family's configurations with its anchors; ``settings``: how
     many of them are its own."""
     cand_ids, ids = list(cands["config_id"]), list(members["config_id"])
     total = len(_paired(examples, cand_ids))

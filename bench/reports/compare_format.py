@@ -122,9 +122,10 @@ def _markdown(table: pd.DataFrame) -> list[str]:
 
 
 FOOTNOTE = (
-    "Every frontier, the candidate's included, holds the lossless point of its drafts (sd on the same "
-    "drafts: sampled, greedy or lookup), counted in a family's points: a per-request mix with lossless SD is "
-    "open to every verifier. all baselines: every baseline point and their lossless points pooled (a "
+    "Every frontier, the candidate's included, holds both anchors of its drafts (lossless sd and "
+    "accept_all, keeping every draft, on the same drafts: sampled, greedy or lookup), counted in a family's "
+    "points: a per-request mix with either is open to every verifier, so every frontier spans [sd's "
+    "acceptance, 1]. all baselines: every baseline point and their anchors pooled (a "
     "random mix of any two settings is attainable), its frontier the upper hull of them all; where the "
     "baselines draft in more than one way, each way is pooled too (all baselines, sampled drafts; all "
     "baselines, greedy drafts), and a line names each side's drafts where they differ. "
@@ -136,7 +137,8 @@ FOOTNOTE = (
     "the largest gap each way there. dominates: the mean's interval is above 0 and the deficit's lower "
     "end is at most 0 (dominated: the mirror); crosses: both the lead's and the deficit's lower ends are "
     "above 0; indistinguishable: otherwise. "
-    f"Speedups are not shown where the timed examples' time per token varies more than {SPREAD_LIMIT:g}x. "
+    f"Speedups are not shown where re-timing the same examples moved the normalised time more than "
+    f"{SPREAD_LIMIT:g}x, or where they were timed once. "
 )
 
 

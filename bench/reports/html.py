@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from bench.errors import BenchError
-from bench.lossless import LOSSLESS_METHOD
+from bench.lossless import ANCHORS
 from bench.reports.charts import BASE, CAND, chart, marks
 from bench.reports.compare import (
     POOLED,
@@ -30,7 +30,7 @@ from bench.reports.compare import (
     baseline_families,
     chosen,
     compare,
-    with_lossless,
+    with_anchors,
 )
 from bench.reports.compare_format import cells, family_line, frontier_cells, gap_text
 from bench.reports.summary import Panel, panels, quality_metrics, summarise
@@ -164,7 +164,7 @@ def _short(name: str, width: int = 34) -> str:
 def _pooled_names(members: pd.DataFrame) -> list[str]:
     """Names of the pooled family's points: each setting's family and swept values, short."""
     return [
-        _short(f"{family} {swept}".strip(), 22) if method != LOSSLESS_METHOD else family
+        _short(f"{family} {swept}".strip(), 22) if method not in ANCHORS else family
         for family, swept, method in zip(
             members["family"].astype(str), members["swept"].astype(str), members["method"].astype(str)
         )
@@ -183,8 +183,8 @@ def _family_chart(v: FamilyVerdict, part: pd.DataFrame, candidates: list[str]) -
         return ""
     names = _pooled_names(base) if v.family.startswith(POOLED) else None
     own = list(mine["swept"]) if len(mine) > 1 else [""]
-    # The candidate's frontier holds its drafts' lossless point, as compare's does.
-    series = [(base, BASE, True)] + ([(with_lossless(task, mine)[0], CAND, False)] if len(mine) > 1 else [])
+    # The candidate's frontier holds its drafts' anchors, as compare's does.
+    series = [(base, BASE, True)] + ([(with_anchors(task, mine)[0], CAND, False)] if len(mine) > 1 else [])
     titles = [
         (f"{v.task}: {_short(v.candidate)} vs {_short(v.family, 30)}", "#1d1d1f"),
         (v.verdict if v.verdict != "cannot judge" else "cannot judge (the rows below say why)", CAND),
@@ -366,7 +366,7 @@ def build_report(results: Path, candidates: list[str], token_examples: int = 100
             "verdict where the candidate ran several settings (the mean gap between the two frontiers over "
             "the acceptance range both span, shaded), else its point's verdict (Δ quality: the candidate "
             "minus the family's frontier at its acceptance), each with its paired 95% bootstrap interval "
-            "(docs/compare.md). <i>all baselines</i>: every baseline point and lossless sd pooled (a random "
+            "(docs/compare.md). <i>all baselines</i>: every baseline point and their anchors (lossless sd, accept_all) pooled (a random "
             "mix of any two settings is attainable). Charts: points with 95% intervals, the baseline's "
             "frontier dashed, the candidate's solid; the point rows fold under each chart.</p>",
             _verdicts(compare(rows, candidates, summary=summary, found=found), found, candidates),

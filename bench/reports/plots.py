@@ -33,6 +33,7 @@ from bench.reports.summary import (  # noqa: E402
     panels,
     quality_metrics,
     summarise,
+    timing_trusted,
 )
 from bench.store import load_results  # noqa: E402
 
@@ -48,7 +49,7 @@ QUALITY_LABELS = {
     "rougeL": "ROUGE-L F1 (x100)",
 }
 MIN_QUALITY_SPAN = 5.0  # percentage points (or ROUGE x 100)
-HOLLOW = f"hollow: time varies > {SPREAD_LIMIT:g}x, not trusted"
+HOLLOW = f"hollow: repeats disagree > {SPREAD_LIMIT:g}x (or 1 repeat), not trusted"
 PARETO_AXES = {
     # column: (file name, title, axis label, scale)
     "normalised_time": ("pareto", "Quality vs time", "time per example vs AR (AR = 1)", 1.0),
@@ -268,11 +269,11 @@ def _bound_quality_axis(ax: plt.Axes, metric: str) -> None:
     ax.set_ylim(low, high)
 
 
-POOLED_LINE = "all baselines (upper hull, lossless sd included)"
+POOLED_LINE = "all baselines (upper hull, anchors sd and accept_all included)"
 
 
 def _pooled_hull(ax: plt.Axes, rows: pd.DataFrame, q_scale: float) -> bool:
-    """Draw the upper hull of every baseline point and the lossless point of their drafts
+    """Draw the upper hull of every baseline point and the anchors of their drafts
     (compare's "all baselines", the same rule: ``baseline_families``), where they come from at
     least two families; True when drawn."""
     from bench.reports.compare import POOLED, baseline_families
@@ -320,7 +321,7 @@ def plot_pareto(panel: Panel, qualities: dict[str, str], out: Path, x: str = "no
                 sweeps.append((ax, *_merge_coincident(list(zip(xs, ys)), texts), style["color"]))
             for _, r in family.iterrows():
                 drawn.append(r["legend"])
-                unsteady = x == "normalised_time" and r.get("time_spread", np.nan) > SPREAD_LIMIT
+                unsteady = x == "normalised_time" and not timing_trusted(r.get("time_spread", np.nan))
                 flagged |= bool(unsteady)
                 ax.errorbar(
                     r[x] * x_scale,
@@ -358,8 +359,8 @@ def plot_pareto(panel: Panel, qualities: dict[str, str], out: Path, x: str = "no
         else "acceptance rate = accepted / drafted tokens"
     )
     hollow = (
-        f" Hollow markers: the time per token of the timed examples varied more than {SPREAD_LIMIT:g}x; "
-        "that time is not to be trusted."
+        " Hollow markers: re-timing the same examples moved the normalised time more than "
+        f"{SPREAD_LIMIT:g}x, or they were timed once (noise not measured); that time is not to be trusted."
         if flagged
         else ""
     )
@@ -368,7 +369,7 @@ def plot_pareto(panel: Panel, qualities: dict[str, str], out: Path, x: str = "no
         f"(asymmetric, as measured). Lines: methods swept over one parameter (points labelled), the static "
         f"ensemble's target-weight sweep among them; a label that would cover another or a point is left "
         "out; dotted "
-        "(on the acceptance axis): the upper hull of every baseline point and lossless sd pooled, what a "
+        "(on the acceptance axis): the upper hull of every baseline point and their anchors (lossless sd, accept_all) pooled, what a "
         f"random mix of settings attains; dashed: the quality of AR, the target alone.{hollow} "
         f"Settings: {panel.title}."
     )

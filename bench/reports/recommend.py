@@ -18,6 +18,13 @@ nominal rate: a confirmed floor holds on fresh examples with probability at leas
 simulation in tests/test_recommend.py measures it). A setting that fails its confirmation is
 reported as such; the next best is not tried (that would be a second look at the same half).
 
+A lossless setting (``sd`` with any drafter, or a family at its lossless value: ensemble w = 1,
+lossy lenience 1, threshold acc 1, cascade alpha -1) keeps the target's quality by construction:
+its output has the target's law (greedy: the target's tokens, up to floating-point rounding). Under
+a floor of at most ar's own quality it needs no quality test, only its speed confirmed; it takes
+part in the ranking as cleared on both halves, and when the pick is not deployed, the fastest
+lossless setting confirmed faster than ar is (its quality needs no look at either half).
+
 A setting is worth deploying only if it is faster than the target alone: the pick is recommended
 when it is confirmed and its speedup's 95% interval (trustworthy timings only) lies above 1;
 otherwise the recommendation is ``ar``, the target alone, with the reason and the numbers (nothing
@@ -39,7 +46,16 @@ from scipy import stats
 
 from bench.errors import BenchError
 from bench.reports.deploy import how_to_run
-from bench.reports.summary import PERCENT_METRICS, SPREAD_LIMIT, panels, quality_metrics, summarise
+from bench.reports.summary import (
+    PERCENT_METRICS,
+    SPREAD_LIMIT,
+    panels,
+    quality_metrics,
+    summarise,
+    timing_trusted,
+)
+from bench.reports.table import spread_note
+from bench.verifiers import MethodInfo
 
 ALPHA = 0.05  # one-sided: a cleared floor holds with 95% confidence
 FORMATS = ("markdown", "json")
@@ -76,11 +92,27 @@ class Floor:
         """Per example: quality minus the floor (paired with ar's quality on that example)."""
         return quality - (self.value * ar if self.relative else self.value)
 
+    @property
+    def kept_by_lossless(self) -> bool:
+        """A lossless setting has the target's quality: it keeps a floor of at most ar's own."""
+        return self.relative and self.value <= 1
+
+
+def lossless(setting: pd.Series) -> bool:
+    """Whether a summarised setting is lossless speculative decoding: ``sd`` (any drafter, any draft
+    policy: SD keeps the target's law whatever q is), or a family at its declared lossless value."""
+    info: MethodInfo = setting["method_info"]
+    path = info.calibrated
+    if info.name == "sd":
+        return True
+    return path is not None and path.lossless is not None and setting["params"].get(path.param) == path.lossless
+
 
 # Too few examples is the usual cause (docs/recommend.md: 25 clean examples support 88.7%): name the fix.
 NOTHING_CLEARS = (
     "nothing clears the floor on the selection half: decode more examples (--limit) or lower the floor"
 )
+LOSSLESS = "lossless: keeps ar's quality by construction (only its speed needs confirming)"
 TARGET_ALONE = "ar"  # what to deploy when no setting keeps the floor and is confirmed faster than ar
 
 
@@ -110,6 +142,7 @@ class Candidate:
     confirm: np.ndarray  # margins on the confirmation half
     acceptance: float = math.nan  # on the selection half
     quality: float = math.nan  # mean quality on the confirmation half
+    lossless: bool = False  # keeps the floor by construction: no quality test on either half
 
 
 @dataclass
@@ -120,18 +153,21 @@ class Choice:
     selection_bound: float
     confirmation_bound: float
     confirmed: bool
-    cleared: int  # settings that cleared the floor on the selection half
+    cleared: int  # settings that cleared the floor on the selection half (lossless ones included)
 
 
 def choose(candidates: list[Candidate], worst: float) -> Choice:
     """Select on one half, confirm on the other: among the settings whose margin's lower bound
-    clears 0 on the selection half, the highest score (the first given on a tie); confirmed when
-    its lower bound on the confirmation half clears 0 too (``worst``: the floor's worst margin)."""
-    bounds = [lower_bound(c.select, worst) for c in candidates]
-    cleared = [(c, b) for c, b in zip(candidates, bounds) if b >= 0]
+    clears 0 on the selection half (a lossless one clears by construction), the highest score (the
+    first given on a tie); confirmed when its lower bound on the confirmation half clears 0 too
+    (``worst``: the floor's worst margin), or when it is lossless."""
+    bounds = [math.nan if c.lossless else lower_bound(c.select, worst) for c in candidates]
+    cleared = [(c, b) for c, b in zip(candidates, bounds) if c.lossless or b >= 0]
     if not cleared:
         return Choice(None, math.nan, math.nan, False, 0)
     pick, bound = max(cleared, key=lambda cb: cb[0].score)
+    if pick.lossless:
+        return Choice(pick, math.nan, math.nan, True, len(cleared))
     confirm = lower_bound(pick.confirm, worst)
     return Choice(pick, bound, confirm, bool(confirm >= 0), len(cleared))
 
@@ -185,7 +221,8 @@ def _candidate(
     acceptance = float(selected["accepted_tokens"].sum() / drafted) if drafted else math.nan
     score = float(setting["speedup"]) if by == "speedup" else acceptance
     confirmed = float(quality[half].mean()) if half.any() else math.nan
-    return Candidate(str(setting["config_id"]), score, margin[~half], margin[half], acceptance, confirmed)
+    kept = floor.kept_by_lossless and lossless(setting)
+    return Candidate(str(setting["config_id"]), score, margin[~half], margin[half], acceptance, confirmed, kept)
 
 
 def recommend(rows: pd.DataFrame, floor: Floor) -> list[Recommendation]:
@@ -212,19 +249,18 @@ def _one(
         )
     ar = _examples(rows, ar_rows["config_id"].iloc[0]) if len(ar_rows) else None
     settings = part[part["method"] != "ar"]
-    trusted = settings["speedup"].notna() & (settings["time_spread"] <= SPREAD_LIMIT)
+    trusted = settings["speedup"].notna() & settings["time_spread"].map(timing_trusted)
     by = "speedup" if len(settings) and trusted.all() else "acceptance"
     candidates = [_candidate(rows, s, ar, floor, by) for _, s in settings.iterrows()]
     choice = choose([c for c in candidates if np.isfinite(c.score)], floor.worst)
     ar_quality = float(ar["quality"].mean()) if ar is not None else math.nan
+    alone = ar_rows.iloc[0] if len(ar_rows) else part.iloc[0]  # an absolute floor may have no ar run
+    choice, pick, deployment = _settle(choice, settings, candidates, by, alone, ar_quality, percent)
     record = dict(
         panel=title, task=task, pair=str(part["pair"].iloc[0]), floor=str(floor), ranked_by=by,
         settings=len(settings), cleared=choice.cleared, selection_bound=choice.selection_bound,
-        confirmation_bound=choice.confirmation_bound, percent=percent, ar_quality=ar_quality,
+        confirmation_bound=choice.confirmation_bound, percent=percent, ar_quality=ar_quality, **deployment,
     )  # fmt: skip
-    pick = settings[settings["config_id"] == choice.pick.name].iloc[0] if choice.pick else None
-    alone = ar_rows.iloc[0] if len(ar_rows) else part.iloc[0]  # an absolute floor may have no ar run
-    record |= _deployment(pick, choice.confirmed, by, alone, ar_quality, percent)
     if pick is None:
         nan, first = math.nan, candidates[0] if candidates else Candidate("", math.nan, np.array([]), np.array([]))
         return Recommendation(
@@ -243,8 +279,39 @@ def _one(
         quality=c.quality,
         floor_quality=c.quality - float(np.mean(c.confirm)) if len(c.confirm) else math.nan,
         examples=(len(c.select), len(c.confirm)),
-        status="confirmed" if choice.confirmed else "not confirmed on the other half",
+        status=LOSSLESS if c.lossless else "confirmed" if choice.confirmed else "not confirmed on the other half",
     )
+
+
+def _settle(
+    choice: Choice, settings: pd.DataFrame, candidates: list[Candidate], by: str, alone: pd.Series,
+    ar_quality: float, percent: bool,
+) -> tuple[Choice, pd.Series | None, dict[str, Any]]:
+    """The pick's deployment; where it is ar, the fastest lossless setting confirmed faster instead
+    (with why the pick is not deployed). Returns the choice, its setting's row and the deployment."""
+    pick = settings[settings["config_id"] == choice.pick.name].iloc[0] if choice.pick else None
+    deployment = _deployment(pick, choice.confirmed, by, alone, ar_quality, percent)
+    fallback = _fastest_lossless(settings, candidates) if deployment["deploy"] == TARGET_ALONE else None
+    if fallback is None or fallback is choice.pick:
+        return choice, pick, deployment
+    why_not = _deploy(pick, choice.confirmed, _speed(pick) if pick is not None else None, by)[1]
+    lossless_pick = settings[settings["config_id"] == fallback.name].iloc[0]
+    deployment = _deployment(lossless_pick, True, by, alone, ar_quality, percent)
+    deployment["reason"] += f" (the fastest lossless setting; the first pick is not deployed: {why_not})"
+    return Choice(fallback, math.nan, math.nan, True, choice.cleared), lossless_pick, deployment  # fmt: skip
+
+
+def _fastest_lossless(settings: pd.DataFrame, candidates: list[Candidate]) -> Candidate | None:
+    """The fastest lossless setting confirmed faster than ar (its trusted speedup's interval above
+    1): deployable whatever the quality halves say, since its quality is the target's."""
+    fast = [
+        (c, speed[0])
+        for c in candidates
+        if c.lossless
+        and (speed := _speed(settings[settings["config_id"] == c.name].iloc[0])) is not None
+        and speed[1][0] > 1
+    ]
+    return max(fast, key=lambda cs: cs[1])[0] if fast else None
 
 
 def _deployment(
@@ -267,7 +334,7 @@ def _deployment(
 def _speed(pick: pd.Series) -> tuple[float, tuple[float, float]] | None:
     """A setting's speedup over ar and its 95% interval, where its timing is trustworthy (the
     table's rule); None where it was not timed or its times vary too much."""
-    if not np.isfinite(pick["speedup"]) or not pick["time_spread"] <= SPREAD_LIMIT:
+    if not np.isfinite(pick["speedup"]) or not timing_trusted(pick["time_spread"]):
         return None
     low, high = pick["normalised_time_ci"]  # of its time over ar's: the speedup's bounds inverted
     return float(pick["speedup"]), (1 / high, 1 / low)
@@ -276,28 +343,29 @@ def _speed(pick: pd.Series) -> tuple[float, tuple[float, float]] | None:
 def _deploy(
     pick: pd.Series | None, confirmed: bool, speed: tuple[float, tuple[float, float]] | None, by: str
 ) -> tuple[str, str]:
-    """What to deploy and why: the pick when it keeps the floor on both halves and is confirmed
-    faster than ar (its speedup's 95% interval above 1); the target alone otherwise."""
+    """What to deploy and why: the pick when it keeps the floor on both halves (or is lossless) and
+    is confirmed faster than ar (its speedup's 95% interval above 1); the target alone otherwise."""
     if pick is None:
         return TARGET_ALONE, "no setting clears the floor on the selection half"
     name = str(pick["label"])
     if not confirmed:
         return TARGET_ALONE, f"the best setting on the selection half, {name}, is not confirmed on the other half"
+    keeps = "it is lossless (ar's quality by construction)" if lossless(pick) else "it keeps the floor"
     if speed is None:  # ranked by acceptance: this run cannot tell whether the pick is faster
         measured = pick["speedup"]
         timing = (
-            f"its measured {measured:.2f}x ar's speed is not trustworthy (times vary {pick['time_spread']:.1f}x)"
+            f"its measured {measured:.2f}x ar's speed is not trustworthy ({spread_note(pick['time_spread'])})"
             if np.isfinite(measured)
             else "it was not timed"
         )
         return TARGET_ALONE, (
-            f"no setting is confirmed faster than ar: the pick (by acceptance), {name}, keeps the floor but "
-            f"{timing}; time it against ar before deploying it"
+            f"no setting is confirmed faster than ar: the pick (by acceptance), {name}, {keeps.removeprefix('it ')} "
+            f"but {timing}; time it against ar before deploying it"
         )
     s, (low, high) = speed
     measured_speed = f"{s:.2f}x ar's speed (95% interval {low:.2f} to {high:.2f})"
     if low > 1:
-        return name, f"it keeps the floor and is confirmed faster than ar: {measured_speed}"
+        return name, f"{keeps} and is confirmed faster than ar: {measured_speed}"
     which = "the fastest" if by == "speedup" else "the pick (by acceptance)"
     return TARGET_ALONE, (
         f"no setting that keeps the floor is confirmed faster than ar: {which}, {name}, runs at {measured_speed}"
@@ -366,7 +434,11 @@ def render(found: list[Recommendation], fmt: str) -> str:
         "Selected on one half of the examples (a hash of their id), confirmed on the other: a confirmed "
         f"floor holds at {1 - ALPHA:.0%} confidence (one-sided Student t on the paired margins, one "
         "pseudo-example at the worst margin added). Ranked "
-        f"by speedup only where every setting's timing is trustworthy (times vary less than {SPREAD_LIMIT:g}x). "
+        "by speedup only where every setting's timing is trustworthy (each example timed at least twice, "
+        f"the repeats' normalised times within {SPREAD_LIMIT:g}x of each other). A lossless setting (sd, or a "
+        "family at its lossless value) keeps ar's quality by construction: it clears a floor of at most ar's "
+        "quality untested, and only its speed is confirmed; where the pick is not deployed, the fastest "
+        "lossless setting confirmed faster than ar is. "
         "The pick is deployed only where it is also confirmed faster than ar (its speedup's 95% interval "
         "above 1, on trustworthy timings); otherwise ar, the target alone. "
         "Quality and the floor are in the task's unit (shown as %). TARGET and DRAFT: the paths of the "

@@ -6,6 +6,12 @@ prompt options, device, dtype, engine), divided by ``ar``'s mean time on those s
 (docs/spec.md §7, the speed bound). Intervals are 95% percentile bootstraps over examples. Only rows decoded alone carry a time
 (rows decoded in a batch have NaN); times are computed from those rows only, per example and per
 emitted token.
+
+A timing is trusted by what measures noise, not by how much examples differ (a long prompt or a
+draft that fits one text better than another makes examples differ for real, and the bootstrap
+interval carries that): each timed example is decoded ``--timing-repeats`` times, interleaved with
+``ar`` each time, and ``time_spread`` is how far the normalised time moves from one repeat of the
+whole timed set to another (docs/engines-and-timing.md).
 """
 
 from __future__ import annotations
@@ -34,7 +40,10 @@ TASK_TITLES = {
     "spec_bench": "Spec-Bench",
 }
 BOOTSTRAP = 1000
-SPREAD_LIMIT = 2.0  # max / min time over timed examples beyond which a timing is flagged, not trusted
+# max / min over repeats of the normalised time beyond which a timing is noise: re-timing the same
+# examples moved the answer by more than a fifth, so no speedup is shown.
+SPREAD_LIMIT = 1.2
+UNMEASURED = np.inf  # time_spread where each example was timed once: no noise measured, not trusted
 # A panel of the table holds the configurations that share these settings (tasks are its columns).
 # Settings each task brings with it (its exemplar count, its split): tasks that differ only in
 # these still sit side by side in one panel, each column naming its own.
@@ -72,12 +81,30 @@ def _loglik(g: pd.DataFrame) -> float:
     return float(np.nansum(g["target_loglik"].to_numpy(float) * tokens) / tokens.sum()) if tokens.sum() else np.nan
 
 
-def _spread(times: np.ndarray, tokens: np.ndarray) -> float:
-    """max / min over the timed examples of the time per emitted token (examples emit different
-    numbers of tokens; per token they should cost alike): above ``SPREAD_LIMIT`` a mean time, and
-    any ratio of it, says more about the machine's state than about the method."""
-    per_token = times / np.maximum(tokens, 1)
-    return float(per_token.max() / per_token.min()) if len(per_token) > 1 and per_token.min() > 0 else np.nan
+def _repeats(frame: pd.DataFrame, suffix: str = "") -> np.ndarray:
+    """[example, repeat] times of timed rows, cut to the fewest repeats any of them has (rows
+    written before repeats were kept have their one time, ``wall_time_s``)."""
+    every = frame.get(f"wall_times_s{suffix}", pd.Series([None] * len(frame), index=frame.index))
+    pairs = zip(every, frame[f"wall_time_s{suffix}"])
+    each = [list(t) if isinstance(t, (list, np.ndarray)) and len(t) else [w] for t, w in pairs]
+    fewest = min(map(len, each), default=0)
+    return np.array([t[:fewest] for t in each], float).reshape(len(each), fewest)
+
+
+def _spread(t: np.ndarray, t_ar: np.ndarray) -> float:
+    """How far the normalised time moves between repeats: max / min over repeats r of sum_i t[i, r]
+    / sum_i t_ar[i, r] (the same examples, interleaved with ar in each repeat). ``UNMEASURED``
+    with fewer than two repeats."""
+    repeats = min(t.shape[1], t_ar.shape[1])
+    if repeats < 2 or not len(t):
+        return UNMEASURED
+    ratio = t[:, :repeats].sum(0) / t_ar[:, :repeats].sum(0)
+    return float(ratio.max() / ratio.min())
+
+
+def timing_trusted(spread: float) -> bool:
+    """A timing is trusted where repeats measured its noise and it is within ``SPREAD_LIMIT``."""
+    return bool(np.isfinite(spread) and spread <= SPREAD_LIMIT)
 
 
 def _agrees(frame: pd.DataFrame, values: pd.Series) -> pd.Series:
@@ -220,7 +247,7 @@ def summarise(rows: pd.DataFrame) -> pd.DataFrame:
             if len(timed)
             else np.nan,
             "timed_examples": len(timed),
-            "time_spread": _spread(timed["wall_time_s"].to_numpy(float), timed["new_tokens"].to_numpy(float)),
+            "time_spread": np.nan,
         }
         ref = ar[_agrees(ar, first[list(SHARED_SETTINGS)])]
         if ref["config_id"].nunique() > 1:
@@ -229,18 +256,15 @@ def summarise(rows: pd.DataFrame) -> pd.DataFrame:
                 "settings; the results directory mixes runs of different harness versions: use a fresh one"
             )
         ref = ref[ref["wall_time_s"].notna()]
-        shared = timed.merge(
-            ref[["example_id", "wall_time_s", "new_tokens"]], on="example_id", suffixes=("", "_ar")
-        )
+        columns = ["example_id", "wall_time_s", *(["wall_times_s"] if "wall_times_s" in rows else [])]
+        shared = timed[columns].merge(ref[columns], on="example_id", suffixes=("", "_ar"))
         if len(shared):
             t, t_ar = shared["wall_time_s"].to_numpy(float), shared["wall_time_s_ar"].to_numpy(float)
             rec["normalised_time"] = t.mean() / t_ar.mean()
             rec["normalised_time_ci"] = bootstrap(_mean_ratio, t, t_ar)
             rec["speedup"] = t_ar.mean() / t.mean()
-            ar_spread = _spread(t_ar, shared["new_tokens_ar"].to_numpy(float))
-            rec["time_spread"] = max(
-                (v for v in (rec["time_spread"], ar_spread) if not np.isnan(v)), default=np.nan
-            )
+            # ar against itself is 1 by definition in every repeat: nothing for noise to move
+            rec["time_spread"] = 1.0 if first["method"] == "ar" else _spread(_repeats(shared), _repeats(shared, "_ar"))
         else:
             rec.update(normalised_time=np.nan, normalised_time_ci=(np.nan, np.nan), speedup=np.nan)
         out.append(rec)

@@ -13,11 +13,13 @@ from bench.reports.summary import (
     PERCENT_METRICS,
     SPREAD_LIMIT,
     TASK_ORDER,
+    UNMEASURED,
     TASK_TITLES,
     Panel,
     panels,
     quality_metrics,
     summarise,
+    timing_trusted,
 )
 
 FORMATS = ("markdown", "latex", "csv")
@@ -37,8 +39,11 @@ def _cell(value: float, ci: tuple[float, float], percent: bool, digits: int = 1)
 
 
 def spread_note(spread: float) -> str:
-    """Why a timing is not trusted (empty when it is): the timed examples' times vary too much."""
-    return f"times vary {spread:.1f}x" if not np.isnan(spread) and spread > SPREAD_LIMIT else ""
+    """Why a timing is not trusted (empty when it is, or when nothing was timed): re-timing the same
+    examples moved the normalised time too much, or each was timed once (noise not measured)."""
+    if np.isnan(spread) or timing_trusted(spread):
+        return ""
+    return "noise not measured: 1 repeat" if spread == UNMEASURED else f"repeats disagree {spread:.2f}x"
 
 
 def table_frames(
@@ -131,9 +136,10 @@ def render(summary: pd.DataFrame, quality_metric: dict[str, str], fmt: str) -> s
                 "Time relative to ar with the same settings on the same timed examples (norm. time = "
                 "mean time / ar's mean time, [low, high] its 95% bootstrap interval), tokens per target "
                 "forward (Spec-Bench's mean accepted tokens) and the share of rounds that drafted. "
-                f"Where the time per token of the timed examples (or of ar's) varies more than "
-                f"{SPREAD_LIMIT:g}x, the speedup is not shown: time more examples (--timing-examples) on a "
-                "quieter machine",
+                "Each timed example is decoded --timing-repeats times, interleaved with ar each time; where "
+                f"the normalised time of one repeat and another differ more than {SPREAD_LIMIT:g}x (noise), "
+                "or the examples were timed once (noise not measured), the speedup is not shown: time "
+                "again on a quieter machine",
                 "",
                 _markdown(s),
                 "",

@@ -73,6 +73,58 @@ def _step_costs(pair: Pair, eng: ModelEngine, prompt: list[int], widths: list[in
     return out
 
 
+TREE_SHAPES = ("chain", "wide", "binary")
+
+
+def tree_parents(nodes: int, shape: str) -> list[int]:
+    """Parents of a tree of ``nodes`` nodes: ``chain`` (each under the last), ``wide`` (all under
+    the root) or ``binary`` (node j under (j - 1) // 2: the complete binary tree, log depth)."""
+    if shape == "chain":
+        return list(range(-1, nodes - 1))
+    if shape == "wide":
+        return [-1] * nodes
+    return [(j - 1) // 2 if j else -1 for j in range(nodes)]
+
+
+@torch.inference_mode()
+def tree_costs(
+    pair: Pair, engine: EngineFactory, prompt: list[int], sizes: list[int], shape: str, repeats: int
+) -> dict[int, dict[str, float]]:
+    """Per tree size n: median ms of a target tree step of n nodes (``tree_step``, then ``commit``
+    of an empty path: every step sees the same context) and of a chain step of the same width
+    n + 1, after ``prompt``; under 0 the width-1 step's. On a compiled engine each size is a graph
+    of its own (minutes each)."""
+    widths = [n + 1 for n in sizes]
+    eng = engine(pair.target, [1, *widths], widths)
+    eng.start(1, len(prompt) + max(widths) + 1)
+    eng.step(torch.tensor([prompt[:-1]], device=pair.device), [len(prompt) - 1], keep=1, hidden=False)
+    held = list(eng.lengths)
+
+    def tree(ids: torch.Tensor, parents: torch.Tensor) -> None:
+        eng.tree_step(ids, parents, [0])
+        eng.commit([[]])
+        eng.truncate(held)
+
+    def chain(ids: torch.Tensor, parents: torch.Tensor) -> None:
+        eng.step(ids, [0], keep=ids.shape[1], hidden=False)
+
+    out: dict[int, dict[str, float]] = {}
+    for n in [0, *sizes]:  # 0: the plain width-1 step, the unit of the others
+        ids = torch.tensor([prompt[-1:] + prompt[-n - 1 : -1]], device=pair.device)[:, : n + 1]
+        parents = torch.tensor([tree_parents(n, shape)], device=pair.device)
+        out[n] = {}
+        for name, run in (("tree_ms", tree), ("chain_ms", chain)) if n else (("chain_ms", chain),):
+            times = []
+            for _ in range(repeats + 1):  # the first is a warm-up
+                _sync(pair.device)
+                tick = time.perf_counter()
+                run(ids, parents)
+                _sync(pair.device)
+                times.append(time.perf_counter() - tick)
+            out[n][name] = 1e3 * statistics.median(times[1:])
+    return out
+
+
 def _counters(stats: list[DecodeStats]) -> dict[str, float | None]:
     """The harness's counters over the prompts; None for transformers, which reports none."""
     if not stats:
@@ -141,7 +193,9 @@ def measure_lookup(
     ratios and their range over repeats; a row each, the baselines included. Greedy, or sampled at
     ``temperature`` (outputs then differ by their draws: agreement is judged greedy only)."""
     prompts, spec, sampling = judge.prompts, canonical_drafter(drafter), Sampling(temperature)
-    ngram = int(parse_drafter(spec)[1]["ngram"])
+    # transformers' lookup matches the drafter's n-gram size; transformers' own default (2) beside a
+    # drafter without one (suffix).
+    ngram = int(parse_drafter(spec)[1].get("ngram", 2))
     setup = _warm_up(pair, prompts[0], draft_lens, methods, engine, spec, ngram, sampling)
     costs = width_costs(pair, engine, prompts[0], draft_lens, max(repeats, 5))
     log("verify cost per width (ms): " + ", ".join(f"{w}: {c:.2f}" for w, c in costs.items()))

@@ -1,7 +1,10 @@
 """Verifiers: the template and ``verify`` (base), the paper's six methods (paper), the serving
-engines' lossy acceptance rules (engines) and the training-free newcomers (newcomers: fuzzy SD,
-mentored decoding), all reachable by name through one registry."""
+engines' lossy acceptance rules (engines), the training-free newcomers (newcomers: fuzzy SD,
+mentored decoding), the learned judges (judges) and every frontier's top anchor (anchors: accept
+every draft), all reachable by name through one registry, and the rules on token trees (tree:
+``verify_tree``)."""
 
+from bench.verifiers.anchors import AcceptAll
 from bench.verifiers.base import (
     CALIBRATED,
     VERIFIERS,
@@ -20,6 +23,15 @@ from bench.verifiers.base import (
 from bench.verifiers.engines import RelaxedAcceptance, ThresholdAcceptance, TypicalAcceptance
 from bench.verifiers.newcomers import FuzzySD, MentoredDecoding
 from bench.verifiers.judges import AutoJudge, Judge, SelfJudge
+from bench.verifiers.tree import (
+    TREE_RULES,
+    TreeRound,
+    TreeVerdict,
+    check_tree_method,
+    tree_methods,
+    verify_tree,
+    without_earlier_siblings,
+)
 from bench.verifiers.paper import (
     CASCADE_RULES,
     MIX_MODES,
@@ -47,6 +59,7 @@ for _cls in (
     Judge,
     AutoJudge,
     SelfJudge,
+    AcceptAll,
 ):
     register(_cls)
 
@@ -54,6 +67,7 @@ __all__ = [
     "AutoJudge",
     "Judge",
     "SelfJudge",
+    "AcceptAll",
     "CASCADE_RULES",
     "MIX_MODES",
     "CALIBRATED",
@@ -73,6 +87,9 @@ __all__ = [
     "StaticEnsemble",
     "ThresholdAcceptance",
     "TypicalAcceptance",
+    "TREE_RULES",
+    "TreeRound",
+    "TreeVerdict",
     "Verdict",
     "Verifier",
     "make_verifier",
@@ -80,5 +97,9 @@ __all__ = [
     "mixture",
     "register",
     "verifier_class",
+    "check_tree_method",
+    "tree_methods",
     "verify",
+    "verify_tree",
+    "without_earlier_siblings",
 ]

@@ -189,6 +189,9 @@ class Verifier(ABC):
     calibration: ClassVar[Calibration | None] = None
     # Position in tables and legends (lower first).
     order: ClassVar[int] = 100
+    # How the rule runs on a token tree (bench/verifiers/tree.py, docs/spec.md §10, token trees):
+    # "lossless", "sglang" or "target_only"; None: not defined on trees, refused there.
+    tree_rule: ClassVar[str | None] = None
     # Swept parameters whose value here leaves the learned head as trained (DIVERSED's logit shift
     # 0): labels leave them out at that value, so a trained head's one point reads as before.
     neutral: ClassVar[Mapping[str, Any]] = {}

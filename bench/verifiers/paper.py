@@ -72,6 +72,7 @@ class SpeculativeDecoding(MixtureVerifier):
     """Lossless speculative decoding (Leviathan et al. 2023): pi = p."""
 
     name: ClassVar[str] = "sd"
+    tree_rule: ClassVar[str | None] = "lossless"
     style: ClassVar[Mapping[str, Any]] = {"marker": "o", "color": "#0072B2"}
     order: ClassVar[int] = 1
 
