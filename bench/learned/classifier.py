@@ -73,8 +73,9 @@ class ClassifierRecipe(Recipe):
     def plan(self, job: TrainJob) -> str:
         per = "a greedy target decode" if self.miner == "autojudge" else "a teacher-forced target forward"
         return (
-            f"{self.miner} labels on {len(self.examples(job))} train questions ({per} per mismatch), then "
-            f"{self.features} features and a logistic fit; the first question's time gives the estimate"
+            f"{self.miner} labels on up to {len(self.examples(job))} train questions, {BATCH} at a time ({per} "
+            f"per mismatch, batched), until both classes hold {self.enough}; then {self.features} features and a "
+            "logistic fit; the first batch's time gives the estimate"
         )
 
     def miner_of(self, job: TrainJob, prompt: list[int], doc: dict[str, Any], q: int) -> Steps:
