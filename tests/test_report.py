@@ -178,11 +178,13 @@ def test_report_shows_frontier_verdicts_and_orders_panes_by_structure_not_labels
     assert all(f">w={w}<" in chart for w in (0.2, 0.4, 0.6, 0.8)) and ">indistinguishable<" in chart
     assert all('paint-order="stroke"' in t for t in re.findall(r"<text[^>]*>w=", chart))  # names on a halo
     # One chart per task, candidate family and baseline family: DIVERSED against both families,
-    # ensemble-half against ensemble (not against itself); never one per point.
-    assert len(charts) == 3
+    # ensemble-half against ensemble and against DIVERSED (a baseline family too), never against
+    # itself; never one per point.
+    titles = sorted(re.search(r">([^<>]* vs [^<>]*)<", c).group(1) for c in charts)
+    assert len(charts) == 4, titles
     assert page.index("<h2>Verdicts</h2>") < page.index("<h2>Table 1</h2>") < page.index("<h2>Settings</h2>")
     # Rows fold under each chart, and under ensemble-half's line against its own family (no chart).
-    assert page.count("<details><summary>") == 5  # and the manifest
+    assert page.count("<details><summary>") == 6  # four charts, that line and the manifest
     # The token view opens on the candidate, then a baseline it is judged against, whatever their labels.
     label = dict(zip(rows["config_id"], rows["label"]))
     by_method = rows.groupby("method")["config_id"].agg(set)
