@@ -33,3 +33,12 @@ def test_verifier_from_a_file_runs_without_pythonpath(tmp_path, monkeypatch):
     assert rows["method"].tolist() == ["confidence"] and "/" not in rows["config_id"].iloc[0]
     assert rows["label"].tolist() == ["confidence (floor=0.2)"]  # its name in tables and plots, not its path
     assert "does not exist" in cli_error("run", "--method", "elsewhere/missing.py:X", "--task", "arith")
+
+
+def test_a_cached_heads_label_names_its_folder_not_the_cache_path():
+    from bench.verifiers import method_info
+
+    info = method_info("diversed")
+    cached = "/root/.cache/diversed-bench/heads/diversed-arith-ref-3aa2449dd8"
+    assert info.label({}, head=cached) == "diversed (head=diversed-arith-ref-3aa2449dd8)"
+    assert info.family({}, head="bench:reference/heads/arith-ref") == "diversed (head=bench:reference/heads/arith-ref)"

@@ -448,7 +448,7 @@ class MethodInfo:
             if k not in self.swept and (k in self.shorthand or v != self.defaults.get(k, MISSING))
         ]
         if head:
-            parts.append(f"head={head}")
+            parts.append(f"head={head_text(head)}")
         if draft_policy and draft_policy != self.draft_policy:
             parts.append(f"{draft_policy} draft")
         if drafter:
@@ -484,6 +484,13 @@ class MethodInfo:
         """The swept values in order, for sorting a family's points."""
         full = self.full(params)
         return tuple(full.get(k) for k in self.swept)
+
+
+def head_text(head: str) -> str:
+    """A head as labels name it: an absolute path (a cached head, ``$DIVERSED_BENCH_CACHE/heads/
+    diversed-arith-ref-3aa2449dd8``) by its folder, which names what made it and a hash of it; a
+    path given relative or as ``bench:...`` as given. Rows keep the full path."""
+    return Path(head).name if Path(head).is_absolute() else head
 
 
 def display_value(value: Any, digits: int | None = LABEL_DIGITS) -> str:
