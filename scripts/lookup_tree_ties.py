@@ -13,37 +13,17 @@ Needs the smollm2 pair fetched (its tokenizer). Prints tokens per round per N an
 from __future__ import annotations
 
 import argparse
-import heapq
 import json
 
-from bench.drafters.lookup import continuation, occurrences
+from bench.drafters.lookup import continuation, merge_trie, occurrences
 from bench.pairs import load_pair
 
 
 def tree(ids: list[int], tokens: int, matches: int, shallow_first: bool) -> tuple[list[int], list[int]]:
     """``lookup_tree`` (ngram 2, match=first) with either tie order."""
     _, starts = occurrences(ids, 2)
-    count: dict[tuple[int, ...], int] = {}
-    place: dict[tuple[int, ...], tuple[int, int]] = {}
-    for rank, cont in enumerate(continuation(ids, s, tokens, frozenset()) for s in starts[:matches]):
-        for depth in range(1, len(cont) + 1):
-            path = tuple(cont[:depth])
-            count[path] = count.get(path, 0) + 1
-            place.setdefault(path, (depth, rank) if shallow_first else (rank, depth))
-    children: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
-    for path in count:
-        children.setdefault(path[:-1], []).append(path)
-    out, parents, kept = [], [], {(): -1}
-    frontier = [(-count[c], *place[c], c) for c in children.get((), [])]
-    heapq.heapify(frontier)
-    while frontier and len(out) < tokens:
-        *_, path = heapq.heappop(frontier)
-        kept[path] = len(out)
-        out.append(path[-1])
-        parents.append(kept[path[:-1]])
-        for c in children.get(path, []):
-            heapq.heappush(frontier, (-count[c], *place[c], c))
-    return out, parents
+    conts = [continuation(ids, s, tokens, frozenset()) for s in starts[:matches]]
+    return merge_trie(conts, tokens, shallow_first)
 
 
 def tokens_per_round(docs: list[tuple[list[int], list[int]]], n: int, matches: int, shallow_first: bool) -> float:

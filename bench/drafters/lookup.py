@@ -92,15 +92,23 @@ def lookup_tree(
     _, starts = occurrences(ids, ngram, min_ngram)
     ranked = starts[:matches] if match == "first" else starts[::-1][:matches]
     conts = [continuation(ids, s, tokens, eos) for s in ranked]
-    # The trie: a node is a path prefix; its count is how many continuations share it, then its
-    # depth and the first continuation through it order it.
+    return merge_trie(conts, tokens)
+
+
+def merge_trie(conts: Sequence[Sequence[int]], tokens: int, shallow_first: bool = True) -> tuple[list[int], list[int]]:
+    """Continuations merged into a trie, of which the ``tokens`` nodes shared by the most are kept:
+    (tokens, parents) in the order kept, topological. Ties go to the shallower node, then the
+    earlier continuation (``shallow_first``), or to the earlier continuation's branch first (the
+    order scripts/lookup_tree_ties.py compares it with)."""
+    # A node is a path prefix; its count is how many continuations share it, then its depth and
+    # the first continuation through it order it.
     count: dict[tuple[int, ...], int] = {}
     place: dict[tuple[int, ...], tuple[int, int]] = {}
     for rank, cont in enumerate(conts):
         for depth in range(1, len(cont) + 1):
             path = tuple(cont[:depth])
             count[path] = count.get(path, 0) + 1
-            place.setdefault(path, (depth, rank))
+            place.setdefault(path, (depth, rank) if shallow_first else (rank, depth))
     children: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
     for path in count:
         children.setdefault(path[:-1], []).append(path)
