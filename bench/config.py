@@ -223,7 +223,7 @@ def expand_methods(
             # validate every value before any model loads (a calibrated one at its path's end)
             make_verifier(m, **{**combo, **(path.values(path.top) if path and CALIBRATED in combo.values() else {})})
             if cls.needs_hidden and not heads:
-                if not _learns(m, combo):
+                if not learns(m, combo):
                     raise BenchError(f"{cls.name}: reads a head and trains none of its own; pass --head PATH")
                 out.append((m, combo, None))  # its cached head, trained if missing (bench.learned.cache)
             else:
@@ -231,7 +231,7 @@ def expand_methods(
     return out
 
 
-def _learns(method: str, params: dict[str, Any]) -> bool:
+def learns(method: str, params: dict[str, Any]) -> bool:
     """Whether a configuration trains its own head (a recipe): run then supplies it."""
     return make_verifier(method, **{k: v for k, v in params.items() if v is not CALIBRATED}).recipe() is not None
 

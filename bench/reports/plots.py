@@ -316,7 +316,8 @@ def plot_pareto(panel: Panel, qualities: dict[str, str], out: Path, x: str = "no
                 key, texts = sweep
                 xs, ys = family[x].to_numpy(float) * x_scale, family["quality"].to_numpy(float) * q_scale
                 label = f"{family_name}, {key} swept"
-                ax.plot(xs, ys, "-", lw=1.2, label=label, **{**style, "markersize": 6})
+                # markers: each point's own, below (hollow where its timing is not trusted); the legend keeps one
+                ax.plot(xs, ys, "-", lw=1.2, label=label, **{**style, "markersize": 6, "markevery": []})
                 drawn.append(label)
                 sweeps.append((ax, *_merge_coincident(list(zip(xs, ys)), texts), style["color"]))
             for _, r in family.iterrows():

@@ -45,6 +45,7 @@ import pandas as pd
 from scipy import stats
 
 from bench.errors import BenchError
+from bench.lossless import LOSSLESS_METHOD
 from bench.reports.deploy import how_to_run
 from bench.reports.summary import (
     PERCENT_METRICS,
@@ -103,7 +104,7 @@ def lossless(setting: pd.Series) -> bool:
     policy: SD keeps the target's law whatever q is), or a family at its declared lossless value."""
     info: MethodInfo = setting["method_info"]
     path = info.calibrated
-    if info.name == "sd":
+    if info.name == LOSSLESS_METHOD:
         return True
     return path is not None and path.lossless is not None and setting["params"].get(path.param) == path.lossless
 
