@@ -180,8 +180,8 @@ def test_one_class_of_labels_is_refused_not_a_constant_judge():
     from bench.errors import BenchError
 
     x, _ = fixture(40)
-    for label in (0, 1):
-        with pytest.raises(BenchError, match=f"every one of the 40 mined labels says {'important' if label else 'unimportant'}"):
+    for label, kind in ((0, "unimportant"), (1, "important")):
+        with pytest.raises(BenchError, match=f"every one of the 40 mined labels says {kind}:"):
             fit_judge(x, torch.full((40,), label, dtype=torch.long), torch.arange(40) // 4)
 
 
