@@ -174,12 +174,15 @@ def test_rare_important_labels_still_split_both_ways():
     assert len(validation_questions(y, groups, seed=0, share=0.1)) == 1 + round(48 * 0.1)
 
 
-def test_one_class_of_labels_gives_a_constant_judge():
-    """No finite logistic optimum: p(important) is the smoothed share, the same for every token."""
+def test_one_class_of_labels_is_refused_not_a_constant_judge():
+    """No finite logistic optimum: a judge that says the same of every token would be SD or
+    accept-all under another name, so the fit refuses in one line."""
+    from bench.errors import BenchError
+
     x, _ = fixture(40)
-    fit = fit_judge(x, torch.zeros(40, dtype=torch.long), torch.arange(40) // 4)
-    assert fit.C == 0 and torch.equal(fit.weight, torch.zeros(4))
-    assert torch.sigmoid(torch.tensor(fit.bias)).item() == pytest.approx(0.5 / 41)
+    for label, kind in ((0, "unimportant"), (1, "important")):
+        with pytest.raises(BenchError, match=f"every one of the 40 mined labels says {kind}:"):
+            fit_judge(x, torch.full((40,), label, dtype=torch.long), torch.arange(40) // 4)
 
 
 def test_the_bare_judge_rule_needs_a_head_it_cannot_train():

@@ -92,14 +92,14 @@ def test_judge_training_resumes_from_its_mined_labels(tmp_path, ref, monkeypatch
     from bench.learned import TrainJob
     from bench.learned.classifier import ClassifierRecipe
 
-    recipe = ClassifierRecipe(miner="selfjudge", features="target", questions=3)
+    recipe = ClassifierRecipe(miner="selfjudge", features="target", questions=8, draft_temperature=1.0)
     job = TrainJob(ref, Task(resolve_task("arith"), "hub", split="train"), "hub", tmp_path, log=lambda m: None)
     first = recipe.train(job)
     calls = []
     monkeypatch.setattr(ClassifierRecipe, "miner_of", lambda self, *args: calls.append(args))
     assert recipe.train(job) == first and calls == []  # every question was mined already
     with pytest.raises(BenchError, match="other settings"):
-        ClassifierRecipe(miner="selfjudge", features="target", questions=4).train(job)
+        ClassifierRecipe(miner="selfjudge", features="target", questions=9, draft_temperature=1.0).train(job)
 
 
 def test_no_train_skips_the_learned_families_in_one_line(tmp_path, monkeypatch):

@@ -103,18 +103,10 @@ class ClassifierRecipe(Recipe):
         share = float(y.float().mean())
         card = {
             "pair": job.pair.spec.name, "task": job.task.name, "data": job.data, "recipe": self.settings(),
-            "labels": len(y), "important_share": share, "C": fit.C, "constant": not fit.C,
-            "val_auc": fit.val_auc if fit.C else None, "trained": True,
+            "labels": len(y), "important_share": share, "C": fit.C, "val_auc": fit.val_auc, "trained": True,
         }  # fmt: skip
         head.save(job.folder, card)
-        if fit.C:
-            job.log(f"fit: {len(y)} labels ({share:.1%} important), C {fit.C:.3g}, validation ROC-AUC {fit.val_auc:.3f}")
-        else:
-            job.log(
-                f"every one of the {len(y)} mined labels says {'important' if y[0] else 'unimportant'}: "
-                f"the judge is the constant p(important) {torch.sigmoid(torch.tensor(fit.bias)):.4f} "
-                "(mine more questions with --num-prompts for a fitted one)"
-            )
+        job.log(f"fit: {len(y)} labels ({share:.1%} important), C {fit.C:.3g}, validation ROC-AUC {fit.val_auc:.3f}")
         return card
 
     def mine_all(self, job: TrainJob) -> dict[str, list[Any]]:

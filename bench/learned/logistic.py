@@ -68,17 +68,6 @@ def roc_auc(y: Tensor, score: Tensor) -> float:
     return float(greater / (len(pos) * len(neg)))
 
 
-def constant_fit(x: Tensor, y: Tensor) -> Fit:
-    """Every mined label the same (a pair whose draft differs from the target only where it does
-    not matter, or only where it does): logistic regression has no finite optimum, and the judge
-    is the label share with half a label added to each class, the same for every token
-    (``C`` 0 marks it on the card)."""
-    share = (float(y.sum()) + 0.5) / (len(y) + 1)
-    mean, scale = standardiser(x)
-    bias = float(torch.logit(torch.tensor(share, dtype=torch.float64)))
-    return Fit(mean.float(), scale.float(), torch.zeros(x.shape[1]), bias, 0.0, float("nan"))
-
-
 def validation_questions(y: Tensor, groups: Tensor, seed: int, share: float) -> Tensor:
     """The questions held out to pick C: ``share`` of them, shuffled by ``seed`` as the authors do,
     but drawn separately from the questions with an important token and those without (at least
@@ -98,7 +87,11 @@ def fit_judge(x: Tensor, y: Tensor, groups: Tensor, seed: int = 0, val_share: fl
     """The authors' fit: questions (``groups``) split (``validation_questions``), C by validation
     ROC-AUC, then the standardiser and the model refit on every question."""
     if y.min() == y.max():
-        return constant_fit(x, y)
+        kind = "important" if y[0] else "unimportant"
+        raise BenchError(
+            f"every one of the {len(y)} mined labels says {kind}: no judge can be fit; mine more questions "
+            "(--num-prompts) or the draft's samples (--draft-temperature 1)"
+        )
     val = torch.isin(groups, validation_questions(y, groups, seed, val_share))
     if y[val].min() == y[val].max() or y[~val].min() == y[~val].max():
         raise BenchError(

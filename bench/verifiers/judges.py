@@ -50,6 +50,8 @@ class Judge(Verifier):
     # tau = 0 is SD; acceptance rises with tau (more tokens called unimportant).
     calibration: ClassVar[Calibration] = Calibration("tau", 0.0, 1.0, rising=True, lossless=0.0)
     order: ClassVar[int] = 6
+    # The label recipe (bench.learned.miners) its head is trained with; None: trained elsewhere.
+    miner: ClassVar[str | None] = None
     tau: float = 0.5
     features: str = "target"
 
@@ -59,6 +61,12 @@ class Judge(Verifier):
         if not 0 <= self.tau <= 1:
             raise BenchError(f"{self.name}: tau must be in [0, 1], got {self.tau}")
         check_features(self.features)
+
+    def recipe(self) -> Any:
+        """The classifier recipe with this judge's miner and features (none for the bare rule)."""
+        from bench.learned.classifier import ClassifierRecipe
+
+        return ClassifierRecipe(miner=self.miner, features=self.features) if self.miner else None
 
     def reads(self) -> frozenset[str]:
         """A target-only judge reads nothing of the draft but its law: it runs on prompt lookup."""
@@ -86,12 +94,8 @@ class AutoJudge(Judge):
     baseline: ClassVar[bool] = True
     style: ClassVar[Mapping[str, Any]] = {"marker": "P", "color": "#56B4E9"}
     order: ClassVar[int] = 6
+    miner: ClassVar[str | None] = "autojudge"
     features: str = "draft+target"
-
-    def recipe(self) -> Any:
-        from bench.learned.classifier import ClassifierRecipe
-
-        return ClassifierRecipe(miner="autojudge", features=self.features)
 
 
 @dataclass(frozen=True)
@@ -103,9 +107,4 @@ class SelfJudge(Judge):
     baseline: ClassVar[bool] = True
     style: ClassVar[Mapping[str, Any]] = {"marker": "X", "color": "#F0E442"}
     order: ClassVar[int] = 7
-    features: str = "target"
-
-    def recipe(self) -> Any:
-        from bench.learned.classifier import ClassifierRecipe
-
-        return ClassifierRecipe(miner="selfjudge", features=self.features)
+    miner: ClassVar[str | None] = "selfjudge"
