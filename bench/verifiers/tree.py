@@ -154,13 +154,13 @@ def without_earlier_siblings(q: Tensor, tokens: Tensor, parents: Tensor) -> Tens
 
 def _walk(r: TreeRound, step: Callable[[int, Tensor], Tensor]) -> Tensor:
     """Try nodes in order, each in the rows where its parent is the current node; ``step(j, tried)``
-    returns the rows that keep node j (only ``tried`` rows count). The end node per row (-1: the root)."""
+    returns the rows that keep node j (only ``tried`` rows count, the steps mask the rest). The end
+    node per row (-1: the root). No host sync: every node is stepped, untried rows left unchanged."""
     cur = torch.full((r.tokens.shape[0],), -1, dtype=torch.long, device=r.tokens.device)
     valid = r.valid
     for j in range(r.tokens.shape[1]):
         tried = valid[:, j] & (r.links[:, j] == cur)
-        if bool(tried.any()):
-            cur = torch.where(step(j, tried) & tried, j, cur)
+        cur = torch.where(step(j, tried) & tried, j, cur)
     return cur
 
 
