@@ -321,9 +321,10 @@ def verify_tree(verifier: Verifier, r: TreeRound, generators: Generators = None)
 
 
 def _paths(parents: Tensor, end: Tensor) -> tuple[Tensor, Tensor]:
-    """[B, D] the root-to-``end`` node indices per row (-1 after a path), and their lengths."""
+    """[B, n] the root-to-``end`` node indices per row (-1 after a path), and their lengths. A path
+    is at most n long, so n steps up reach the root without a host sync (D = n, not the depth)."""
     chain, node = [], end
-    while bool((node >= 0).any()):
+    for _ in range(parents.shape[1]):
         chain.append(node)
         node = torch.where(node >= 0, parents.gather(1, node.clamp(min=0).unsqueeze(1)).squeeze(1), -1)
     if not chain:
