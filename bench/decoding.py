@@ -77,18 +77,11 @@ class DecodeStats:
     ) -> None:
         """Count one round of ``drafted`` tokens of which the first ``accepted`` were kept, adding
         the verifier's expected acceptance and bias at the positions it reached."""
-        self.rounds += 1
-        self.drafting_rounds += drafted > 0
-        self.drafted_tokens += drafted
-        self.verified_nodes += drafted
-        self.accepted_tokens += accepted
-        for i in range(drafted):
-            self.drafted_per_position[i] += 1
-            self.accepted_per_position[i] += i < accepted
-            if i <= accepted:
-                self.reached_per_position[i] += 1
-                self.expected_acceptance_sum[i] += expected[i]
-                self.bias_sum[i] += bias[i]
+        self.record_tree_round(drafted, drafted, accepted)  # a chain: a tree one node wide
+        for i in range(min(drafted, accepted + 1)):
+            self.reached_per_position[i] += 1
+            self.expected_acceptance_sum[i] += expected[i]
+            self.bias_sum[i] += bias[i]
 
     def record_tree_round(self, nodes: int, depth: int, accepted: int) -> None:
         """Count one tree round: ``nodes`` verified, the deepest ``depth`` levels down, ``accepted``
