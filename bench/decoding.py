@@ -77,18 +77,11 @@ class DecodeStats:
     ) -> None:
         """Count one round of ``drafted`` tokens of which the first ``accepted`` were kept, adding
         the verifier's expected acceptance and bias at the positions it reached."""
-        self.rounds += 1
-        self.drafting_rounds += drafted > 0
-        self.drafted_tokens += drafted
-        self.verified_nodes += drafted
-        self.accepted_tokens += accepted
-        for i in range(drafted):
-            self.drafted_per_position[i] += 1
-            self.accepted_per_position[i] += i < accepted
-            if i <= accepted:
-                self.reached_per_position[i] += 1
-                self.expected_acceptance_sum[i] += expected[i]
-                self.bias_sum[i] += bias[i]
+        self.record_tree_round(drafted, drafted, accepted)  # a chain: a tree one node wide
+        for i in range(min(drafted, accepted + 1)):
+            self.reached_per_position[i] += 1
+            self.expected_acceptance_sum[i] += expected[i]
+            self.bias_sum[i] += bias[i]
 
     def record_tree_round(self, nodes: int, depth: int, accepted: int) -> None:
         """Count one tree round: ``nodes`` verified, the deepest ``depth`` levels down, ``accepted``
@@ -473,12 +466,16 @@ class SpeculativeDecoder:
         ns, nodes = draft.counts, draft.tokens
         target = self.engines[0]
         p_logits = target.tree_step(torch.cat([last, nodes], dim=1), draft.parents, [1 + nb for nb in ns])
-        paths, next_token = self._verify_tree(rows, draft, p_logits, process(p_logits, self.sampling))
-        target.commit(paths)
-        loglik = self._path_loglik(p_logits, nodes, paths, next_token)
-        host = torch.cat([next_token, nodes.flatten(), draft.parents.flatten()]).tolist()
-        logps = loglik.tolist()
+        p = process(p_logits, self.sampling)
+        on_path, accepted, next_token = self._verify_tree(rows, draft, p_logits, p)
+        loglik = self._path_loglik(p_logits, nodes, on_path, accepted, next_token)
+        read = [next_token, nodes.flatten(), draft.parents.flatten(), on_path.flatten(), accepted]
+        host = torch.cat(read).tolist()  # the round's sync
+        logps = loglik.tolist()  # after the round's sync: a copy, no wait
         count, n = len(rows), nodes.shape[1]
+        at = count * (1 + 2 * n)
+        paths = [host[at + i * n : at + i * n + host[at + count * n + i]] for i in range(count)]
+        target.commit(paths)
         if self.drafter:
             self.drafter.observe(rows, ns, [len(path) for path in paths])
         finished: set[int] = set()
@@ -503,12 +500,13 @@ class SpeculativeDecoder:
 
     def _verify_tree(
         self, rows: list[_Row], draft: Draft, p_logits: Tensor, p: Tensor
-    ) -> tuple[list[list[int]], Tensor]:
-        """The accepted path per row and the token after it. Rows with as many nodes are verified
-        together, without padding (as ``_verify`` groups chains): a row's draws are then the ones
-        it makes alone, whatever the other rows' trees."""
-        ns, count = draft.counts, len(rows)
-        paths: list[list[int]] = [[] for _ in rows]
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """On the device, no sync: the accepted path per row ([B, n] node indices, -1 after it), its
+        length [B] and the token after it. Rows with as many nodes are verified together, without
+        padding (as ``_verify`` groups chains): a row's draws are the ones it makes alone."""
+        ns, count, n = draft.counts, len(rows), draft.tokens.shape[1]
+        on_path = torch.full((count, n), -1, dtype=torch.long, device=self.device)
+        accepted = torch.zeros(count, dtype=torch.long, device=self.device)
         next_token = torch.zeros(count, dtype=torch.long, device=self.device)
         for k in sorted(set(ns)):
             idx = [i for i, nb in enumerate(ns) if nb == k]
@@ -532,20 +530,26 @@ class SpeculativeDecoder:
                 greedy_draft=self.greedy_draft and draft.q is not None,
             )
             verdict = verify_tree(self.verifier, round_, generators)
-            for i, path in zip(idx, verdict.path):
-                paths[i] = path
+            on_path[sel, :k] = verdict.nodes
+            accepted[sel] = verdict.accepted
             next_token[sel] = verdict.next_token
-        return paths, next_token
+        return on_path, accepted, next_token
 
     @staticmethod
-    def _path_loglik(p_logits: Tensor, nodes: Tensor, paths: list[list[int]], next_token: Tensor) -> Tensor:
-        """[B, depth + 1]: the target's temperature-1 log p of each token a tree round emits (the
-        path's nodes, read at their parents' logits, then the verifier's token at the path's end)."""
-        width = max(map(len, paths)) + 1
-        at = [[0] + [j + 1 for j in path] + [0] * (width - 1 - len(path)) for path in paths]
-        pick_ = [path + [nodes.shape[1]] + [0] * (width - 1 - len(path)) for path in paths]
-        tokens = torch.cat([nodes, next_token.unsqueeze(1)], dim=1).gather(1, to_device(pick_, nodes.device))
-        logits = p_logits.gather(1, to_device(at, nodes.device).unsqueeze(-1).expand(-1, -1, p_logits.shape[-1]))
+    def _path_loglik(
+        p_logits: Tensor, nodes: Tensor, on_path: Tensor, accepted: Tensor, next_token: Tensor
+    ) -> Tensor:
+        """[B, n + 1]: the target's temperature-1 log p of each token a tree round emits (the
+        path's nodes, read at their parents' logits, then the verifier's token at the path's end;
+        padding after it), from the device's path without a sync."""
+        n = nodes.shape[1]
+        step = torch.arange(n + 1, device=nodes.device)
+        path = torch.cat([on_path, on_path.new_full((on_path.shape[0], 1), -1)], dim=1)
+        at = torch.cat([on_path.new_zeros(on_path.shape[0], 1), (on_path + 1).clamp(min=0)], dim=1)
+        end = accepted.unsqueeze(1)
+        pick_ = torch.where(step < end, path.clamp(min=0), torch.where(step == end, n, 0))
+        tokens = torch.cat([nodes, next_token.unsqueeze(1)], dim=1).gather(1, pick_)
+        logits = p_logits.gather(1, at.unsqueeze(-1).expand(-1, -1, p_logits.shape[-1]))
         picked = logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1).float()
         return picked - logits.float().logsumexp(-1)
 

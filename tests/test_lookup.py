@@ -436,3 +436,20 @@ def test_a_lookup_round_shows_the_verifier_a_point_mass_and_no_draft_model(tiny_
         assert r.q_logits is None and r.weights is None and not r.greedy_draft
         assert torch.equal(r.q, torch.nn.functional.one_hot(r.draft, r.p.shape[-1]).float())
         assert r.proposal is r.q
+
+
+@pytest.mark.slow
+def test_greedy_tree_and_suffix_drafters_on_smollm2_equal_ar(smollm2):
+    """The real weights: greedy ``sd`` with each chain and tree drafter beside lookup (lookup_tree,
+    suffix chain and tree, model_tree) gives eager ``ar``'s tokens on the CNN/DM fixture article,
+    and each drafter had tokens accepted (its drafts were verified, not skipped)."""
+    from bench.build import encode_prompt
+    from bench.tasks import Task, resolve_task
+
+    example = Task(resolve_task("cnndm"), "fixture").examples(1)[0]
+    prompt = encode_prompt(smollm2, example.prompt, chat_template=True)
+    want = decoder(smollm2, "ar", 6, "model").generate(prompt, 32).token_ids
+    for spec in ("lookup_tree:matches=4", "suffix", "suffix:mode=tree,max_spec_factor=4", "model_tree"):
+        got = decoder(smollm2, "sd", 6, spec).generate(prompt, 32)
+        assert got.token_ids == want, spec
+        assert got.stats.accepted_tokens > 0 and got.stats.verified_nodes >= got.stats.accepted_tokens, spec

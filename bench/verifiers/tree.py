@@ -154,13 +154,13 @@ def without_earlier_siblings(q: Tensor, tokens: Tensor, parents: Tensor) -> Tens
 
 def _walk(r: TreeRound, step: Callable[[int, Tensor], Tensor]) -> Tensor:
     """Try nodes in order, each in the rows where its parent is the current node; ``step(j, tried)``
-    returns the rows that keep node j (only ``tried`` rows count). The end node per row (-1: the root)."""
+    returns the rows that keep node j (only ``tried`` rows count, the steps mask the rest). The end
+    node per row (-1: the root). No host sync: every node is stepped, untried rows left unchanged."""
     cur = torch.full((r.tokens.shape[0],), -1, dtype=torch.long, device=r.tokens.device)
     valid = r.valid
     for j in range(r.tokens.shape[1]):
         tried = valid[:, j] & (r.links[:, j] == cur)
-        if bool(tried.any()):
-            cur = torch.where(step(j, tried) & tried, j, cur)
+        cur = torch.where(step(j, tried) & tried, j, cur)
     return cur
 
 
@@ -321,9 +321,10 @@ def verify_tree(verifier: Verifier, r: TreeRound, generators: Generators = None)
 
 
 def _paths(parents: Tensor, end: Tensor) -> tuple[Tensor, Tensor]:
-    """[B, D] the root-to-``end`` node indices per row (-1 after a path), and their lengths."""
+    """[B, n] the root-to-``end`` node indices per row (-1 after a path), and their lengths. A path
+    is at most n long, so n steps up reach the root without a host sync (D = n, not the depth)."""
     chain, node = [], end
-    while bool((node >= 0).any()):
+    for _ in range(parents.shape[1]):
         chain.append(node)
         node = torch.where(node >= 0, parents.gather(1, node.clamp(min=0).unsqueeze(1)).squeeze(1), -1)
     if not chain:
