@@ -205,7 +205,7 @@ def train(  # fmt: skip
     rollout_tokens: o.RolloutTokens = 128, chat_template: o.TrainChat = False, data: o.TrainData = None,
     output_dir: o.HeadDir = None, seed: o.TrainSeed = 0, device: o.Device = "auto", dtype: o.Dtype = None,
     engine: o.Engine = "eager", truncate_prompt: o.Truncate = None, draft_temperature: o.DraftTemperature = None,
-    verbose: o.Verbose = False,
+    drafter: o.TrainDrafter = None, verbose: o.Verbose = False,
 ) -> None:
     """Train a learned verifier's head with both models frozen (DIVERSED's REINFORCE by default; a
     judge's mined labels and classifier with --method autojudge/selfjudge, or any plug-in's recipe);

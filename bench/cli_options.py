@@ -156,6 +156,10 @@ DraftTemperature = Annotated[
     Optional[float],
     _opt("Judges: mine the draft's samples at this temperature (0: its argmax, the authors' way; default 0). --grid baselines mines at its decoding temperature."),
 ]
+TrainDrafter = Annotated[
+    Optional[str],
+    _opt("Judges: whose proposals are mined, model (the draft model's, default) or lookup[:ngram=2,...] (prompt lookup's; target features). --grid baselines mines its configuration's drafter."),
+]
 RegWeight = Annotated[float, _opt("Weight of the expected-acceptance regulariser.")]
 RolloutTemperature = Annotated[float, _opt("Rollout temperature (> 0).")]
 RolloutTokens = Annotated[int, _opt("Tokens per rollout.")]

@@ -291,3 +291,43 @@ def test_every_method_decodes_on_the_compiled_engine_as_on_eager(name, pairs, pr
         if method == "sd":  # drafts accepted and rejected: both paths of the round ran
             rates = [g.stats.acceptance_rate for g in got]
             assert any(r > 0 for r in rates) and any(r < 1 for r in rates), (name, rates)
+
+
+@pytest.mark.parametrize("name", ARCHITECTURES)
+def test_mining_with_the_prompt_run_once_equals_a_full_forward_of_every_copy(name, pairs, prompts, references):
+    """The judges' training reads (bench.learned.shared): swapped copies of prompt + completion
+    scored in one tree forward, in a batch of questions, give transformers' full forward of each
+    copy; the features at each drafted token are its last hidden state there (target, and the
+    draft's where it predicted the token)."""
+    from bench.learned.features import PairOracle, token_features
+    from bench.learned.miners import Swapped
+
+    pair = pairs[name]
+    g = torch.Generator().manual_seed(1)
+    calls, vocab = [], pair.target.config.get_text_config().vocab_size
+    for prompt, completion in zip(prompts[name], references[name]):
+        full, n = list(prompt) + list(completion), len(prompt)
+        at = sorted(torch.randperm(len(completion) - 1, generator=g)[:4].tolist())
+        calls.append(Swapped(full, [(n + t, int(torch.randint(vocab, (1,), generator=g))) for t in at], window=3))
+    answers = PairOracle(pair).swapped(calls)
+
+    def logp(model, ids):
+        with torch.no_grad():
+            return model(input_ids=torch.tensor([ids])).logits[0].float().log_softmax(-1)
+
+    for call, answer in zip(calls, answers):
+        reference = logp(pair.target, call.ids)
+        for (pos, token), (original, swapped) in zip(call.sites, answer):
+            copy = call.ids[:pos] + [token] + call.ids[pos + 1 :]
+            end = min(pos + call.window, len(call.ids) - 1)
+            nxt = torch.tensor(call.ids[pos + 1 : end + 1])[:, None]
+            torch.testing.assert_close(original, reference[pos:end].gather(-1, nxt)[:, 0], **TOLERANCE)
+            torch.testing.assert_close(swapped, logp(pair.target, copy)[pos:end].gather(-1, nxt)[:, 0], **TOLERANCE)
+    call = calls[0]
+    sites = [(call.ids[:pos], token) for pos, token in call.sites]
+    got = token_features(pair, "draft+target", sites)
+    for (context, token), x in zip(sites, got):
+        with torch.no_grad():
+            h_t = pair.target(input_ids=torch.tensor([context + [token]]), output_hidden_states=True).hidden_states[-1][0, -1]
+            h_d = pair.draft(input_ids=torch.tensor([context]), output_hidden_states=True).hidden_states[-1][0, -1]
+        torch.testing.assert_close(x, torch.cat([h_d, h_t]).float(), **TOLERANCE)

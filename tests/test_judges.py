@@ -8,7 +8,7 @@ import torch
 from bench.distributions import Sampling, process
 from bench.learned.heads import JudgeHead
 from bench.learned.logistic import fit_judge, logistic_fit, roc_auc
-from bench.learned.miners import autojudge, run, run_many, selfjudge
+from bench.learned.miners import Likelihood, autojudge, mismatches, run, run_many, selfjudge
 from bench.verifiers import Round, make_verifier, verify
 
 
@@ -100,6 +100,19 @@ class FakeOracle:
         # after token 9 the target finds any next token unlikely (log p -5), else sure (0)
         return [torch.tensor([-5.0 if t == 9 else 0.0 for t in c.ids[:-1]]) for c in calls]
 
+    def swapped(self, calls):
+        """By its definition: the next tokens' log p in full teacher-forced sequences."""
+        out = []
+        for c in calls:
+            (original,) = self.likelihood([Likelihood(c.ids)])
+            scores = []
+            for pos, token in c.sites:
+                (swapped,) = self.likelihood([Likelihood(c.ids[:pos] + [token] + c.ids[pos + 1 :])])
+                end = min(pos + c.window, len(c.ids) - 1)
+                scores.append((original[pos:end], swapped[pos:end]))
+            out.append(scores)
+        return out
+
 
 def test_autojudge_mining_on_a_known_case():
     """Target: 1 -> 2 -> 3 -> 4 -> 0 (EOS); 5 -> 3 (rejoins); 7 -> 8 -> 0 (another answer).
@@ -127,6 +140,18 @@ def test_selfjudge_mining_on_a_known_case():
     oracle = FakeOracle(nexts, {2: 9, 3: 3})
     labels = run(oracle, selfjudge.mine([1], 10, window=2, threshold=1.0))
     assert [(m.context, m.token, m.important) for m in labels] == [([1, 2], 9, True), ([1, 2, 3], 3, False)]
+
+
+def test_lookup_drafts_are_mined_where_lookup_proposes_a_token():
+    """Lookup's first proposal after every prefix; where it finds no match it proposes nothing (-1),
+    which is no mismatch."""
+    from bench.drafters.lookup import first_proposals
+
+    ids = [5, 6, 7, 5, 8, 9, 5]
+    # after the second 5: its first occurrence was followed by 6; after the third, the most recent by 8
+    assert first_proposals(ids, ngram=1) == [-1, -1, -1, 6, -1, -1, 6]
+    assert first_proposals(ids, ngram=2, match="recent") == [-1, -1, -1, 6, -1, -1, 8]
+    assert mismatches([-1, -1, 4, 9], [1, 2], [3, 4, 5], 0) == [(2, 9)]  # -1: nothing proposed; 4 agrees
 
 
 def fixture(n=120, f=4, seed=0):

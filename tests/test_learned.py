@@ -134,3 +134,33 @@ def test_batched_mining_gives_the_labels_of_one_call_at_a_time(ref):
         batched = run_many(oracle, [recipe.miner_of(job, *question) for question in questions])
         assert batched == alone and sum(map(len, alone)) > 10
         assert any(m.important for labels in alone for m in labels)  # sampled drafts change answers
+
+
+def test_a_judge_for_lookup_drafts_mines_where_lookup_proposes(ref):
+    """``--drafter lookup``: the labels sit where prompt lookup's first proposal differs from the
+    target's greedy text, each on lookup's token; model-only settings are refused in one line."""
+    from bench.build import encode_prompt
+    from bench.drafters.lookup import first_proposals
+    from bench.errors import BenchError
+    from bench.learned import TrainJob
+    from bench.learned.classifier import ClassifierRecipe
+    from bench.learned.features import PairOracle
+    from bench.learned.miners import run
+
+    recipe = ClassifierRecipe(miner="selfjudge", features="target", questions=4, drafter="lookup:ngram=3")
+    assert recipe.drafter == "lookup:match=first,min_ngram=1,ngram=3,schedule=constant"
+    job = TrainJob(ref, Task(resolve_task("arith"), "hub", split="train"), "hub", Path("unused"))
+    eos, labels = frozenset(ref.eos_token_ids), []
+    for q, e in enumerate(recipe.examples(job)):
+        labels += run(PairOracle(ref), recipe.miner_of(job, encode_prompt(ref, e.prompt, False), e.doc, q))
+    assert labels
+    for m in labels:
+        assert first_proposals(m.context, 3, "first", eos)[-1] == m.token
+    for bad, match in (
+        (dict(features="draft+target"), "target features"), (dict(draft_temperature=1.0), "draft-temperature 0"),
+        (dict(drafter="suffix"), "train with --drafter lookup"),
+    ):  # fmt: skip
+        with pytest.raises(BenchError, match=match):
+            ClassifierRecipe(**{"miner": "selfjudge", "features": "target", "drafter": "lookup", **bad})
+    with pytest.raises(BenchError, match="drafter model only"):
+        recipe_of("diversed").configure(drafter="lookup")

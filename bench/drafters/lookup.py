@@ -71,6 +71,12 @@ def lookup(
     return continuation(ids, starts[0] if match == "first" else starts[-1], tokens, eos)
 
 
+def first_proposals(ids: Sequence[int], ngram: int, match: str = "first", eos: frozenset[int] = frozenset(), min_ngram: int = 1) -> list[int]:
+    """Entry i: the first token ``lookup`` drafts after ids[: i + 1], -1 where it drafts nothing
+    (the tokens a judge serving lookup drafts is asked about, bench.learned.miners)."""
+    return [next(iter(lookup(ids[: i + 1], ngram, 1, match, eos, min_ngram)), -1) for i in range(len(ids))]
+
+
 def lookup_tree(
     ids: Sequence[int],
     ngram: int,

@@ -169,7 +169,7 @@ class CompiledEngine(EagerEngine):
 
     def _tree_forward(self, ids: Tensor, start: Tensor, parents: Tensor) -> Tensor:
         """A token tree per row over all ``capacity`` slots (``EagerEngine._tree_forward_at``)."""
-        return self._tree_forward_at(ids, start, parents, self.cache.max_len)
+        return self._tree_forward_at(ids, start, parents, self.cache.max_len)[0]
 
     def start(self, rows: int, max_len: int) -> None:
         """Reuse the smallest cache (and its graphs) that holds the batch, extra rows running as

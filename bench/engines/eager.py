@@ -156,19 +156,26 @@ class EagerEngine(ModelEngine):
         return out.logits, out.hidden_states[-1][:, -keep:] if hidden else None
 
     def tree_step(self, ids: Tensor, parents: Tensor, real: Sequence[int]) -> Tensor:
+        return self.tree_states(ids, parents, real)[0]
+
+    def tree_states(self, ids: Tensor, parents: Tensor, real: Sequence[int], hidden: bool = False) -> tuple[Tensor, Tensor | None]:
+        """``tree_step``, also returning every token's last-layer hidden state when ``hidden`` (what
+        a judge's features read when training, bench.learned.shared)."""
         start = to_device(self.lengths, ids.device)
         self.cache.visible = max(self.lengths) + ids.shape[1]
         if self.cache.visible > self.cache.max_len:
             raise RuntimeError(f"cache overflow: {self.cache.visible} > {self.cache.max_len} slots")
-        logits = self._tree_forward_at(ids, start, parents, self.cache.visible)
+        out = self._tree_forward_at(ids, start, parents, self.cache.visible, hidden)
         self.tree_start = list(self.lengths)
         self.lengths = [n + r for n, r in zip(self.lengths, real)]
-        return logits
+        return out
 
-    def _tree_forward_at(self, ids: Tensor, start: Tensor, parents: Tensor, visible: int) -> Tensor:
-        """Logits [B, n + 1, V] of a tree per row (bench.engines.tree): tokens in slots start + t,
-        at positions start + depth, each seeing the cache and its ancestors (and, on sliding
-        layers, only keys less than ``window`` positions back, as ``_masks``)."""
+    def _tree_forward_at(
+        self, ids: Tensor, start: Tensor, parents: Tensor, visible: int, hidden: bool = False
+    ) -> tuple[Tensor, Tensor | None]:
+        """Logits [B, n + 1, V] (and hidden states) of a tree per row (bench.engines.tree): tokens
+        in slots start + t, at positions start + depth, each seeing the cache and its ancestors
+        (and, on sliding layers, only keys less than ``window`` positions back, as ``_masks``)."""
         allowed, positions, keys = tree_allowed(start, ancestors(parents), visible)
         kinds = {FULL: allowed}
         if SLIDING in self.kinds:
@@ -181,8 +188,9 @@ class EagerEngine(ModelEngine):
             cache=self.cache,
             use_cache=True,
             logits_to_keep=ids.shape[1],
+            output_hidden_states=hidden,
         )
-        return out.logits
+        return out.logits, out.hidden_states[-1] if hidden else None
 
     def commit(self, paths: Sequence[Sequence[int]]) -> None:
         moves = [

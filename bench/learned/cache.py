@@ -65,8 +65,7 @@ def provide_heads(
         if recipe is None:
             out.append(cfg)
             continue
-        # A judge is asked about the drafts of the temperature it decodes at: it mines those.
-        settings = {"draft_temperature": cfg.temperature} if "draft_temperature" in recipe.settings() else {}
+        settings = _drafts(recipe, cfg)
         recipe = recipe.configure(**settings)
         data = cfg.data or default_data(resolve_task(cfg.task).name, resolve_pair(cfg.pair).kind)
         folder = cached_folder(head_key(cfg.method, recipe, cfg.task, cfg.pair, data))
@@ -83,6 +82,19 @@ def provide_heads(
     if skipped:
         log(f"--no-train: skipped the learned families {', '.join(sorted(skipped))} (no trained head cached)")
     return out
+
+
+def _drafts(recipe: Any, cfg: RunConfig) -> dict[str, Any]:
+    """A judge is asked about the drafts its configuration decodes with: it mines those (the draft
+    model's at the decoding temperature, or lookup's)."""
+    from bench.drafters import DRAFTERS, canonical_drafter, parse_drafter
+
+    known = recipe.settings()
+    drafter = canonical_drafter(cfg.drafter)
+    settings: dict[str, Any] = {"drafter": drafter} if "drafter" in known else {}
+    if "draft_temperature" in known:
+        settings["draft_temperature"] = 0.0 if DRAFTERS[parse_drafter(drafter)[0]].deterministic else cfg.temperature
+    return settings
 
 
 def _fixed(params: dict[str, Any]) -> dict[str, Any]:

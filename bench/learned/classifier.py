@@ -25,8 +25,9 @@ LABELS = "labels.pt"
 BATCH = 64  # questions mined in lockstep, their model calls batched
 # `train` flags other recipes take; refused here unless left at their defaults.
 _SHARED = {
-    "num_prompts": "questions", "seed": "seed", "chat_template": "chat_template", "draft_temperature": "draft_temperature"
-}
+    "num_prompts": "questions", "seed": "seed", "chat_template": "chat_template",
+    "draft_temperature": "draft_temperature", "drafter": "drafter",
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,9 @@ class ClassifierRecipe(Recipe):
     # 0 mines the draft's argmax, as the authors do; a sampling decoder's judge is asked about the
     # draft's samples, so ``--grid baselines`` mines at the temperature it decodes at.
     draft_temperature: float = 0.0
+    # Whose proposals are mined: the draft model's, or prompt lookup's (a spec, lookup[:ngram=...]),
+    # the tokens a target-only judge serving lookup drafts is asked about.
+    drafter: str = "model"
     seed: int = 0
     val_share: float = 0.1
     chat_template: bool = False
@@ -50,8 +54,20 @@ class ClassifierRecipe(Recipe):
         if self.miner not in MINERS:
             raise BenchError(f"miner must be one of {', '.join(MINERS)}, got {self.miner!r}")
         check_features(self.features)
+        self._check_drafter()
         if self.questions < 2:
             raise BenchError(f"the classifier recipe needs >= 2 questions (a validation split), got {self.questions}")
+
+    def _check_drafter(self) -> None:
+        from bench.drafters import canonical_drafter, parse_drafter
+
+        name = parse_drafter(self.drafter)[0]
+        if name not in ("model", "lookup"):
+            raise BenchError(f"judges mine the proposals of the draft model or of lookup, not {name}: train with --drafter lookup "
+                             "(its head serves lookup_tree and suffix drafts too)")  # fmt: skip
+        if name == "lookup" and (self.features != "target" or self.draft_temperature):
+            raise BenchError("lookup drafts have no model behind them: mine them with target features and --draft-temperature 0")
+        object.__setattr__(self, "drafter", canonical_drafter(self.drafter))
 
     def settings(self) -> dict[str, Any]:
         return asdict(self)
@@ -63,7 +79,10 @@ class ClassifierRecipe(Recipe):
         stray = sorted(k for k, v in settings.items() if k not in _SHARED and v != defaults.get(k, object()))
         if stray:
             flags = ", ".join("--" + k.replace("_", "-") for k in stray)
-            raise BenchError(f"{flags}: REINFORCE's; the classifier recipe takes --num-prompts, --seed, --chat-template, --draft-temperature")
+            raise BenchError(
+                f"{flags}: REINFORCE's; the classifier recipe takes --num-prompts, --seed, --chat-template, "
+                "--draft-temperature, --drafter"
+            )
         mapped = {_SHARED[k]: v for k, v in settings.items() if k in _SHARED}
         return ClassifierRecipe(**{**asdict(self), **mapped})
 
@@ -71,18 +90,19 @@ class ClassifierRecipe(Recipe):
         return job.task.examples(min(self.questions, len(job.task.rows())), self.seed)
 
     def plan(self, job: TrainJob) -> str:
-        per = "a greedy target decode" if self.miner == "autojudge" else "a teacher-forced target forward"
+        per = "a greedy target decode per mismatch" if self.miner == "autojudge" else "one tree forward for its swaps"
+        drafts = "the draft model's" if self.drafter == "model" else f"{self.drafter}'s"
         return (
-            f"{self.miner} labels on up to {len(self.examples(job))} train questions, {BATCH} at a time ({per} "
-            f"per mismatch, batched), until both classes hold {self.enough}; then {self.features} features and a "
-            "logistic fit; the first batch's time gives the estimate"
+            f"{self.miner} labels where {drafts} proposals differ, on up to {len(self.examples(job))} train questions, "
+            f"{BATCH} at a time ({per}, batched), until both classes hold {self.enough}; then {self.features} "
+            "features and a logistic fit; the first batch's time gives the estimate"
         )
 
     def miner_of(self, job: TrainJob, prompt: list[int], doc: dict[str, Any], q: int) -> Steps:
         """Question ``q``'s miner; its draft samples (``draft_temperature`` > 0) are seeded by ``q``."""
         budget, seed = job.task.spec.max_new_tokens, self.seed * 1_000_003 + q * 1_009
         if self.miner == "selfjudge":
-            return selfjudge.mine(prompt, budget, temperature=self.draft_temperature, seed=seed)
+            return selfjudge.mine(prompt, budget, temperature=self.draft_temperature, seed=seed, drafter=self.drafter)
         tok = job.pair.tokenizer
 
         def agree(a: list[int], b: list[int]) -> bool:
@@ -90,7 +110,7 @@ class ClassifierRecipe(Recipe):
             return autojudge.answers_agree(job.task, doc, *text)
 
         eos = frozenset(job.pair.eos_token_ids)
-        return autojudge.mine(prompt, budget, agree, eos, temperature=self.draft_temperature, seed=seed)
+        return autojudge.mine(prompt, budget, agree, eos, temperature=self.draft_temperature, seed=seed, drafter=self.drafter)
 
     def train(self, job: TrainJob) -> dict[str, Any]:
         state = self.mine_all(job)

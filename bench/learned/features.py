@@ -2,9 +2,10 @@
 decoder reads them while verifying (the target's last hidden state with the token as input, the
 draft's where it predicted the token), and the pair as the miners' batched ``Oracle``.
 
-Batches: teacher-forced rows are right-padded (causal attention: a real position never sees the
-padding after it); greedy rows are left-padded with an attention mask and their own positions, so
-each row decodes as it would alone. Rows go in chunks of at most ``TOKENS`` tokens.
+Batches: teacher-forced sequences that share a prompt run it once (bench.learned.shared); draft
+rows are right-padded (causal attention: a real position never sees the padding after it); greedy
+rows are left-padded with an attention mask and their own positions, so each row decodes as it
+would alone. Rows go in chunks of at most ``TOKENS`` tokens.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ from collections.abc import Iterator, Sequence
 import torch
 from torch import Tensor
 
+from bench.errors import BenchError
 from bench.learned.heads import feature_vector
-from bench.learned.miners import Drafted, Greedy, Likelihood
+from bench.learned.miners import Drafted, Greedy, Likelihood, Swapped
+from bench.learned.shared import Shared, forward_shared, share
 from bench.pairs import Pair
 
 TOKENS = 16384  # padded tokens per forward
@@ -44,20 +47,24 @@ def _right_padded(rows: Sequence[list[int]], device: torch.device) -> Tensor:
 
 @torch.no_grad()
 def token_features(pair: Pair, features: str, sites: Sequence[tuple[list[int], int]]) -> list[Tensor]:
-    """[F] the features of each ``token`` drafted after its ``context``."""
-    out: list[Tensor] = [torch.empty(0)] * len(sites)
+    """[F] the features of each ``token`` drafted after its ``context`` (one question's: they share
+    its prompt, run once, bench.learned.shared)."""
     rows = [context + [token] for context, token in sites]
-    for group in chunks([len(r) for r in rows]):
-        ids = _right_padded([rows[i] for i in group], pair.device)
-        last = torch.tensor([len(rows[i]) - 1 for i in group], device=pair.device)
-        at = torch.arange(len(group), device=pair.device)
-        h_target = pair.target(input_ids=ids, output_hidden_states=True).hidden_states[-1][at, last]
-        h_draft = None
-        if features == "draft+target":
-            h_draft = pair.draft(input_ids=ids, output_hidden_states=True).hidden_states[-1][at, last - 1]
-        for k, i in enumerate(group):
-            out[i] = feature_vector(features, None if h_draft is None else h_draft[k], h_target[k]).cpu()
-    return out
+    if not rows:
+        return []
+    first = min(len(context) for context, _ in sites)
+    group = share(rows, first)
+    ((_, h_target),) = forward_shared(pair.target, [group], hidden=True)
+    at = [group.row(i, len(r) - 1) for i, r in enumerate(rows)]
+    h_draft = None
+    if features == "draft+target":
+        before = share(rows, first - 1)
+        ((_, states),) = forward_shared(pair.draft, [before], hidden=True)
+        h_draft = states[[before.row(i, len(r) - 2) for i, r in enumerate(rows)]]
+    h_target = h_target[at]
+    return [
+        feature_vector(features, None if h_draft is None else h_draft[k], h_target[k]).cpu() for k in range(len(rows))
+    ]
 
 
 class PairOracle:
@@ -72,7 +79,6 @@ class PairOracle:
         for group in chunks([len(c.ids) + c.max_new for c in calls]):
             out += self._greedy([calls[i] for i in group])
         return out
-
     def _greedy(self, calls: Sequence[Greedy]) -> list[list[int]]:
         device, width = self.pair.device, max(len(c.ids) for c in calls)
         ids = torch.zeros(len(calls), width, dtype=torch.long)
@@ -103,7 +109,12 @@ class PairOracle:
     @torch.no_grad()
     def drafted(self, calls: Sequence[Drafted]) -> list[list[int]]:
         out: list[list[int]] = [[] for _ in calls]
-        for group in chunks([len(c.ids) for c in calls], self._logits_budget()):
+        model = [i for i, c in enumerate(calls) if c.drafter == "model"]
+        for i, c in enumerate(calls):
+            if c.drafter != "model":
+                out[i] = self._looked_up(c)
+        for group in chunks([len(calls[i].ids) for i in model], self._logits_budget()):
+            group = [model[k] for k in group]
             logits = self.pair.draft(input_ids=_right_padded([calls[i].ids for i in group], self.pair.device)).logits
             for k, i in enumerate(group):
                 c = calls[i]
@@ -114,8 +125,18 @@ class PairOracle:
                 out[i] = row.argmax(-1).tolist()
         return out
 
+    def _looked_up(self, call: Drafted) -> list[int]:
+        from bench.drafters import parse_drafter
+        from bench.drafters.lookup import first_proposals
+
+        name, p = parse_drafter(call.drafter)
+        if name != "lookup":
+            raise BenchError(f"judges mine the proposals of the draft model or of lookup, not {name}; train with --drafter lookup")
+        return first_proposals(call.ids, p["ngram"], p["match"], self.eos, p["min_ngram"])
+
     @torch.no_grad()
     def likelihood(self, calls: Sequence[Likelihood]) -> list[Tensor]:
+        """Full forwards, right-padded (what ``swapped`` is tested against)."""
         out: list[Tensor] = [torch.empty(0)] * len(calls)
         for group in chunks([len(c.ids) for c in calls], self._logits_budget()):
             ids = _right_padded([calls[i].ids for i in group], self.pair.device)
@@ -124,3 +145,29 @@ class PairOracle:
             for k, i in enumerate(group):
                 out[i] = chosen[k, : len(calls[i].ids) - 1].cpu()
         return out
+
+    @torch.no_grad()
+    def swapped(self, calls: Sequence[Swapped]) -> list[list[tuple[Tensor, Tensor]]]:
+        """Each call's sequence and its swapped copies (cut after their window) share its prefix:
+        one ``Shared`` group per call, all calls in one batched tree forward."""
+        live = [c for c in calls if c.sites]
+        groups = [share([c.ids] + [c.ids[:pos] + [token] + c.ids[pos + 1 : end] for (pos, token), end in zip(c.sites, _ends(c))],
+                        min(pos for pos, _ in c.sites)) for c in live]  # fmt: skip
+        scored = {id(c): _scores(c, g, rows) for c, g, (rows, _) in zip(live, groups, forward_shared(self.pair.target, groups))}
+        return [scored.get(id(c), []) for c in calls]
+
+
+def _scores(call: Swapped, group: Shared, logits: Tensor) -> list[tuple[Tensor, Tensor]]:
+    """Per site, the next tokens' log p read off the original sequence (row 0) and the copy."""
+    logp = logits.float().log_softmax(-1)
+    out = []
+    for i, ((pos, _), end) in enumerate(zip(call.sites, _ends(call)), start=1):
+        nxt = torch.tensor(call.ids[pos + 1 : end + 1], device=logp.device)[:, None]
+        original = logp[[group.row(0, k) for k in range(pos, end)]].gather(-1, nxt)[:, 0]
+        swapped = logp[[group.row(i, k) for k in range(pos, end)]].gather(-1, nxt)[:, 0]
+        out.append((original.cpu(), swapped.cpu()))
+    return out
+
+def _ends(call: Swapped) -> list[int]:
+    """Per site, the position after the last one whose next token is scored (the sequence's end cuts it)."""
+    return [min(pos + call.window, len(call.ids) - 1) for pos, _ in call.sites]

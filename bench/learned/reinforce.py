@@ -21,6 +21,8 @@ class ReinforceRecipe(Recipe):
         return asdict(self.config)
 
     def configure(self, **settings: Any) -> ReinforceRecipe:
+        if settings.pop("drafter", "model") != "model":
+            raise BenchError("DIVERSED's head mixes the draft model's distribution with the target's: it trains on --drafter model only")
         unknown = set(settings) - {f.name for f in fields(TrainConfig)}
         if unknown:
             raise BenchError(f"the reinforce recipe takes no {sorted(unknown)}")

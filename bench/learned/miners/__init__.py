@@ -1,7 +1,7 @@
 """Label recipes for judges: which drafted tokens are important, mined with no annotation.
 
 A miner is a generator: it yields the model calls it needs next (``Greedy``, ``Drafted``,
-``Likelihood``), is sent their answers, and returns its ``Mined`` labels. ``run_many`` drives many
+``Likelihood``, ``Swapped``), is sent their answers, and returns its ``Mined`` labels. ``run_many`` drives many
 miners in lockstep and answers each round's calls in one batch (``Oracle``: batched target and
 draft forwards), ``run`` answers one call at a time; both give the same labels, and a test hands
 a miner a fake target whose greedy continuation it controls.
@@ -33,12 +33,15 @@ class Greedy:
 
 @dataclass(frozen=True)
 class Drafted:
-    """The draft's proposal after every prefix of ``ids`` (entry i would follow ids[: i + 1]): its
-    argmax at temperature 0, else a sample at ``temperature`` drawn with its own ``seed``."""
+    """The drafter's proposal after every prefix of ``ids`` (entry i would follow ids[: i + 1], -1
+    where it proposes nothing). ``drafter`` ``model``: the draft model's argmax at temperature 0,
+    else a sample at ``temperature`` drawn with its own ``seed``; a ``lookup`` spec: the first token
+    prompt lookup drafts there."""
 
     ids: list[int]
     temperature: float = 0.0
     seed: int = 0
+    drafter: str = "model"
 
 
 @dataclass(frozen=True)
@@ -49,7 +52,18 @@ class Likelihood:
     ids: list[int]
 
 
-Call = Union[Greedy, Drafted, Likelihood]
+@dataclass(frozen=True)
+class Swapped:
+    """For each (position, token) site: the target's log-probabilities of the next ``window``
+    tokens of ``ids`` after that position (fewer at the end), teacher-forced on ``ids`` as it is
+    and with the site's token swapped in: a pair of tensors per site."""
+
+    ids: list[int]
+    sites: list[tuple[int, int]]
+    window: int
+
+
+Call = Union[Greedy, Drafted, Likelihood, Swapped]
 Steps = Generator[list[Call], list[Any], list[Mined]]
 
 
@@ -62,8 +76,10 @@ class Oracle(Protocol):
 
     def likelihood(self, calls: Sequence[Likelihood]) -> list[Tensor]: ...
 
+    def swapped(self, calls: Sequence[Swapped]) -> list[list[tuple[Tensor, Tensor]]]: ...
 
-_KINDS = {Greedy: "greedy", Drafted: "drafted", Likelihood: "likelihood"}
+
+_KINDS = {Greedy: "greedy", Drafted: "drafted", Likelihood: "likelihood", Swapped: "swapped"}
 
 
 def answer(oracle: Oracle, calls: Sequence[Call]) -> list[Any]:
@@ -113,7 +129,11 @@ def _advance(miner: Steps, got: list[Any] | None, i: int, pending: dict[int, lis
 
 
 def mismatches(proposed: list[int], prompt: list[int], completion: list[int], start: int) -> list[tuple[int, int]]:
-    """(position in the completion, draft token) wherever the draft's proposal (``Drafted`` on
-    prompt + completion) differs from the completion, from ``start``."""
+    """(position in the completion, draft token) wherever the drafter proposes a token (``Drafted``
+    on prompt + completion) other than the completion's, from ``start``."""
     n = len(prompt)
-    return [(t, proposed[n - 1 + t]) for t in range(start, len(completion)) if proposed[n - 1 + t] != completion[t]]
+    return [
+        (t, proposed[n - 1 + t])
+        for t in range(start, len(completion))
+        if proposed[n - 1 + t] >= 0 and proposed[n - 1 + t] != completion[t]
+    ]

@@ -21,14 +21,15 @@ ROUGE_TOLERANCE = 1.0
 
 def mine(
     prompt: list[int], max_new: int, agree: Callable[[list[int], list[int]], bool], eos: frozenset[int],
-    temperature: float = 0.0, seed: int = 0,
+    temperature: float = 0.0, seed: int = 0, drafter: str = "model",
 ) -> Steps:  # fmt: skip
     """The labels of one question; ``temperature`` > 0 mines the draft's samples instead of its
-    argmax (the tokens a sampling decoder's judge is asked about), each draw seeded from ``seed``."""
+    argmax (the tokens a sampling decoder's judge is asked about), each draw seeded from ``seed``;
+    ``drafter`` a lookup spec mines prompt lookup's proposals instead."""
     (reference,) = yield [Greedy(prompt, max_new)]
     seq, labels, start, draws = list(reference), [], 0, 0
     while True:
-        (proposed,) = yield [Drafted(prompt + seq, temperature, seed + draws)]
+        (proposed,) = yield [Drafted(prompt + seq, temperature, seed + draws, drafter)]
         draws += 1
         found = mismatches(proposed, prompt, seq, start)
         if not found:
