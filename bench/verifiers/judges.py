@@ -105,6 +105,6 @@ class SelfJudge(Judge):
 
     name: ClassVar[str] = "selfjudge"
     baseline: ClassVar[bool] = True
-    style: ClassVar[Mapping[str, Any]] = {"marker": "X", "color": "#F0E442"}
+    style: ClassVar[Mapping[str, Any]] = {"marker": "X", "color": "#997700"}
     order: ClassVar[int] = 7
     miner: ClassVar[str | None] = "selfjudge"
