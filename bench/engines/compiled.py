@@ -131,6 +131,12 @@ class CompiledEngine(EagerEngine):
         self.widths = sorted(set(widths))
         self.trees = sorted(set(trees))  # token-tree widths (root + nodes): a graph each
         self.cuda = model.device.type == "cuda"
+        if self._gemms() and 1 in self.widths:
+            # Inductor's products for one row lose to its products for two on a CPU (SmolLM2-135M,
+            # bf16, a 650-token prompt: the width-1 graph's step 29.95 ms, the width-2 graph's 21.61,
+            # eager's width-1 step 21.5; scripts/tree_verify_cost.py --sizes 1,2): a one-token step
+            # runs in the width-2 graph, its second slot padding that no query sees.
+            self.widths = sorted(set(self.widths) - {1} | {2})
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, _RECOMPILE_LIMIT)
         torch._dynamo.config.fail_on_recompile_limit_hit = True
         options = {
