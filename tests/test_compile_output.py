@@ -41,7 +41,8 @@ def test_inductor_output_only_with_verbose(capfd, monkeypatch, tmp_path):
     lines = compile_one(verbose=False)
     quiet = capfd.readouterr()
     assert quiet.out == "" and quiet.err == ""  # not one line of inductor's, at any file descriptor
-    assert len(lines) == 2 and lines[0].startswith("compiling llama (1 layer) for step width 1, batch 1: roughly")
+    # With products generated (as for a large model), a one-token step compiles as width 2 (compiled.py)
+    assert len(lines) == 2 and lines[0].startswith("compiling llama (1 layer) for step width 2, batch 1: roughly")
     assert "inductor's cache is off" in lines[0] and lines[1].startswith("  compiled in ")
     lines = compile_one(verbose=True)
     loud = capfd.readouterr()
