@@ -164,3 +164,15 @@ def test_a_judge_for_lookup_drafts_mines_where_lookup_proposes(ref):
             ClassifierRecipe(**{"miner": "selfjudge", "features": "target", "drafter": "lookup", **bad})
     with pytest.raises(BenchError, match="drafter model only"):
         recipe_of("diversed").configure(drafter="lookup")
+
+
+def test_a_grid_judge_mines_the_drafts_its_configuration_decodes_with():
+    from bench.config import RunConfig
+    from bench.learned.cache import _drafts
+
+    recipe = recipe_of("selfjudge")
+    assert _drafts(recipe, RunConfig(task="arith", pair="ref", method="selfjudge", temperature=1.0)) == {
+        "drafter": "model", "draft_temperature": 1.0
+    }
+    tree = RunConfig(task="arith", pair="ref", method="selfjudge", drafter="lookup_tree:matches=8,ngram=3", temperature=1.0)
+    assert _drafts(recipe, tree) == {"drafter": "lookup:match=first,min_ngram=1,ngram=3,schedule=constant", "draft_temperature": 0.0}

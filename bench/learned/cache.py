@@ -90,7 +90,10 @@ def _drafts(recipe: Any, cfg: RunConfig) -> dict[str, Any]:
     from bench.drafters import DRAFTERS, canonical_drafter, parse_drafter
 
     known = recipe.settings()
-    drafter = canonical_drafter(cfg.drafter)
+    name, params = parse_drafter(cfg.drafter)
+    # A lookup tree's first tokens are lookup's matches: its judge mines lookup's proposals.
+    lookup = {k: params[k] for k in ("ngram", "min_ngram", "match")} if name == "lookup_tree" else None
+    drafter = canonical_drafter("lookup:" + ",".join(f"{k}={v}" for k, v in lookup.items()) if lookup else cfg.drafter)
     settings: dict[str, Any] = {"drafter": drafter} if "drafter" in known else {}
     if "draft_temperature" in known:
         settings["draft_temperature"] = 0.0 if DRAFTERS[parse_drafter(drafter)[0]].deterministic else cfg.temperature

@@ -136,7 +136,7 @@ class PairOracle:
 
     @torch.no_grad()
     def likelihood(self, calls: Sequence[Likelihood]) -> list[Tensor]:
-        """Full forwards, right-padded (what ``swapped`` is tested against)."""
+        """Full forwards, right-padded: teacher-forced log p for a plug-in's recipe (tests/learned_verifier.py)."""
         out: list[Tensor] = [torch.empty(0)] * len(calls)
         for group in chunks([len(c.ids) for c in calls], self._logits_budget()):
             ids = _right_padded([calls[i].ids for i in group], self.pair.device)
