@@ -252,11 +252,11 @@ def generate(
     verbose: bool = False,
 ) -> Generated:
     """Decode one prompt, raw or wrapped in a task's template, as ``run`` would."""
-    from bench.build import build_decoder, encode_prompt
+    from bench.build import build_decoder
     from bench.context import Context, check_truncation, fit_prompt
     from bench.distributions import Sampling
     from bench.engines import make_engine
-    from bench.pairs import load_pair, resolve_pair
+    from bench.pairs import encode_prompt, load_pair, resolve_pair
 
     text, note = generate_prompt(prompt, task, example, data, resolve_pair(pair).kind)
     check_truncation(truncate_prompt)
@@ -439,9 +439,8 @@ def _speed_lookup(
     multi-turn example is timed on its first turn only, as ``speed`` decodes one prompt each."""
     import json
 
-    from bench.build import encode_prompt
     from bench.config import RunConfig, expand_methods
-    from bench.pairs import load_pair
+    from bench.pairs import encode_prompt, load_pair
     from bench.speed_lookup.fidelity import Judge
     from bench.speed_lookup.measure import measure_lookup
     from bench.speed_lookup.report import lookup_markdown, lookup_plot

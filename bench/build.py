@@ -1,5 +1,5 @@
-"""From a configuration and a loaded pair to what decodes it: the one place a decoder is built and
-a prompt is encoded, for ``run``, ``generate``, ``speed``, ``train`` and the lm-eval backend alike."""
+"""From a configuration and a loaded pair to what decodes it: the one place a decoder is built,
+for ``run``, ``generate``, ``speed`` and the lm-eval backend alike."""
 
 from __future__ import annotations
 
@@ -72,24 +72,4 @@ def decoder_for(
         draft_policy=cfg.draft_policy,
         trace=trace,
         drafter=cfg.drafter,
-    )
-
-
-def encode_prompt(pair: Pair, prompt: str | list[dict[str, str]], chat_template: bool) -> list[int]:
-    """A prompt's token ids: with ``chat_template``, the text as the user turn of the tokenizer's
-    chat template, or a whole conversation (its special tokens come from the template, none are
-    added again)."""
-    if chat_template or not isinstance(prompt, str):
-        return list(pair.tokenizer(chat_text(pair, prompt), add_special_tokens=False).input_ids)
-    return list(pair.tokenizer(prompt).input_ids)
-
-
-def chat_text(pair: Pair, prompt: str | list[dict[str, str]], add_generation_prompt: bool = True) -> str:
-    """A prompt (one user turn, or a whole chat history as lm-eval builds it) in the pair's chat
-    template, ready for the assistant's reply."""
-    if not getattr(pair.tokenizer, "chat_template", None):
-        raise BenchError(f"pair {pair.spec.name}: the tokenizer has no chat template; drop the chat template option")
-    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
-    return pair.tokenizer.apply_chat_template(
-        messages, add_generation_prompt=add_generation_prompt, tokenize=False
     )

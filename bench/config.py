@@ -21,8 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.context import check_truncation
-from bench.decoding import check_draft_policy
-from bench.drafters import DRAFTERS, canonical_drafter, check_reads, drafter_label, parse_drafter
+from bench.drafters import DRAFTERS, canonical_drafter, check_draft_policy, check_reads, drafter_label, parse_drafter
 from bench.errors import BenchError
 from bench.lossless import Drafts, anchors
 from bench.pairs import pick_device, pick_dtype, resolve_pair

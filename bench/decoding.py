@@ -27,21 +27,12 @@ from torch import Tensor
 from transformers import PreTrainedModel
 
 from bench.distributions import Sampling, pick, process
-from bench.drafters import Draft, Drafter, make_drafter
+from bench.drafters import Draft, Drafter, check_draft_policy, make_drafter
 from bench.drafters.model import padded
 from bench.engines import EagerEngine, EngineFactory, to_device
 from bench.errors import BenchError
 from bench.verifiers import Round, Verifier, verify
 from bench.verifiers.tree import TreeRound, check_tree_method, verify_tree
-
-DRAFT_POLICIES = ("sample", "greedy")
-
-
-def check_draft_policy(policy: str) -> str:
-    if policy not in DRAFT_POLICIES:
-        raise BenchError(f"--draft-policy takes {' or '.join(DRAFT_POLICIES)}, got {policy!r}")
-    return policy
-
 
 @dataclass
 class DecodeStats:

@@ -31,8 +31,8 @@ from bench.decoding import DecodeStats, Generation, SpeculativeDecoder
 from bench.distributions import Sampling
 from bench.errors import BenchError
 from bench.head import required_head
-from bench.pairs import load_pair
-from bench.build import build_decoder, chat_text, encode_prompt
+from bench.pairs import chat_text, encode_prompt, load_pair
+from bench.build import build_decoder
 from bench.config import RunConfig, example_seed
 from bench.engines import ENGINES, make_engine
 from bench.records import fixed_columns, row, write_manifest

@@ -18,14 +18,14 @@ from typing import Any
 
 import pandas as pd
 
-from bench.build import decoder_for, encode_prompt
+from bench.build import decoder_for
 from bench.config import RunConfig, example_seed
 from bench.context import Context, fit_prompt
 from bench.conversation import Messages, check_chat, decode_turns
 from bench.decoding import TRACE_FIELDS, Generation, SpeculativeDecoder
 from bench.engines import CompiledEngines, make_engine
 from bench.errors import BenchError
-from bench.pairs import Pair, load_pair
+from bench.pairs import Pair, encode_prompt, load_pair
 from bench.progress import Progress
 from bench.records import fixed_columns, row, write_manifest
 from bench.store import ResultStore

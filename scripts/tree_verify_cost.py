@@ -17,7 +17,7 @@ import json
 
 import torch
 
-from bench.build import encode_prompt
+from bench.pairs import encode_prompt
 from bench.engines import make_engine
 from bench.pairs import load_pair
 from bench.speed_lookup.measure import TREE_SHAPES, tree_costs

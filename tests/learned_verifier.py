@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from bench.build import encode_prompt
+from bench.pairs import encode_prompt
 from bench.learned import Recipe, TrainJob
 from bench.learned.features import PairOracle, token_features
 from bench.learned.heads import JudgeHead

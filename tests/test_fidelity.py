@@ -28,7 +28,7 @@ from bench.decoding import SpeculativeDecoder
 from bench.distributions import Sampling
 from bench.engines import make_engine
 from bench.pairs import load_pair
-from bench.build import encode_prompt
+from bench.pairs import encode_prompt
 from bench.tasks import Task, resolve_task
 from bench.verifiers import make_verifier
 from hub_checkpoints import FAMILIES, WINDOW, build_family

@@ -119,7 +119,7 @@ def test_no_train_skips_the_learned_families_in_one_line(tmp_path, monkeypatch):
 def test_batched_mining_gives_the_labels_of_one_call_at_a_time(ref):
     """Many questions' calls in one batch (left-padded greedy decodes, right-padded forwards) label
     the shipped pair's train questions exactly as each call alone does."""
-    from bench.build import encode_prompt
+    from bench.pairs import encode_prompt
     from bench.learned import TrainJob
     from bench.learned.classifier import ClassifierRecipe
     from bench.learned.features import PairOracle
@@ -139,7 +139,7 @@ def test_batched_mining_gives_the_labels_of_one_call_at_a_time(ref):
 def test_a_judge_for_lookup_drafts_mines_where_lookup_proposes(ref):
     """``--drafter lookup``: the labels sit where prompt lookup's first proposal differs from the
     target's greedy text, each on lookup's token; model-only settings are refused in one line."""
-    from bench.build import encode_prompt
+    from bench.pairs import encode_prompt
     from bench.drafters.lookup import first_proposals
     from bench.errors import BenchError
     from bench.learned import TrainJob

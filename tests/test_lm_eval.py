@@ -21,7 +21,7 @@ from bench.distributions import Sampling
 from bench.errors import BenchError
 from bench.lm_eval_model import DiversedLM
 from bench.reports.summary import summarise
-from bench.build import encode_prompt
+from bench.pairs import encode_prompt
 from bench.config import example_seed
 from bench.store import load_results
 from bench.verifiers import make_verifier

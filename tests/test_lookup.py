@@ -348,7 +348,7 @@ def test_greedy_lookup_on_smollm2_equals_transformers_and_ar(smollm2):
     """The real weights: transformers' generate(prompt_lookup_num_tokens=10,
     max_matching_ngram_size=3) and ``ar``, token for token, as many target forwards, on a CNN/DM
     fixture article under the chat template (where the summary copies from the article)."""
-    from bench.build import encode_prompt
+    from bench.pairs import encode_prompt
     from bench.tasks import Task, resolve_task
 
     example = Task(resolve_task("cnndm"), "fixture").examples(1)[0]
@@ -443,7 +443,7 @@ def test_greedy_tree_and_suffix_drafters_on_smollm2_equal_ar(smollm2):
     """The real weights: greedy ``sd`` with each chain and tree drafter beside lookup (lookup_tree,
     suffix chain and tree, model_tree) gives eager ``ar``'s tokens on the CNN/DM fixture article,
     and each drafter had tokens accepted (its drafts were verified, not skipped)."""
-    from bench.build import encode_prompt
+    from bench.pairs import encode_prompt
     from bench.tasks import Task, resolve_task
 
     example = Task(resolve_task("cnndm"), "fixture").examples(1)[0]

@@ -17,7 +17,7 @@ PROBE = textwrap.dedent(
     from bench.decoding import SpeculativeDecoder
     from bench.distributions import Sampling
     from bench.pairs import load_pair
-    from bench.build import encode_prompt
+    from bench.pairs import encode_prompt
     from bench.verifiers import make_verifier
 
     out = {}

@@ -149,7 +149,7 @@ def chat_pair(tiny_pair, monkeypatch):
 
 @pytest.mark.slow
 def test_a_run_decodes_turn_two_after_its_own_turn_one(tmp_path, chat_pair):
-    from bench.build import encode_prompt
+    from bench.pairs import encode_prompt
     from bench.config import RunConfig
     from bench.runner import Runner
     from bench.store import load_results

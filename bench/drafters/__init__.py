@@ -13,7 +13,7 @@ import torch
 from transformers import PreTrainedModel
 
 from bench.distributions import Sampling
-from bench.drafters.base import DRAFT_OUTPUTS, Draft, Drafter, DraftRow
+from bench.drafters.base import DRAFT_OUTPUTS, DRAFT_POLICIES, Draft, Drafter, DraftRow, check_draft_policy
 from bench.drafters.lookup import LookupTree, PromptLookup, lookup, lookup_tree
 from bench.drafters.model import ModelDrafter
 from bench.drafters.model_tree import ModelTree
@@ -119,6 +119,7 @@ def make_drafter(
 __all__ = [
     "DRAFTERS",
     "DRAFT_OUTPUTS",
+    "DRAFT_POLICIES",
     "Draft",
     "DraftRow",
     "Drafter",
@@ -128,6 +129,7 @@ __all__ = [
     "PromptLookup",
     "SuffixDecoding",
     "canonical_drafter",
+    "check_draft_policy",
     "check_reads",
     "drafter_label",
     "lookup",

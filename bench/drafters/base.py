@@ -20,9 +20,20 @@ import torch
 from torch import Tensor
 
 from bench.engines import ModelEngine, to_device
+from bench.errors import BenchError
 
 # What a drafter may supply besides its tokens (Verifier.draft_reads names the same).
 DRAFT_OUTPUTS = ("q", "q_logits", "hidden")
+# How a draft model picks its tokens: draws from its law q, or q's argmax (a verifier's default
+# is its ``draft_policy``; a run may override it).
+DRAFT_POLICIES = ("sample", "greedy")
+
+
+def check_draft_policy(policy: str) -> str:
+    """``policy`` if it is one of ``DRAFT_POLICIES``; refused in one line otherwise."""
+    if policy not in DRAFT_POLICIES:
+        raise BenchError(f"--draft-policy takes {' or '.join(DRAFT_POLICIES)}, got {policy!r}")
+    return policy
 
 
 class DraftRow(Protocol):

@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from bench.build import encode_prompt
+from bench.pairs import encode_prompt
 from bench.errors import BenchError
 from bench.learned import Recipe, TrainJob
 from bench.learned.features import PairOracle, token_features
