@@ -10,7 +10,7 @@ import torch
 from bench import api
 from bench.build import build_decoder
 from bench.learned.cache import cached_folder, head_key, recipe_of
-from bench.learned.heads import JudgeHead
+from bench.head import JudgeHead
 from bench.pairs import load_pair
 from bench.tasks import Task, resolve_task
 from bench.train import TrainConfig, Trainer

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from bench.errors import BenchError
-from bench.learned.heads import feature_vector
+from bench.head import feature_vector
 from bench.learned.miners import Drafted, Greedy, Likelihood, Swapped
 from bench.learned.shared import Shared, forward_shared, share
 from bench.pairs import Pair

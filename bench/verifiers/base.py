@@ -196,10 +196,13 @@ class Verifier(ABC):
     # 0): labels leave them out at that value, so a trained head's one point reads as before.
     neutral: ClassVar[Mapping[str, Any]] = {}
 
-    def recipe(self) -> Any:
-        """How this configuration's head is trained (a ``bench.learned.Recipe``); None: the method
-        learns nothing. A learned verifier returns one built from its parameters (a judge's
-        features), so that `train --method` and `--grid baselines` train it with no other code."""
+    def recipe(self) -> tuple[str, dict[str, Any]] | Any:
+        """How this configuration's head is trained; None: the method learns nothing. A learned
+        verifier names a registered recipe with settings built from its parameters (a judge's
+        features), ``("classifier", {"miner": "selfjudge", "features": "target"})``, so that
+        `train --method` and `--grid baselines` train it with no other code. A verifier stays tensor
+        math: it names how it learns and imports nothing of training; a plug-in may instead return
+        its own recipe object (docs/methods.md, writing a learned verifier)."""
         return None
 
     def reads(self) -> frozenset[str]:

@@ -6,7 +6,7 @@ NeurIPS 2025, arXiv 2504.20039; garipovroma/autojudge eval/generation_utils.py, 
 drafted token if it equals the target's argmax or the head's p(important) < tau. SelfJudge
 (arXiv 2510.02329) runs the same rule with labels from the target's own likelihood. Here the head
 outputs p(important) (``Round.weights``; a trained head on the quantile scale of its validation
-scores, bench.learned.heads.JudgeHead, so tau is a quantile level as in AutoJudge's threshold sweep,
+scores, bench.head.JudgeHead, so tau is a quantile level as in AutoJudge's threshold sweep,
 src/train_head_gsm8k.py) and tau is the knob: tau = 0 keeps nothing SD would
 reject (lossless SD, token for token), tau = 1 keeps every drafted token whose p(important) is
 below 1. Judge Decoding's delta is 1 - tau on a head that outputs p(fine) = 1 - p(important).
@@ -26,6 +26,7 @@ import torch
 from torch import Tensor
 
 from bench.errors import BenchError
+from bench.head import check_features
 from bench.verifiers.base import Calibration, Round, Verifier
 
 
@@ -50,23 +51,19 @@ class Judge(Verifier):
     # tau = 0 is SD; acceptance rises with tau (more tokens called unimportant).
     calibration: ClassVar[Calibration] = Calibration("tau", 0.0, 1.0, rising=True, lossless=0.0)
     order: ClassVar[int] = 6
-    # The label recipe (bench.learned.miners) its head is trained with; None: trained elsewhere.
+    # The miner that labels the tokens its head is trained on; None: trained elsewhere.
     miner: ClassVar[str | None] = None
     tau: float = 0.5
     features: str = "target"
 
     def __post_init__(self) -> None:
-        from bench.learned.heads import check_features
-
         if not 0 <= self.tau <= 1:
             raise BenchError(f"{self.name}: tau must be in [0, 1], got {self.tau}")
         check_features(self.features)
 
-    def recipe(self) -> Any:
+    def recipe(self) -> tuple[str, dict[str, Any]] | None:
         """The classifier recipe with this judge's miner and features (none for the bare rule)."""
-        from bench.learned.classifier import ClassifierRecipe
-
-        return ClassifierRecipe(miner=self.miner, features=self.features) if self.miner else None
+        return ("classifier", {"miner": self.miner, "features": self.features}) if self.miner else None
 
     def reads(self) -> frozenset[str]:
         """A target-only judge reads nothing of the draft but its law: it runs on prompt lookup."""
@@ -87,8 +84,8 @@ class Judge(Verifier):
 
 @dataclass(frozen=True)
 class AutoJudge(Judge):
-    """AutoJudge: labels mined by answer change (bench.learned.miners.autojudge), the authors'
-    classifier (bench.learned.logistic) on the draft's and target's states (their DD-DT)."""
+    """AutoJudge: labels mined by answer change (the autojudge miner), the authors' logistic
+    classifier on the draft's and target's states (their DD-DT)."""
 
     name: ClassVar[str] = "autojudge"
     baseline: ClassVar[bool] = True
@@ -100,7 +97,7 @@ class AutoJudge(Judge):
 
 @dataclass(frozen=True)
 class SelfJudge(Judge):
-    """SelfJudge: labels from the target's own likelihood (bench.learned.miners.selfjudge), any task;
+    """SelfJudge: labels from the target's own likelihood (the selfjudge miner), any task;
     target states only, so it runs on model-free drafts (prompt lookup)."""
 
     name: ClassVar[str] = "selfjudge"

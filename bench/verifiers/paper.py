@@ -193,8 +193,8 @@ class StaticEnsemble(MixtureVerifier):
 class Diversed(MixtureVerifier):
     """DIVERSED: pi = w_t p + (1 - w_t) q with a per-token weight w_t from a trained head.
 
-    Only the probability mixture: the head is trained on it (bench.train), so a logit-mixed
-    policy would run weights learned for another policy.
+    Only the probability mixture: the head is trained on it (the reinforce recipe, docs/spec.md
+    §4), so a logit-mixed policy would run weights learned for another policy.
     """
 
     name: ClassVar[str] = "diversed"
@@ -222,10 +222,9 @@ class Diversed(MixtureVerifier):
     mix: str = "prob"
     shift: float = 0.0
 
-    def recipe(self) -> Any:
-        from bench.learned.reinforce import ReinforceRecipe
-
-        return ReinforceRecipe()
+    def recipe(self) -> tuple[str, dict[str, Any]]:
+        """REINFORCE on this ensemble policy with the acceptance regulariser, at its defaults."""
+        return ("reinforce", {})
 
     def __post_init__(self) -> None:
         _check_mix("diversed", self.mix)
