@@ -323,45 +323,16 @@ def train(
     **settings: Any,
 ) -> Path:
     """Train ``method``'s head (the recipe its verifier class declares; DIVERSED's by default) on
-    ``task``'s train split, ``settings`` (`train`'s flags) applied to the recipe; resumes from the
-    folder's checkpoint. The folder defaults to heads/TASK-PAIR for DIVERSED and to the head cache
-    (bench.learned.cache) for other methods. Returns the head's folder."""
-    from bench.engines import make_engine
-    from bench.learned import TrainJob
-    from bench.learned.cache import cached_folder, head_key, recipe_of
-    from bench.pairs import load_pair, resolve_pair
-    from bench.tasks import Task, default_data, resolve_task
-    from bench.verifiers import verifier_class
+    ``task``'s train split, ``settings`` (`train`'s flags; None: the recipe's default) applied to
+    the recipe; resumes from the folder's checkpoint. The folder defaults to heads/TASK-PAIR for
+    DIVERSED and to the head cache for other methods. Returns the head's folder
+    (bench.learned.train.train_head does the work)."""
+    from bench.learned.train import train_head
 
-    recipe = recipe_of(method, dict(params or {}))
-    if recipe is None:
-        raise BenchError(f"{verifier_class(method).name} learns nothing: it declares no recipe (Verifier.recipe)")
-    recipe = recipe.configure(**{k: v for k, v in settings.items() if v is not None})  # None: not given
-    factory = make_engine(engine, verbose, log)
-    spec = resolve_task(task)
-    if "fewshot_split" not in spec.dataset:
-        raise BenchError(f"task {spec.name} has no train split to train a head on; pick another task")
-    source = data or default_data(spec.name, resolve_pair(pair).kind)
-    train_task = Task(spec, source, split=spec.dataset["fewshot_split"])
-    available = len(train_task.rows())
-    wanted = recipe.settings().get("num_prompts", recipe.settings().get("questions", 0))
-    if wanted > available:
-        log(
-            f"train: {spec.name}'s train split in {source} has {available} prompts, fewer than "
-            f"--num-prompts {wanted}: training on all {available}"
-        )
-    loaded = load_pair(pair, device=device, dtype=dtype)
-    name = verifier_class(method).name
-    if output_dir:
-        folder = Path(output_dir)
-    elif name == "diversed":
-        folder = Path("heads") / f"{spec.name}-{loaded.spec.name}"
-    else:
-        folder = cached_folder(head_key(method, recipe, task, pair, source))
-    job = TrainJob(loaded, train_task, source, folder, log, factory)
-    log(f"train {name} ({recipe.name}) on {spec.name}, pair {loaded.spec.name}: {recipe.plan(job)}")
-    recipe.train(job)
-    return folder
+    return train_head(
+        task=task, pair=pair, method=method, params=params, data=data, output_dir=output_dir, device=device,
+        dtype=dtype, engine=engine, verbose=verbose, log=log, **settings,
+    )  # fmt: skip
 
 
 def speed(

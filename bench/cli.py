@@ -199,11 +199,11 @@ def report(  # fmt: skip
 
 @app.command()
 def train(  # fmt: skip
-    task: o.TrainTask, pair: o.Pair = "tiny", method: o.TrainMethod = "diversed", algorithm: o.Algorithm = "reinforce", lr: o.Lr = 5e-4,
-    batch_size: o.Rollouts = 8, epochs: o.Epochs = 2, num_prompts: o.NumPrompts = 400,
-    reg_weight: o.RegWeight = 0.01, temperature: o.RolloutTemperature = 1.0,
-    rollout_tokens: o.RolloutTokens = 128, chat_template: o.TrainChat = False, data: o.TrainData = None,
-    output_dir: o.HeadDir = None, seed: o.TrainSeed = 0, device: o.Device = "auto", dtype: o.Dtype = None,
+    task: o.TrainTask, pair: o.Pair = "tiny", method: o.TrainMethod = "diversed", algorithm: o.Algorithm = None, lr: o.Lr = None,
+    batch_size: o.Rollouts = None, epochs: o.Epochs = None, num_prompts: o.NumPrompts = None,
+    reg_weight: o.RegWeight = None, temperature: o.RolloutTemperature = None,
+    rollout_tokens: o.RolloutTokens = None, chat_template: o.TrainChat = None, data: o.TrainData = None,
+    output_dir: o.HeadDir = None, seed: o.TrainSeed = None, device: o.Device = "auto", dtype: o.Dtype = None,
     engine: o.Engine = "eager", truncate_prompt: o.Truncate = None, draft_temperature: o.DraftTemperature = None,
     drafter: o.TrainDrafter = None, verbose: o.Verbose = False,
 ) -> None:
@@ -213,10 +213,10 @@ def train(  # fmt: skip
 
     Example: diversed-bench train --task gsm8k --pair llama3 --algorithm reinforce++
     """
-    args = dict(locals())  # the flags as given; each goes to api.train under its own name
+    args = dict(locals())  # the flags as given (None: the recipe's default); each to api.train by name
     from bench import api
 
-    folder = api.train(**{**args, "truncate_prompt": truncate_prompt or "none"}, log=typer.echo)
+    folder = api.train(**args, log=typer.echo)
     typer.echo(f"head written to {folder}/ ; use it with: diversed-bench run --method {method} --head {folder}")
 
 

@@ -147,11 +147,14 @@ QualityFloor = Annotated[
 RecommendFormat = Annotated[str, _opt("markdown or json.", "--format")]
 TokenExamples = Annotated[int, _opt("Examples whose token traces the page carries.")]
 TrainTask = Annotated[str, _opt("Task whose train split supplies prompts and reward.")]
-Algorithm = Annotated[str, _opt("reinforce or reinforce++.")]
-Lr = Annotated[float, _opt("AdamW learning rate.")]
-Rollouts = Annotated[int, _opt("Rollouts per update.")]
-Epochs = Annotated[int, _opt("Passes over the drawn prompts.")]
-NumPrompts = Annotated[int, _opt("Prompts drawn from the train split.")]
+Algorithm = Annotated[Optional[str], _opt("reinforce (default) or reinforce++.")]
+Lr = Annotated[Optional[float], _opt("AdamW learning rate (default 5e-4).")]
+Rollouts = Annotated[Optional[int], _opt("Rollouts per update (default 8).")]
+Epochs = Annotated[Optional[int], _opt("Passes over the drawn prompts (default 2).")]
+NumPrompts = Annotated[
+    Optional[int],
+    _opt("Prompts (judges: questions) drawn from the train split (default: the recipe's, 400 for REINFORCE, 1000 for judges)."),
+]
 DraftTemperature = Annotated[
     Optional[float],
     _opt("Judges: mine the draft's samples at this temperature (0: its argmax, the authors' way; default 0). --grid baselines mines at its decoding temperature."),
@@ -160,16 +163,16 @@ TrainDrafter = Annotated[
     Optional[str],
     _opt("Judges: whose proposals are mined, model (the draft model's, default) or lookup[:ngram=2,...] (prompt lookup's; target features). --grid baselines mines its configuration's drafter."),
 ]
-RegWeight = Annotated[float, _opt("Weight of the expected-acceptance regulariser.")]
-RolloutTemperature = Annotated[float, _opt("Rollout temperature (> 0).")]
-RolloutTokens = Annotated[int, _opt("Tokens per rollout.")]
-TrainChat = Annotated[bool, _opt("Wrap prompts in the tokenizer's chat template, as `run` does.")]
+RegWeight = Annotated[Optional[float], _opt("Weight of the expected-acceptance regulariser (default 0.01).")]
+RolloutTemperature = Annotated[Optional[float], _opt("Rollout temperature (> 0; default 1).")]
+RolloutTokens = Annotated[Optional[int], _opt("Tokens per rollout (default 128).")]
+TrainChat = Annotated[Optional[bool], _opt("Wrap prompts in the tokenizer's chat template, as `run` does (default: off).")]
 TrainData = Annotated[Optional[str], _opt("hub, fixture or a local folder with train.jsonl.")]
 HeadDir = Annotated[
     Optional[Path],
     _opt("Head folder (default: heads/TASK-PAIR for diversed, the head cache for other methods); resumed if it holds a checkpoint."),
 ]
-TrainSeed = Annotated[int, _opt("Seeds the prompts drawn and every rollout.")]
+TrainSeed = Annotated[Optional[int], _opt("Seeds the prompts drawn and every rollout (default 0).")]
 SpeedPair = Annotated[str, _opt("Pair name or YAML (llama3-shapes: real 8B/1B shapes, random weights).")]
 DraftLens = Annotated[str, _opt("Draft lengths to measure, comma-separated.")]
 SpeedMethods = Annotated[str, _opt("sd, or sd,ensemble to also time the static ensemble.")]

@@ -1,11 +1,15 @@
 """Learned verifiers: what trains a verifier's head, behind one small interface.
 
-A verifier that learns returns a ``Recipe`` from ``Verifier.recipe()``; `diversed-bench train
---method M` and ``--grid baselines`` (bench.learned.cache) call ``recipe.train(job)`` and read the
-head it wrote into ``job.folder``. One file each: ``reinforce`` (DIVERSED's REINFORCE with the
-acceptance regulariser, bench.train), ``classifier`` (mined labels + the judges' logistic fit),
-``features`` (hidden states at a drafted token), ``logistic`` (the fit), ``miners/`` (label
-recipes), ``heads`` (the judge head) and ``cache`` (heads keyed by what made them).
+A verifier that learns names its recipe in ``Verifier.recipe()``: a registered name with settings,
+``("reinforce", {})`` (a plug-in may return a ``Recipe`` object instead), resolved here through
+``recipes.RECIPES``, so a verifier imports nothing of training. `diversed-bench train --method M`
+(``train.train_head``) and ``--grid baselines`` (``cache.provide_heads``) call ``recipe.train(job)``
+and read the head it wrote into ``job.folder``. One file each: ``reinforce`` (DIVERSED's REINFORCE
+with the acceptance regulariser), ``classifier`` (mined labels + the judges' logistic fit),
+``features`` (hidden states at a drafted token), ``shared`` (a question's prompt run once),
+``logistic`` (the fit), ``miners/`` (label recipes), ``recipes`` (the registry, and the key a head
+is cached under), ``train`` (one head) and ``cache`` (the heads a grid lacks). The heads themselves
+run at decode time: bench.head.
 """
 
 from __future__ import annotations
@@ -39,6 +43,11 @@ class Recipe(ABC):
     change the head (they key its cache)."""
 
     name: ClassVar[str]
+
+    @classmethod
+    def of(cls, **settings: Any) -> Recipe:
+        """The recipe with these settings, as a verifier names them in ``Verifier.recipe()``."""
+        return cls(**settings)
 
     @abstractmethod
     def settings(self) -> dict[str, Any]:

@@ -1,46 +1,23 @@
-"""Heads cached by what made them: the method, its recipe and settings, the task, the pair, the
-data and the harness's version key a folder under the cache root; a run that finds the folder's
-head uses it, one that finds a checkpoint there resumes it. ``--grid baselines`` calls
-``provide_heads`` to train the learned families it lacks (``--no-train``: skip them)."""
+"""The head cache: a trained head lives in a folder keyed by what made it (bench.learned.recipes'
+``head_key``); a run that finds the folder's head uses it, one that finds a checkpoint there resumes
+it. ``--grid baselines`` calls ``provide_heads`` to train the learned families it lacks
+(``--no-train``: skip them)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
-from bench import __version__
 from bench.config import RunConfig
-from bench.verifiers import make_verifier, verifier_class
-
-# Raise when a recipe's output changes for the same settings (it keys every cached head).
-HEAD_FORMAT = 2
-
-
-def recipe_of(method: str, params: dict[str, Any] | None = None) -> Any:
-    """The recipe a method's configuration trains its head with (None: it learns nothing)."""
-    return make_verifier(method, **_fixed(params or {})).recipe()
-
-
-def head_key(method: str, recipe: Any, task: str, pair: str, data: str) -> dict[str, Any]:
-    return {
-        "method": verifier_class(method).name,
-        "recipe": recipe.name,
-        "settings": recipe.settings(),
-        "task": Path(task).stem,
-        "pair": Path(pair).stem,
-        "data": data,
-        "harness": f"{__version__}/{HEAD_FORMAT}",
-    }
-
-
-def cached_folder(key: dict[str, Any]) -> Path:
-    from bench.fetch import cache_root
-
-    digest = hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:10]
-    return cache_root() / "heads" / f"{key['method']}-{key['task']}-{key['pair']}-{digest}"
+from bench.drafters import DRAFTERS, canonical_drafter, parse_drafter
+from bench.learned import Recipe
+from bench.learned.recipes import cached_folder, fixed, head_key, recipe_of
+from bench.learned.train import train_head
+from bench.pairs import resolve_pair
+from bench.tasks import default_data, resolve_task
+from bench.verifiers import verifier_class
 
 
 def is_trained(folder: Path) -> bool:
@@ -54,10 +31,6 @@ def provide_heads(
 ) -> list[RunConfig]:  # fmt: skip
     """Every configuration of a learned method given no head gets its cached head, trained first
     where missing (or, with ``train`` off, is dropped, with one line saying so)."""
-    from bench import api
-    from bench.pairs import resolve_pair
-    from bench.tasks import default_data, resolve_task
-
     out, skipped = [], set()
     for cfg in configs:
         cls = verifier_class(cfg.method)
@@ -74,8 +47,8 @@ def provide_heads(
                 skipped.add(cls.name)
                 continue
             log(f"{cls.name}: no trained head for {cfg.task} on {cfg.pair}; training it into {folder}")
-            api.train(
-                task=cfg.task, pair=cfg.pair, method=cfg.method, params=_fixed(cfg.params), data=data,
+            train_head(
+                task=cfg.task, pair=cfg.pair, method=cfg.method, params=fixed(cfg.params), data=data,
                 output_dir=folder, device=device, dtype=dtype, engine=engine, verbose=verbose, log=log, **settings,
             )  # fmt: skip
         out.append(replace(cfg, head=str(folder)))
@@ -84,11 +57,9 @@ def provide_heads(
     return out
 
 
-def _drafts(recipe: Any, cfg: RunConfig) -> dict[str, Any]:
+def _drafts(recipe: Recipe, cfg: RunConfig) -> dict[str, Any]:
     """A judge is asked about the drafts its configuration decodes with: it mines those (the draft
     model's at the decoding temperature, or lookup's)."""
-    from bench.drafters import DRAFTERS, canonical_drafter, parse_drafter
-
     known = recipe.settings()
     name, params = parse_drafter(cfg.drafter)
     # A lookup tree's first tokens are lookup's matches: its judge mines lookup's proposals.
@@ -99,9 +70,3 @@ def _drafts(recipe: Any, cfg: RunConfig) -> dict[str, Any]:
         settings["draft_temperature"] = 0.0 if DRAFTERS[parse_drafter(drafter)[0]].deterministic else cfg.temperature
     return settings
 
-
-def _fixed(params: dict[str, Any]) -> dict[str, Any]:
-    """The parameters that name a head: everything but values a calibration has yet to choose."""
-    from bench.verifiers import CALIBRATED
-
-    return {k: v for k, v in params.items() if v is not CALIBRATED}

@@ -23,7 +23,8 @@ from bench.tasks import Example
 MINERS = ("autojudge", "selfjudge")
 LABELS = "labels.pt"
 BATCH = 64  # questions mined in lockstep, their model calls batched
-# `train` flags other recipes take; refused here unless left at their defaults.
+# The `train` flags this recipe takes, each to its own setting; a flag of REINFORCE's that is given
+# (not None, its recipe's default) is refused, never ignored.
 _SHARED = {
     "num_prompts": "questions", "seed": "seed", "chat_template": "chat_template",
     "draft_temperature": "draft_temperature", "drafter": "drafter",
@@ -73,10 +74,7 @@ class ClassifierRecipe(Recipe):
         return asdict(self)
 
     def configure(self, **settings: Any) -> ClassifierRecipe:
-        from bench.train import TrainConfig
-
-        defaults = asdict(TrainConfig())
-        stray = sorted(k for k, v in settings.items() if k not in _SHARED and v != defaults.get(k, object()))
+        stray = sorted(k for k in settings if k not in _SHARED)
         if stray:
             flags = ", ".join("--" + k.replace("_", "-") for k in stray)
             raise BenchError(
