@@ -166,7 +166,7 @@ TrainDrafter = Annotated[
 RegWeight = Annotated[Optional[float], _opt("Weight of the expected-acceptance regulariser (default 0.01).")]
 RolloutTemperature = Annotated[Optional[float], _opt("Rollout temperature (> 0; default 1).")]
 RolloutTokens = Annotated[Optional[int], _opt("Tokens per rollout (default 128).")]
-TrainChat = Annotated[Optional[bool], _opt("Wrap prompts in the tokenizer's chat template, as `run` does (default: off).")]
+TrainChat = Annotated[Optional[bool], _opt("Wrap prompts in the tokenizer's chat template, as `run` does.")]
 TrainData = Annotated[Optional[str], _opt("hub, fixture or a local folder with train.jsonl.")]
 HeadDir = Annotated[
     Optional[Path],

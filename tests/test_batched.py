@@ -155,7 +155,7 @@ def test_kv_cache_bytes_are_bounded_by_the_batch(tiny_pair):
 
 def test_training_rollouts_in_a_batch_equal_rollouts_alone(tiny_pair):
     """DIVERSED rollouts are batched the same way: each row samples from its own generator."""
-    from bench.train import rollouts
+    from bench.learned.reinforce import rollouts
 
     head = random_head(tiny_pair.target, tiny_pair.draft)
     prompts = mixed_prompts(tiny_pair.target.config.vocab_size, 4)

@@ -154,7 +154,7 @@ def test_sampled_sd_first_token_follows_the_target(pairs, compiled):
 def test_training_rollouts_equal_eager(tiny_pair, compiled):
     """`train --engine compiled` samples its rollouts on the same engines: same seeds, same tokens
     and the same per-token quantities as the eager reference."""
-    from bench.train import rollouts
+    from bench.learned.reinforce import rollouts
 
     torch.manual_seed(0)
     head = WeightHead(tiny_pair.draft.config.hidden_size, tiny_pair.target.config.hidden_size)

@@ -115,7 +115,7 @@ def test_truncation_and_draft_policy_are_part_of_the_configuration_id():
 def test_train_truncates_left_when_asked_and_logs_the_cut(tmp_path):
     from bench.pairs import load_pair
     from bench.tasks import Task, resolve_task
-    from bench.train import TrainConfig, Trainer
+    from bench.learned.reinforce import TrainConfig, Trainer
 
     pair = load_pair("ref", device="cpu")
     task = Task(resolve_task("gsm8k"), "fixture", split="train")  # the task's 4 shots: ~1000 tokens

@@ -1,5 +1,5 @@
 """Learned verifiers end to end on the shipped pair: DIVERSED through the recipe path equals
-bench.train's head, a judge that always rejects decodes SD's tokens, a target-only judge runs on
+the Trainer's head, a judge that always rejects decodes SD's tokens, a target-only judge runs on
 prompt lookup, and a learned plug-in trains (by `train --method`), sweeps and is compared."""
 
 from pathlib import Path
@@ -9,11 +9,11 @@ import torch
 
 from bench import api
 from bench.build import build_decoder
-from bench.learned.cache import cached_folder, head_key, recipe_of
+from bench.learned.recipes import cached_folder, head_key, recipe_of
 from bench.head import JudgeHead
 from bench.pairs import load_pair
 from bench.tasks import Task, resolve_task
-from bench.train import TrainConfig, Trainer
+from bench.learned.reinforce import TrainConfig, Trainer
 
 PLUGIN = str(Path(__file__).with_name("learned_verifier.py")) + ":ConfidentJudge"
 
@@ -114,6 +114,33 @@ def test_no_train_skips_the_learned_families_in_one_line(tmp_path, monkeypatch):
     names = {verifier_class(c.method).name for c in kept}
     assert not names & {"diversed", "autojudge", "selfjudge"} and {"sd", "ensemble"} <= names
     assert lines == ["--no-train: skipped the learned families autojudge, diversed, selfjudge (no trained head cached)"]
+
+
+def test_the_command_line_trains_the_head_the_baselines_grid_trains(tmp_path, monkeypatch):
+    """`train --method selfjudge` (flags left out: the recipe's own defaults) and --grid baselines
+    train one judge on the same data: the same settings, into the same cached folder, so the grid
+    finds the head the command trained. (The command once passed REINFORCE's 400 prompts, and the
+    judge mined 400 questions by hand and 1000 by the grid.)"""
+    from typer.testing import CliRunner
+
+    from bench.cli import app
+    from bench.grid import configs_from_grid
+    from bench.learned.cache import provide_heads
+    from bench.learned.classifier import ClassifierRecipe
+
+    monkeypatch.setenv("DIVERSED_BENCH_CACHE", str(tmp_path))
+    trained = []
+    monkeypatch.setattr(ClassifierRecipe, "train", lambda self, job: trained.append((self.settings(), job.folder)) or {})
+    # The grid decodes at temperature 1 and mines the draft's samples there: the command is told so.
+    args = ["train", "--method", "selfjudge", "--task", "arith", "--pair", "ref", "--device", "cpu", "--draft-temperature", "1"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    configs, _ = configs_from_grid("baselines", tasks=["arith"], pairs=["ref"])
+    judged = [c for c in configs if c.method == "selfjudge"]
+    provide_heads(judged, train=True, log=lambda m: None, device="cpu")
+    (by_hand, folder), (by_grid, grid_folder) = trained[0], trained[1]
+    assert by_hand == by_grid and by_hand["questions"] == ClassifierRecipe().questions
+    assert folder == grid_folder
 
 
 def test_batched_mining_gives_the_labels_of_one_call_at_a_time(ref):

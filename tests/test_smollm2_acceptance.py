@@ -225,7 +225,7 @@ def test_the_decoding_loop_accepts_as_its_logged_expectation(smollm2, positions)
 def test_the_diversed_head_trains_on_the_real_pair(smollm2, tmp_path):
     """Two rollouts of 8 tokens and one update, as `diversed-bench train` runs them: the head is
     written and its logged expected acceptance is the mean of 1 - w TV(p, q)."""
-    from bench.train import TrainConfig, Trainer
+    from bench.learned.reinforce import TrainConfig, Trainer
 
     spec = resolve_task("gsm8k")
     task = Task(spec, "fixture", split=spec.dataset["fewshot_split"])

@@ -7,7 +7,7 @@ import torch
 from bench.errors import BenchError
 from bench.head import WeightHead, load_head, save_head
 from bench.tasks import Task, resolve_task
-from bench.train import Rollout, TrainConfig, Trainer, reinforce_loss, reinforce_pp_loss
+from bench.learned.reinforce import Rollout, TrainConfig, Trainer, reinforce_loss, reinforce_pp_loss
 
 
 def fake_rollout(t=5, hidden=4, seed=0):

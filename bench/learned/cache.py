@@ -21,6 +21,7 @@ from bench.verifiers import verifier_class
 
 
 def is_trained(folder: Path) -> bool:
+    """A finished head (its card says so), not a checkpoint a killed run left to resume."""
     card = folder / "card.json"
     return card.is_file() and bool(json.loads(card.read_text()).get("trained"))
 

@@ -196,7 +196,7 @@ class Verifier(ABC):
     # 0): labels leave them out at that value, so a trained head's one point reads as before.
     neutral: ClassVar[Mapping[str, Any]] = {}
 
-    def recipe(self) -> tuple[str, dict[str, Any]] | Any:
+    def recipe(self) -> object:
         """How this configuration's head is trained; None: the method learns nothing. A learned
         verifier names a registered recipe with settings built from its parameters (a judge's
         features), ``("classifier", {"miner": "selfjudge", "features": "target"})``, so that
