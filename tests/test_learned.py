@@ -116,6 +116,40 @@ def test_no_train_skips_the_learned_families_in_one_line(tmp_path, monkeypatch):
     assert lines == ["--no-train: skipped the learned families autojudge, diversed, selfjudge (no trained head cached)"]
 
 
+def test_verifiers_name_their_recipe_and_import_nothing_of_training():
+    """A verifier returns a recipe's name and settings; the one registry turns it into the recipe.
+    Building every shipped verifier and asking its recipe loads no module of bench.learned."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys; from bench.verifiers import VERIFIERS, make_verifier; "
+        "named = [make_verifier(n).recipe() for n in VERIFIERS]; "
+        "assert ('reinforce', {}) in named, named; "
+        "print(sorted(m for m in sys.modules if m.startswith('bench.learned')))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=Path(__file__).parents[1])
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr + out.stdout
+
+
+def test_the_registry_resolves_a_named_recipe_and_refuses_a_bad_one():
+    from bench.errors import BenchError
+    from bench.learned.classifier import ClassifierRecipe
+    from bench.learned.recipes import resolve_recipe
+
+    assert recipe_of("selfjudge") == ClassifierRecipe(miner="selfjudge", features="target")
+    assert recipe_of("autojudge", {"features": "target"}).features == "target"
+    assert resolve_recipe(("reinforce", {"lr": 0.01}), "mine").config == TrainConfig(lr=0.01)
+    own = ClassifierRecipe(questions=5)
+    assert resolve_recipe(own, "mine") is own and resolve_recipe(None, "mine") is None
+    for bad, match in (
+        (("nope", {}), "the recipes are classifier, reinforce"), (("classifier", {"questionz": 3}), "refuses the settings"),
+        ("reinforce", r"must return \(NAME, settings\)"),
+    ):  # fmt: skip
+        with pytest.raises(BenchError, match=match):
+            resolve_recipe(bad, "mine")
+
+
 def test_the_command_line_trains_the_head_the_baselines_grid_trains(tmp_path, monkeypatch):
     """`train --method selfjudge` (flags left out: the recipe's own defaults) and --grid baselines
     train one judge on the same data: the same settings, into the same cached folder, so the grid
