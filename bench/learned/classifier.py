@@ -23,8 +23,8 @@ from bench.tasks import Example
 MINERS = ("autojudge", "selfjudge")
 LABELS = "labels.pt"
 BATCH = 64  # questions mined in lockstep, their model calls batched
-# The `train` flags this recipe takes, each to its own setting; a flag of REINFORCE's that is given
-# (not None, its recipe's default) is refused, never ignored.
+# The `train` flags this recipe takes, each to its own setting. Any other flag given (REINFORCE's)
+# is refused, never ignored; a flag left out never reaches ``configure``.
 _SHARED = {
     "num_prompts": "questions", "seed": "seed", "chat_template": "chat_template",
     "draft_temperature": "draft_temperature", "drafter": "drafter",
