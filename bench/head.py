@@ -56,6 +56,8 @@ JUDGE_FILE = "judge.safetensors"
 
 
 def check_features(features: str) -> str:
+    """``features`` if a judge head can read it: a judge verifier checks its parameter here, before
+    any head is loaded or trained."""
     if features not in FEATURES:
         raise BenchError(f"features must be one of {', '.join(FEATURES)}, got {features!r}")
     return features
