@@ -396,7 +396,7 @@ def speed(
 
     from bench.engines import make_engine
     from bench.pairs import load_pair
-    from bench.speed import markdown, measure, plot
+    from bench.speed.steps import markdown, measure, plot
     from bench.tasks import Task, resolve_task
 
     factories = {name: make_engine(name, verbose, log) for name in engines}
@@ -442,9 +442,9 @@ def _speed_lookup(
     from bench.build import encode_prompt
     from bench.config import RunConfig, expand_methods
     from bench.pairs import load_pair
-    from bench.speed_lookup.fidelity import Judge
-    from bench.speed_lookup.measure import measure_lookup
-    from bench.speed_lookup.report import lookup_markdown, lookup_plot
+    from bench.speed.fidelity import Judge
+    from bench.speed.lookup import measure_lookup
+    from bench.speed.report import lookup_markdown, lookup_plot
     from bench.tasks import Task, resolve_task
 
     if len(engines) != 1:
@@ -499,8 +499,8 @@ def throughput(
 
     from bench.engines import make_engine
     from bench.pairs import load_pair
-    from bench.speed import throughput as measure_throughput
-    from bench.speed import throughput_markdown
+    from bench.speed.steps import throughput as measure_throughput
+    from bench.speed.steps import throughput_markdown
     from bench.tasks import Task, resolve_task
 
     if examples < 1:

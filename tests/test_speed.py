@@ -2,7 +2,7 @@
 
 import pytest
 
-from bench.speed import ideal_speedup, markdown, measure
+from bench.speed.steps import ideal_speedup, markdown, measure
 
 
 def test_ideal_speedup_formula():

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bench.speed_lookup.measure import AR, HF
+from bench.speed.lookup import AR, HF
 
 
 def _num(value: float | None, form: str, scale: float = 1.0) -> str:

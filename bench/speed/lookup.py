@@ -22,8 +22,8 @@ from bench.distributions import Sampling
 from bench.drafters import canonical_drafter, parse_drafter
 from bench.engines import CompiledEngines, EngineFactory, ModelEngine
 from bench.pairs import Pair
-from bench.speed import Timed, _sync, paired, ratio, run_harness, timed_generate
-from bench.speed_lookup.fidelity import Judge
+from bench.speed.steps import Timed, _sync, paired, ratio, run_harness, timed_generate
+from bench.speed.fidelity import Judge
 
 AR, HF = "ar", "transformers' lookup"  # the two baselines' labels in the rows
 
