@@ -8,7 +8,7 @@ import pytest
 
 from bench.engines import EagerEngine
 from bench.errors import BenchError
-from bench.speed.steps import run_harness
+from bench.speed.runs import run_harness
 from bench.speed.fidelity import Judge
 from bench.speed.lookup import AR, HF, measure_lookup, run_transformers_lookup
 from bench.speed.report import lookup_markdown, lookup_plot, plot_points
