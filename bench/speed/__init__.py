@@ -1,3 +1,4 @@
-"""``speed --drafter lookup``: prompt lookup timed against ``ar`` and transformers' prompt lookup
-(``measure``), what each method's outputs are worth beside its speed (``fidelity``), and the table
-and speed-against-fidelity plot (``report``)."""
+"""The ``speed`` command's measurements, one module a job: the timed runs they share (``runs``),
+step timing against transformers and the ideal bound (``steps``), prompt lookup against ``ar`` and
+transformers' lookup (``lookup``) with what its outputs are worth (``fidelity``), batched
+throughput (``throughput``), and the pages, plots and the one writer of their files (``report``)."""
