@@ -46,7 +46,8 @@ def read_bandwidth(device: torch.device, megabytes: int = 512, repeats: int = 7)
     """Bytes per second read by a max over a buffer much larger than any cache, median of
     ``repeats``: one read stream with next to no arithmetic, which is what a batch-1 step does to
     the weights. The floor divides by this, not by the copy: on a CPU a read-only stream moves more
-    (33-34 GB/s against a copy's 28-32 on this 2-core machine), and a compiled step reached it."""
+    (33-34 GB/s against a copy's 28-32 on a 2-core AMD EPYC with AVX-512 BF16), and a compiled
+    step reached it."""
     buf = torch.ones(megabytes * 2**20 // 4, device=device).view(-1, 1024)
     return buf.numel() * 4 / median_seconds(lambda: buf.amax(-1), device, repeats)
 
