@@ -224,6 +224,7 @@ def measure_lookup(
 
 
 def _line(r: dict[str, Any]) -> str:
+    """The log line of one row."""
     lo, hi = r["speedup_range"]
     counted = "" if r["tokens_per_forward"] is None else f", {r['tokens_per_forward']:.2f} tokens/forward"
     return (
