@@ -362,21 +362,23 @@ def speed(
 ) -> tuple[str, list[Path]]:
     """Time the harness against transformers' generate() and assisted generation (greedy, on the
     shipped CNN/DM fixture articles); return the markdown and the files written. With a lookup
-    drafter, time it against ``ar`` and transformers' prompt lookup instead (``speed_lookup``)."""
-    import json
-
+    drafter, time it against ``ar`` and transformers' prompt lookup instead (``_speed_lookup``)."""
     from bench.engines import make_engine
     from bench.pairs import load_pair
-    from bench.speed import markdown, measure, plot
-    from bench.tasks import Task, resolve_task
+    from bench.speed.report import write
+    from bench.speed.runs import fixture_prompts
+    from bench.speed.steps import measure
 
     factories = {name: make_engine(name, verbose, log) for name in engines}
     if not factories:
         raise BenchError("--engine takes eager, compiled or eager,compiled")
     if drafter != "model":
-        return _speed_lookup(pair, draft_lens, methods, prompts, max_new_tokens, repeats, device, dtype,
-                             factories, output_dir, command, log, drafter, chat_template, params or {},
-                             temperature, task, data, num_fewshot, category)  # fmt: skip
+        return _speed_lookup(
+            pair=pair, draft_lens=draft_lens, methods=methods, prompts=prompts, max_new_tokens=max_new_tokens,
+            repeats=repeats, device=device, dtype=dtype, engines=factories, output_dir=output_dir,
+            command=command, log=log, drafter=drafter, chat_template=chat_template, params=params or {},
+            temperature=temperature, task=task, data=data, num_fewshot=num_fewshot, category=category,
+        )  # fmt: skip
     if params or temperature or (task, data, num_fewshot, category) != ("cnndm", "fixture", None, None):
         raise BenchError(
             "speed takes --param, --temperature, --task, --data, --num-fewshot and --category only with --drafter lookup (the draft-model "
@@ -385,21 +387,31 @@ def speed(
     if set(methods) - {"sd", "ensemble"} or "sd" not in methods:
         raise BenchError(f"--method takes sd or sd,ensemble, got {','.join(methods)!r}")
     loaded = load_pair(pair, device=device, dtype=dtype)
-    texts = [e.doc["article"] for e in Task(resolve_task("cnndm"), "fixture").examples()][:prompts]
-    encoded = [list(loaded.tokenizer(t).input_ids) for t in texts]
+    encoded = fixture_prompts(loaded)[:prompts]
     weight = target_weight if "ensemble" in methods else None
     result = measure(loaded, encoded, list(draft_lens), max_new_tokens, repeats, weight, log=log, engines=factories)
-    stem = Path(output_dir) / f"speed_{loaded.spec.name}"
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    text = markdown(result, command)
-    stem.with_suffix(".md").write_text(text)
-    stem.with_suffix(".json").write_text(json.dumps(result, indent=2))
-    plot(result, stem.with_suffix(".png"))
-    return text, [stem.with_suffix(s) for s in (".md", ".json", ".png")]
+    return write("speed", result, output_dir, command)
+
+
+def _lookup_runs(
+    methods: Sequence[str], params: Mapping[str, Sequence[Any]], task: str, pair: str, drafter: str,
+    temperature: float,
+) -> dict[str, tuple[str, dict[str, Any]]]:  # fmt: skip
+    """Label -> (method, params) of every setting ``methods`` x ``params`` expands to; a rule the
+    drafter cannot serve is refused here, before any model loads."""
+    from bench.config import expand_methods
+
+    runs = {}
+    for m, p, _ in expand_methods(methods, params=params):
+        if m == "ar":
+            raise BenchError("speed --drafter lookup times ar as the baseline of every run: drop ar from --method")
+        cfg = RunConfig(task=task, pair=pair, method=m, params=p, drafter=drafter, temperature=temperature).resolve()
+        runs[cfg.info.label(p, digits=None)] = (m, p)  # the values as given: every digit
+    return runs
 
 
 def _speed_lookup(
-    pair: str, draft_lens: Sequence[int], methods: Sequence[str], prompts: int, max_new_tokens: int,
+    *, pair: str, draft_lens: Sequence[int], methods: Sequence[str], prompts: int, max_new_tokens: int,
     repeats: int, device: str, dtype: str | None, engines: Mapping[str, Any], output_dir: Path | str,
     command: str, log: Log, drafter: str, chat_template: bool, params: Mapping[str, Sequence[Any]],
     temperature: float, task: str, data: str, num_fewshot: int | None, category: str | None,
@@ -408,24 +420,16 @@ def _speed_lookup(
     transformers, each judged beside its speed; a table and a speed-against-fidelity plot.
     ``category`` times one category group of the task (Spec-Bench's ``summarization``); a
     multi-turn example is timed on its first turn only, as ``speed`` decodes one prompt each."""
-    import json
-
-    from bench.config import RunConfig, expand_methods
     from bench.pairs import encode_prompt, load_pair
-    from bench.speed_lookup.fidelity import Judge
-    from bench.speed_lookup.measure import measure_lookup
-    from bench.speed_lookup.report import lookup_markdown, lookup_plot
+    from bench.speed.fidelity import Judge
+    from bench.speed.lookup import measure_lookup
+    from bench.speed.report import write
     from bench.tasks import Task, resolve_task
 
     if len(engines) != 1:
         raise BenchError("speed --drafter lookup times one engine: give one --engine")
     (engine,) = engines
-    runs = {}  # label -> (method, params); a rule the drafter cannot serve is refused before any model loads
-    for m, p, _ in expand_methods(methods, params=params):
-        if m == "ar":
-            raise BenchError("speed --drafter lookup times ar as the baseline of every run: drop ar from --method")
-        cfg = RunConfig(task=task, pair=pair, method=m, params=p, drafter=drafter, temperature=temperature).resolve()
-        runs[cfg.info.label(p, digits=None)] = (m, p)  # the values as given: every digit
+    runs = _lookup_runs(methods, params, task, pair, drafter, temperature)
     source = Task(resolve_task(task), data, num_fewshot=num_fewshot)
     examples = source.examples(prompts, categories=source.category_members(category) if category else None)
     if not examples:
@@ -438,13 +442,7 @@ def _speed_lookup(
                             repeats, drafter, runs, engines[engine], log=log, temperature=temperature)  # fmt: skip
     result.update(engine=engine, chat_template=chat_template, task=task, data=data, num_fewshot=num_fewshot,
                   category=category)  # fmt: skip
-    stem = Path(output_dir) / f"speed_lookup_{loaded.spec.name}"
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    text = lookup_markdown(result, command)
-    stem.with_suffix(".md").write_text(text)
-    stem.with_suffix(".json").write_text(json.dumps(result, indent=2))
-    lookup_plot(result, stem.with_suffix(".png"))
-    return text, [stem.with_suffix(s) for s in (".md", ".json", ".png")]
+    return write("speed_lookup", result, output_dir, command)
 
 
 def throughput(
@@ -465,29 +463,22 @@ def throughput(
 ) -> tuple[str, list[Path]]:
     """Examples/s and tokens/s of ar and sd per batch size; every batch size must give batch 1's
     tokens. Returns the markdown and the files written."""
-    import json
-
     from bench.engines import make_engine
     from bench.pairs import load_pair
-    from bench.speed import throughput as measure_throughput
-    from bench.speed import throughput_markdown
-    from bench.tasks import Task, resolve_task
+    from bench.speed.report import write
+    from bench.speed.runs import fixture_prompts
+    from bench.speed.throughput import measure_throughput
 
     if examples < 1:
         raise BenchError(f"--examples must be >= 1, got {examples}")
     factory = make_engine(engine, verbose, log)
     loaded = load_pair(pair, device=device, dtype=dtype)
-    texts = [e.doc["article"] for e in Task(resolve_task("cnndm"), "fixture").examples()]
-    encoded = [list(loaded.tokenizer(texts[i % len(texts)]).input_ids) for i in range(examples)]
+    articles = fixture_prompts(loaded)
+    encoded = [list(articles[i % len(articles)]) for i in range(examples)]
     result = measure_throughput(
         loaded, encoded, list(batch_sizes), draft_len, max_new_tokens, repeats, log=log, engine=factory
     )
-    stem = Path(output_dir) / f"speed_throughput_{loaded.spec.name}"
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    text = throughput_markdown(result, command)
-    stem.with_suffix(".md").write_text(text)
-    stem.with_suffix(".json").write_text(json.dumps(result, indent=2))
-    return text, [stem.with_suffix(".md"), stem.with_suffix(".json")]
+    return write("speed_throughput", result, output_dir, command)
 
 
 def fetch(pair: str, *, wheel: Path | str | None = None, force: bool = False, log: Log = print) -> Path:

@@ -248,20 +248,24 @@ def speed(  # fmt: skip
 
     o.set_threads(threads)
     lens = [o.positive(n, "--draft-len") for n in o.split_list(draft_len)]
-    common = dict(pair=pair, max_new_tokens=max_new_tokens, repeats=repeats, device=device, dtype=dtype,
-                  output_dir=output_dir, command="diversed-bench " + shlex.join(sys.argv[1:]), verbose=verbose,
-                  log=typer.echo)  # fmt: skip
+    command = "diversed-bench " + shlex.join(sys.argv[1:])
     if throughput:
         sizes = [o.positive(b, "--batch-sizes") for b in o.split_list(batch_sizes)]
         if len(lens) != 1 or len(o.split_list(engine)) != 1:
             raise BenchError("--throughput takes one --draft-len and one --engine")
-        text, paths = api.throughput(draft_len=lens[0], batch_sizes=sizes, examples=examples, engine=engine, **common)
+        text, paths = api.throughput(
+            pair=pair, draft_len=lens[0], batch_sizes=sizes, examples=examples, max_new_tokens=max_new_tokens,
+            repeats=repeats, device=device, dtype=dtype, engine=engine, output_dir=output_dir, command=command,
+            verbose=verbose, log=typer.echo,
+        )  # fmt: skip
     else:
-        text, paths = api.speed(draft_lens=lens, methods=o.split_list(method), target_weight=target_weight,
-                                prompts=prompts, engines=o.split_list(engine), drafter=drafter or "model",
-                                chat_template=chat_template, params=o.params(param), temperature=temperature,
-                                task=task, data=data, num_fewshot=num_fewshot, category=category,
-                                **common)  # fmt: skip
+        text, paths = api.speed(
+            pair=pair, draft_lens=lens, methods=o.split_list(method), target_weight=target_weight, prompts=prompts,
+            max_new_tokens=max_new_tokens, repeats=repeats, device=device, dtype=dtype,
+            engines=o.split_list(engine), output_dir=output_dir, command=command, verbose=verbose, log=typer.echo,
+            drafter=drafter or "model", chat_template=chat_template, params=o.params(param),
+            temperature=temperature, task=task, data=data, num_fewshot=num_fewshot, category=category,
+        )  # fmt: skip
     typer.echo(f"{text}\nwritten: {', '.join(map(str, paths))}")
 
 

@@ -74,7 +74,7 @@ def main() -> None:
     from bench.build import build_decoder
     from bench.engines import make_engine
     from bench.pairs import load_pair
-    from bench.speed import GREEDY
+    from bench.speed.runs import GREEDY
     from bench.tasks import Task, resolve_task
 
     out = Path(args.out)

@@ -36,7 +36,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 from bench.early_exit import build_early_exit_draft, save_correction
 from bench.fetch import FetchSource, fetched_model
 from bench.pairs import resolve_pair
-from bench.speed import ideal_speedup
+from bench.speed.steps import ideal_speedup
 from bench.tasks import Task, resolve_task
 
 TASKS = ("gsm8k", "cnndm", "xsum", "mbpp")

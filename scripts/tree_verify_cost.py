@@ -20,7 +20,7 @@ import torch
 from bench.pairs import encode_prompt
 from bench.engines import make_engine
 from bench.pairs import load_pair
-from bench.speed_lookup.measure import TREE_SHAPES, tree_costs
+from bench.speed.lookup import TREE_SHAPES, tree_costs
 from bench.tasks import Task, resolve_task
 
 SIZES = "1,2,3,4,5,6,8,10,12,16,20,24,32,40,48,64"

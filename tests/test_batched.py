@@ -222,10 +222,11 @@ def test_bad_batch_size_is_one_line(tmp_path, value):
 
 
 def test_throughput_mode_checks_outputs_against_batch_one(tiny_pair):
-    from bench.speed import throughput, throughput_markdown
+    from bench.speed.report import throughput_markdown
+    from bench.speed.throughput import measure_throughput
 
     prompts = mixed_prompts(tiny_pair.target.config.vocab_size, 5)
-    result = throughput(tiny_pair, prompts, [1, 2, 4], draft_len=3, max_new=10, repeats=1, log=lambda m: None)
+    result = measure_throughput(tiny_pair, prompts, [1, 2, 4], draft_len=3, max_new=10, repeats=1, log=lambda m: None)
     assert result["outputs_equal"]
     assert [(r["method"], r["batch_size"]) for r in result["rows"]] == [
         (m, b) for m in ("ar", "sd") for b in (1, 2, 4)

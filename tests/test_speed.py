@@ -2,7 +2,8 @@
 
 import pytest
 
-from bench.speed import ideal_speedup, markdown, measure
+from bench.speed.report import steps_markdown
+from bench.speed.steps import ideal_speedup, measure
 
 
 def test_ideal_speedup_formula():
@@ -21,7 +22,7 @@ def test_measure_agrees_with_transformers_on_the_tiny_pair(tiny_pair):
     row = result["rows"][0]
     assert row["sd_equals_hf"] and row["sd_equals_ar"] and row["ensemble_equals_hf"]
     assert 0 < row["alpha"] <= 1 and 0 < result["c"] and 0 < row["forward_share"] <= 1
-    text = markdown(result, "diversed-bench speed")
+    text = steps_markdown(result, "diversed-bench speed")
     assert "| 3 |" in text
     # The floor divides the weights by the read bandwidth, each measured before and after.
     reads = result["read_bandwidth_gb_s"]

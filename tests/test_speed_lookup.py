@@ -8,10 +8,10 @@ import pytest
 
 from bench.engines import EagerEngine
 from bench.errors import BenchError
-from bench.speed import run_harness
-from bench.speed_lookup.fidelity import Judge
-from bench.speed_lookup.measure import AR, HF, measure_lookup, run_transformers_lookup
-from bench.speed_lookup.report import lookup_markdown, lookup_plot, plot_points
+from bench.speed.runs import run_harness
+from bench.speed.fidelity import Judge
+from bench.speed.lookup import AR, HF, measure_lookup, run_transformers_lookup
+from bench.speed.report import lookup_markdown, lookup_plot, plot_points
 from bench.tasks import Task, resolve_task
 
 RELAXED = {

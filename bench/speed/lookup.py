@@ -22,8 +22,8 @@ from bench.distributions import Sampling
 from bench.drafters import canonical_drafter, parse_drafter
 from bench.engines import CompiledEngines, EngineFactory, ModelEngine
 from bench.pairs import Pair
-from bench.speed import Timed, _sync, paired, ratio, run_harness, timed_generate
-from bench.speed_lookup.fidelity import Judge
+from bench.speed.runs import Timed, median_seconds, paired, ratio, run_harness, timed_generate
+from bench.speed.fidelity import Judge
 
 AR, HF = "ar", "transformers' lookup"  # the two baselines' labels in the rows
 
@@ -34,8 +34,14 @@ def run_transformers_lookup(
     """transformers' ``generate(prompt_lookup_num_tokens=n, max_matching_ngram_size=ngram)``, greedy
     or sampled at ``temperature`` from the plain softmax (its default top-k 50 turned off, as the
     harness samples)."""
-    sampled = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} if temperature else {"do_sample": False}
-    return timed_generate(pair, prompts, max_new, prompt_lookup_num_tokens=n, max_matching_ngram_size=ngram, **sampled)
+    sampled = (
+        {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}
+        if temperature
+        else {"do_sample": False}
+    )
+    return timed_generate(
+        pair, prompts, max_new, prompt_lookup_num_tokens=n, max_matching_ngram_size=ngram, **sampled
+    )
 
 
 def width_costs(
@@ -50,27 +56,30 @@ def width_costs(
         sets = [tuple(range(1, max(draft_lens) + 2))]
     out: dict[int, float] = {}
     for widths in sets:
-        out |= _step_costs(pair, engine(pair.target, widths), prompt, [w for w in widths if w not in out], repeats)
+        out |= _step_costs(
+            pair, engine(pair.target, widths), prompt, [w for w in widths if w not in out], repeats
+        )
     return dict(sorted(out.items()))
 
 
 @torch.inference_mode()
-def _step_costs(pair: Pair, eng: ModelEngine, prompt: list[int], widths: list[int], repeats: int) -> dict[int, float]:
+def _step_costs(
+    pair: Pair, eng: ModelEngine, prompt: list[int], widths: list[int], repeats: int
+) -> dict[int, float]:
     """Each step writes past the row's length and is rolled back: every step sees the same context."""
-    eng.start(1, len(prompt) + max(widths, default=1) + 1)
-    eng.step(torch.tensor([prompt[:-1]], device=pair.device), [len(prompt) - 1], keep=1, hidden=False)
+    _prefill(pair, eng, prompt, max(widths, default=1))
     out = {}
     for w in widths:
         ids = torch.tensor([prompt[-1:] * w], device=pair.device)
-        times = []
-        for _ in range(repeats + 1):  # the first is a warm-up
-            _sync(pair.device)
-            tick = time.perf_counter()
-            eng.step(ids, [0], keep=w, hidden=False)
-            _sync(pair.device)
-            times.append(time.perf_counter() - tick)
-        out[w] = 1e3 * statistics.median(times[1:])
+        out[w] = 1e3 * median_seconds(lambda: eng.step(ids, [0], keep=w, hidden=False), pair.device, repeats)
     return out
+
+
+def _prefill(pair: Pair, eng: ModelEngine, prompt: list[int], width: int) -> None:
+    """One row with room for a step of ``width`` after ``prompt``, holding all of it but its last
+    token: the context every timed step sees (the step's first token is the prompt's last)."""
+    eng.start(1, len(prompt) + width + 1)
+    eng.step(torch.tensor([prompt[:-1]], device=pair.device), [len(prompt) - 1], keep=1, hidden=False)
 
 
 TREE_SHAPES = ("chain", "wide", "binary")
@@ -96,8 +105,7 @@ def tree_costs(
     of its own (minutes each)."""
     widths = [n + 1 for n in sizes]
     eng = engine(pair.target, [1, *widths], widths)
-    eng.start(1, len(prompt) + max(widths) + 1)
-    eng.step(torch.tensor([prompt[:-1]], device=pair.device), [len(prompt) - 1], keep=1, hidden=False)
+    _prefill(pair, eng, prompt, max(widths))
     held = list(eng.lengths)
 
     def tree(ids: torch.Tensor, parents: torch.Tensor) -> None:
@@ -114,14 +122,7 @@ def tree_costs(
         parents = torch.tensor([tree_parents(n, shape)], device=pair.device)
         out[n] = {}
         for name, run in (("tree_ms", tree), ("chain_ms", chain)) if n else (("chain_ms", chain),):
-            times = []
-            for _ in range(repeats + 1):  # the first is a warm-up
-                _sync(pair.device)
-                tick = time.perf_counter()
-                run(ids, parents)
-                _sync(pair.device)
-                times.append(time.perf_counter() - tick)
-            out[n][name] = 1e3 * statistics.median(times[1:])
+            out[n][name] = 1e3 * median_seconds(lambda: run(ids, parents), pair.device, repeats)
     return out
 
 
@@ -223,6 +224,7 @@ def measure_lookup(
 
 
 def _line(r: dict[str, Any]) -> str:
+    """The log line of one row."""
     lo, hi = r["speedup_range"]
     counted = "" if r["tokens_per_forward"] is None else f", {r['tokens_per_forward']:.2f} tokens/forward"
     return (
