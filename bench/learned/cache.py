@@ -16,7 +16,7 @@ from bench.config import RunConfig
 from bench.verifiers import make_verifier, verifier_class
 
 # Raise when a recipe's output changes for the same settings (it keys every cached head).
-HEAD_FORMAT = 2
+HEAD_FORMAT = 3
 
 
 def recipe_of(method: str, params: dict[str, Any] | None = None) -> Any:
