@@ -159,8 +159,9 @@ def test_a_judge_for_lookup_drafts_mines_where_lookup_proposes(ref):
     for q, e in enumerate(recipe.examples(job)):
         labels += run(PairOracle(ref), recipe.miner_of(job, encode_prompt(ref, e.prompt, False), e.doc, q))
     assert labels
-    for m in labels:
-        assert first_proposals(m.context, 3, "first", eos)[-1] == m.token
+    for swap, negative in zip(labels[::2], labels[1::2]):  # each swap, then the target's own token there
+        assert first_proposals(swap.context, 3, "first", eos)[-1] == swap.token
+        assert negative.context == swap.context and negative.token != swap.token and negative.important is False
     for bad, match in (
         (dict(features="draft+target"), "target features"), (dict(draft_temperature=1.0), "draft-temperature 0"),
         (dict(drafter="suffix"), "train with --drafter lookup"),
