@@ -100,8 +100,9 @@ class AutoJudge(Judge):
 
 @dataclass(frozen=True)
 class SelfJudge(Judge):
-    """SelfJudge: labels from the target's own likelihood (bench.learned.miners.selfjudge), any task;
-    target states only, so it runs on model-free drafts (prompt lookup)."""
+    """SelfJudge: labels from the target's own likelihood (bench.learned.miners.selfjudge), any task,
+    and its authors' fit (bench.learned.logistic.SELFJUDGE: its head holds their 20 thresholds, so
+    tau picks one of them); target states only, so it runs on model-free drafts (prompt lookup)."""
 
     name: ClassVar[str] = "selfjudge"
     baseline: ClassVar[bool] = True
