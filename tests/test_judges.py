@@ -8,7 +8,7 @@ import torch
 from bench.distributions import Sampling, process
 from bench.head import JudgeHead
 from bench.learned.logistic import fit_judge, logistic_fit, roc_auc
-from bench.learned.miners import Likelihood, autojudge, mismatches, run, run_many, selfjudge
+from bench.learned.miners import autojudge, mismatches, run, run_many, selfjudge
 from bench.verifiers import Round, make_verifier, verify
 
 
@@ -100,16 +100,26 @@ class FakeOracle:
         # after token 9 the target finds any next token unlikely (log p -5), else sure (0)
         return [torch.tensor([-5.0 if t == 9 else 0.0 for t in c.ids[:-1]]) for c in calls]
 
+    @staticmethod
+    def top(token):
+        """The target's max log p after ``token``: unsure (-5) after 9, else sure (0)."""
+        return -5.0 if token == 9 else 0.0
+
+    def logp(self, before, token):
+        """log p(token | ... before): 0 for its greedy next token, -3 for any other."""
+        return 0.0 if self.nexts.get(before) == token else -3.0
+
     def swapped(self, calls):
-        """By its definition: the next tokens' log p in full teacher-forced sequences."""
+        """By its definition: top log p from the position before the swap to the window's end, the
+        copy's first entry the swapped-in token's own log p."""
         out = []
         for c in calls:
-            (original,) = self.likelihood([Likelihood(c.ids)])
             scores = []
             for pos, token in c.sites:
-                (swapped,) = self.likelihood([Likelihood(c.ids[:pos] + [token] + c.ids[pos + 1 :])])
-                end = min(pos + c.window, len(c.ids) - 1)
-                scores.append((original[pos:end], swapped[pos:end]))
+                copy, end = c.ids[:pos] + [token] + c.ids[pos + 1 :], min(pos + c.window, len(c.ids) - 1)
+                original = [self.top(c.ids[k]) for k in range(pos - 1, end)]
+                swapped = [self.logp(c.ids[pos - 1], token)] + [self.top(copy[k]) for k in range(pos, end)]
+                scores.append((torch.tensor(original), torch.tensor(swapped)))
             out.append(scores)
         return out
 
@@ -134,12 +144,30 @@ def test_autojudge_mining_on_a_known_case():
 
 
 def test_selfjudge_mining_on_a_known_case():
+    """The authors' statistic by hand (naver-aics/SelfJudge@c97c8e83 compare_important_tokens_gsm8k.py):
+    mean(top log p, original, positions m-1 .. m+N-1) - mean([log p of the swapped token at m-1]
+    + top log p of the copy at m .. m+N-1); each swap also yields the original token as a negative."""
     nexts = {1: 2, 2: 3, 3: 4, 4: 0, 9: 4}
-    # The target writes 1 2 3 4 0. At position 2 the draft writes 9, after which the target is unsure
-    # (log p of the next token -5 instead of 0: a drop of 5 > 1); at 3 it writes 3, after which it is as sure.
+    # The target writes 1 2 3 4 0 (sure of every token: top log p 0). At position 2 the draft writes
+    # 9 (log p -3), after which the target is unsure (top -5): original [0, 0, 0], copy [-3, -5, 0],
+    # score 8/3. At 3 it writes 3 (log p -3), after which it is as sure; the window stops at the
+    # sequence's end: original [0, 0], copy [-3, 0], score 1.5.
     oracle = FakeOracle(nexts, {2: 9, 3: 3})
-    labels = run(oracle, selfjudge.mine([1], 10, window=2, threshold=1.0))
-    assert [(m.context, m.token, m.important) for m in labels] == [([1, 2], 9, True), ([1, 2, 3], 3, False)]
+    labels = run(oracle, selfjudge.mine([1], 10, window=2))
+    assert [(m.context, m.token, m.important) for m in labels] == [
+        ([1, 2], 9, None), ([1, 2], 3, False), ([1, 2, 3], 3, None), ([1, 2, 3], 4, False)
+    ]
+    assert [m.score for m in labels[::2]] == pytest.approx([8 / 3, 1.5])
+    assert labels[1].score is None and selfjudge.WINDOW == 20
+
+
+def test_selfjudge_tau_is_the_authors_where_published_else_the_quantile_rule():
+    assert selfjudge.published_tau("gsm8k", "meta-llama/Llama-3.1-8B-Instruct") == 0.066157
+    assert selfjudge.published_tau("gsm8k", "Qwen/Qwen2.5-7B-Instruct") == 0.0563
+    assert selfjudge.published_tau("arith", "reference/target") is None
+    scores = torch.arange(1000, dtype=torch.float64)
+    share = float((scores > selfjudge.quantile_tau(scores)).double().mean())
+    assert share == pytest.approx(37646 / 47564, abs=2e-3)  # the authors' share of important swaps
 
 
 def test_lookup_drafts_are_mined_where_lookup_proposes_a_token():
@@ -229,3 +257,46 @@ def test_a_head_reads_p_on_the_quantile_scale_of_its_validation_scores():
     h = torch.tensor([[-5.0, 0.0], [-0.5, 0.0], [0.5, 0.0], [1.5, 0.0], [9.0, 0.0]])
     assert head(None, h).tolist() == pytest.approx([0.0, 0.2, 0.4, 0.6, 0.8])  # the share of scores below p, / (n + 1)
     assert not (head(None, h) < 0.0).any() and (head(None, h) < 1.0).all()  # tau 0 keeps none, 1 all
+
+
+def test_selfjudge_fit_picks_c_by_validation_auc_on_the_authors_grid():
+    """notebooks/train_selfjudge-fulldata.ipynb: C_grid = (10 ** 0.5) ** -np.arange(10)[::-1], the
+    best validation ROC-AUC wins (the first on a tie), the training split's model is kept, and the
+    thresholds are np.quantile(val_probs, np.linspace(0, 1, 20))."""
+    import numpy as np
+
+    from bench.learned.logistic import SELFJUDGE, SELFJUDGE_C_GRID, standardiser, validation_questions
+
+    assert np.allclose(SELFJUDGE_C_GRID, (10**0.5) ** -np.arange(10)[::-1])
+    g = torch.Generator().manual_seed(5)
+    x = torch.cat([fixture(300)[0], torch.randn(300, 40, generator=g)], dim=1)  # 40 noise features
+    y = ((x[:, 0] - 2 + 1.5 * torch.randn(300, generator=g)) > 0).long()
+    groups = torch.arange(300) // 3
+    fit = fit_judge(x, y, groups, seed=0, val_share=0.3, style=SELFJUDGE)
+    val = torch.isin(groups, validation_questions(y, groups, 0, 0.3))
+    mean, scale = standardiser(x[~val])
+    aucs = []
+    for C in SELFJUDGE_C_GRID:
+        w, b = logistic_fit((x[~val] - mean) / scale, y[~val], C)
+        aucs.append(roc_auc(y[val], ((x[val] - mean) / scale) @ w + b))
+    assert len(set(aucs)) > 1  # the grid matters on this fixture
+    assert fit.C == SELFJUDGE_C_GRID[aucs.index(max(aucs))] and fit.val_auc == max(aucs)
+    w, b = logistic_fit((x[~val] - mean) / scale, y[~val], fit.C)
+    assert torch.allclose(fit.mean, mean.float()) and torch.allclose(fit.weight, w)  # no refit
+    probs = torch.sigmoid(((x[val] - mean) / scale).float() @ w + b).double().numpy()
+    assert fit.val_scores.tolist() == pytest.approx(np.quantile(probs, np.linspace(0, 1, 20)).tolist(), abs=1e-6)
+
+
+def test_a_selfjudge_head_on_its_20_thresholds_keeps_what_the_authors_threshold_keeps():
+    """ranks = the 20 quantile thresholds Q_0 .. Q_19: the head outputs (number of Q_i below p) / 21,
+    so tau in (i / 21, (i + 1) / 21] keeps a token iff p <= Q_i (the authors predict important iff
+    p > thr); tau = 0 keeps none."""
+    head = JudgeHead("target", 2, 2)
+    head.weight.copy_(torch.tensor([1.0, 0.0]))
+    head.ranks = torch.linspace(0.2, 0.8, 20)
+    p = torch.rand(500, generator=torch.Generator().manual_seed(0))
+    out = head(None, torch.stack([torch.logit(p), torch.zeros(500)], dim=1))
+    for i in range(20):
+        for tau in ((i + 0.01) / 21, (i + 1) / 21):
+            assert torch.equal(out < tau, p <= head.ranks[i])
+    assert not (out < 0).any()

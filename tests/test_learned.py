@@ -194,7 +194,12 @@ def test_batched_mining_gives_the_labels_of_one_call_at_a_time(ref):
         alone = [run(oracle, recipe.miner_of(job, *question)) for question in questions]
         batched = run_many(oracle, [recipe.miner_of(job, *question) for question in questions])
         assert batched == alone and sum(map(len, alone)) > 10
-        assert any(m.important for labels in alone for m in labels)  # sampled drafts change answers
+        if miner == "autojudge":
+            assert any(m.important for labels in alone for m in labels)  # sampled drafts change answers
+        else:  # each swap scored, then its original token as a negative
+            mined = [m for labels in alone for m in labels]
+            assert all(m.important is None and m.score is not None for m in mined[::2])
+            assert all(m.important is False and m.score is None for m in mined[1::2])
 
 
 def test_a_judge_for_lookup_drafts_mines_where_lookup_proposes(ref):
@@ -215,8 +220,9 @@ def test_a_judge_for_lookup_drafts_mines_where_lookup_proposes(ref):
     for q, e in enumerate(recipe.examples(job)):
         labels += run(PairOracle(ref), recipe.miner_of(job, encode_prompt(ref, e.prompt, False), e.doc, q))
     assert labels
-    for m in labels:
-        assert first_proposals(m.context, 3, "first", eos)[-1] == m.token
+    for swap, negative in zip(labels[::2], labels[1::2]):  # each swap, then the target's own token there
+        assert first_proposals(swap.context, 3, "first", eos)[-1] == swap.token
+        assert negative.context == swap.context and negative.token != swap.token and negative.important is False
     for bad, match in (
         (dict(features="draft+target"), "target features"), (dict(draft_temperature=1.0), "draft-temperature 0"),
         (dict(drafter="suffix"), "train with --drafter lookup"),
@@ -237,3 +243,31 @@ def test_a_grid_judge_mines_the_drafts_its_configuration_decodes_with():
     }
     tree = RunConfig(task="arith", pair="ref", method="selfjudge", drafter="lookup_tree:matches=8,ngram=3", temperature=1.0)
     assert _drafts(recipe, tree) == {"drafter": "lookup:match=first,min_ngram=1,ngram=3,schedule=constant", "draft_temperature": 0.0}
+
+
+def test_selfjudge_scores_are_the_authors_statistic_on_full_forwards(ref):
+    """naver-aics/SelfJudge@c97c8e83 src/compare_important_tokens_gsm8k.py, ``num_next_token`` 20, on
+    the shipped pair: a forward of the original and of each swapped sequence, whole, then their
+    ``joint_logp_orig_20 - joint_logp_alter_20`` (both branches: a window that fits, one the end cuts),
+    against the scores mined with the prompt run once and the copies cut after their window."""
+    from bench.learned.features import PairOracle
+    from bench.learned.miners import Greedy, Swapped, selfjudge
+
+    prompt = ref.tokenizer("Q: 123 + 456 = ?").input_ids
+    full = prompt + PairOracle(ref).greedy([Greedy(prompt, 40)])[0]
+    n, length = len(prompt), len(full)
+    sites = [(n, 7), (n + 3, 11), (length - 6, 5)]  # the last one's window is cut by the sequence's end
+    answers = PairOracle(ref).swapped([Swapped(full, sites, selfjudge.WINDOW)])[0]
+
+    def logp(ids):
+        with torch.no_grad():
+            return torch.log_softmax(ref.target(input_ids=torch.tensor([ids])).logits.float(), -1)
+
+    logp_orig, N = logp(full), 20
+    for (m, token), (original, swapped) in zip(sites, answers):
+        logp_alter = logp(full[:m] + [token] + full[m + 1 :])
+        stop = m + N if m + N < logp_orig.shape[1] else -1
+        orig = torch.max(logp_orig[0, m - 1 : stop], dim=-1)[0].mean()
+        alter = torch.cat([logp_alter[0, m - 1, token][None], torch.max(logp_alter[0, m:stop], dim=-1)[0]]).mean()
+        assert selfjudge.score(original.tolist(), swapped.tolist()) == pytest.approx(float(orig - alter), abs=1e-4)
+    assert len(answers[0][0]) == N + 1 and len(answers[-1][0]) == 6

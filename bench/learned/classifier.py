@@ -10,18 +10,21 @@ from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
 import torch
+from torch import Tensor
 
 from bench.pairs import encode_prompt
 from bench.errors import BenchError
 from bench.learned import Recipe, TrainJob
 from bench.learned.features import PairOracle, token_features
 from bench.head import JudgeHead, check_features
-from bench.learned.logistic import fit_judge
+from bench.learned.logistic import AUTOJUDGE, SELFJUDGE, fit_judge, validation_questions
 from bench.learned.miners import Steps, autojudge, run_many, selfjudge
 from bench.tasks import Example
 
 MINERS = ("autojudge", "selfjudge")
 LABELS = "labels.pt"
+# labels.pt's layout: 2 keeps SelfJudge's scores (``score``; ``y`` -1 where tau decides the label).
+LABELS_FORMAT = 2
 BATCH = 64  # questions mined in lockstep, their model calls batched
 # The `train` flags this recipe takes, each to its own setting. Any other flag given (REINFORCE's)
 # is refused, never ignored; a flag left out never reaches ``configure``.
@@ -112,8 +115,10 @@ class ClassifierRecipe(Recipe):
 
     def train(self, job: TrainJob) -> dict[str, Any]:
         state = self.mine_all(job)
-        x, y, group = torch.stack(state["x"]), torch.tensor(state["y"]), torch.tensor(state["group"])
-        fit = fit_judge(x, y, group, self.seed, self.val_share)
+        x, group = torch.stack(state["x"]), torch.tensor(state["group"])
+        y, val, labelling = self.labels(job, state)
+        style = SELFJUDGE if self.miner == "selfjudge" else AUTOJUDGE
+        fit = fit_judge(x, y, group, self.seed, self.val_share, style, val)
         head = JudgeHead(self.features, *job.pair.hidden_sizes)
         head.mean.copy_(fit.mean), head.scale.copy_(fit.scale), head.weight.copy_(fit.weight)
         head.bias.fill_(fit.bias)
@@ -121,34 +126,60 @@ class ClassifierRecipe(Recipe):
         share = float(y.float().mean())
         card = {
             "pair": job.pair.spec.name, "task": job.task.name, "data": job.data, "recipe": self.settings(),
-            "labels": len(y), "important_share": share, "C": fit.C, "val_auc": fit.val_auc, "trained": True,
+            "labels": len(y), "important_share": share, "C": fit.C, "val_auc": fit.val_auc, "trained": True, **labelling,
         }  # fmt: skip
         head.save(job.folder, card)
         job.log(f"fit: {len(y)} labels ({share:.1%} important), C {fit.C:.3g}, validation ROC-AUC {fit.val_auc:.3f}")
         return card
+
+    def labels(self, job: TrainJob, state: dict[str, list[Any]]) -> tuple[Tensor, Tensor, dict[str, Any]]:
+        """The labels, the validation questions' mask, and for SelfJudge the tau its swaps are
+        thresholded at: the authors' for this task and target, else ``selfjudge.quantile_tau`` of
+        the training questions' swaps (the split drawn on the labels of every swap's quantile), its
+        share of important swaps reported on the held-out questions too."""
+        published = selfjudge.published_tau(job.task.name, job.pair.spec.target)
+        y, group = torch.tensor(state["y"]), torch.tensor(state["group"])
+        provisional = torch.tensor(self.provisional(state, published))
+        val = torch.isin(group, validation_questions(provisional, group, self.seed, self.val_share))
+        swap = y < 0
+        if not swap.any():  # AutoJudge, or no swap mined (the fit then refuses the single class)
+            return provisional, val, {}
+        score = torch.tensor(state["score"], dtype=torch.float64)
+        tau = published if published is not None else selfjudge.quantile_tau(score[swap & ~val])
+        y = torch.where(swap, score > tau, y.bool()).long()
+        shares = {k: float(y[swap & side].float().mean()) for k, side in (("train", ~val), ("val", val))}
+        return y, val, {
+            "tau": tau, "tau_rule": "the authors'" if published is not None else "quantile", "window": selfjudge.WINDOW,
+            "important_share_of_swaps_train": shares["train"], "important_share_of_swaps_val": shares["val"],
+        }  # fmt: skip
 
     def mine_all(self, job: TrainJob) -> dict[str, list[Any]]:
         """Labels and features, mined ``BATCH`` questions at a time and saved after each batch (a
         re-run skips the questions done). Stops at the first question after which both classes hold
         ``enough`` labels: where it stops depends on the questions alone, not on the batching."""
         store = job.folder / LABELS
-        state = torch.load(store) if store.exists() else {"done": [], "x": [], "y": [], "group": []}
+        empty = {"done": [], "x": [], "y": [], "group": [], "score": [], "format": LABELS_FORMAT}
+        state = torch.load(store) if store.exists() else empty
+        if state.get("format") != LABELS_FORMAT:
+            raise BenchError(f"{store} holds labels an older harness mined; delete it or use another --output-dir")
         if state.get("settings", self.settings()) != self.settings():
             raise BenchError(f"{store} was mined with other settings; use another --output-dir or delete it")
         examples, oracle = self.examples(job), PairOracle(job.pair)
+        tau = selfjudge.published_tau(job.task.name, job.pair.spec.target)
         todo = [(q, e) for q, e in enumerate(examples) if e.example_id not in state["done"]]
         start, fresh = time.perf_counter(), 0
         for b in range(0, len(todo), BATCH):
-            if self.satisfied(state):
+            if self.satisfied(state, tau):
                 break
             batch = todo[b : b + BATCH]
             miners = [self.miner_of(job, encode_prompt(job.pair, e.prompt, self.chat_template), e.doc, q) for q, e in batch]
             for (q, example), labels in zip(batch, run_many(oracle, miners)):
-                if self.satisfied(state):
+                if self.satisfied(state, tau):
                     break
                 xs = token_features(job.pair, self.features, [(m.context, m.token) for m in labels])
                 state["x"] += xs
-                state["y"] += [int(m.important) for m in labels]
+                state["y"] += [-1 if m.important is None else int(m.important) for m in labels]
+                state["score"] += [float("nan") if m.score is None else m.score for m in labels]
                 state["group"] += [q] * len(labels)
                 state["done"].append(example.example_id)
                 fresh += 1
@@ -156,11 +187,20 @@ class ClassifierRecipe(Recipe):
             torch.save({**state, "settings": self.settings()}, store)
             left = (time.perf_counter() - start) / fresh * (len(examples) - len(state["done"]))
             job.log(
-                f"question {len(state['done'])}/{len(examples)}: {len(state['y'])} labels, {sum(state['y'])} "
+                f"question {len(state['done'])}/{len(examples)}: {len(state['y'])} labels, {sum(self.provisional(state, tau))} "
                 f"important, at most ~{left / 60:.1f} min left (stops once both classes hold {self.enough})"
             )
         return state
 
-    def satisfied(self, state: dict[str, list[Any]]) -> bool:
-        important = sum(state["y"])
+    def provisional(self, state: dict[str, list[Any]], tau: float | None) -> list[int]:
+        """The labels so far, SelfJudge's swaps thresholded at ``tau`` or, where the authors give
+        none, at the quantile rule's tau over every swap so far (the fit draws it anew)."""
+        swaps = [s for y, s in zip(state["y"], state["score"]) if y < 0]
+        if not swaps:
+            return list(state["y"])
+        cut = tau if tau is not None else selfjudge.quantile_tau(torch.tensor(swaps))
+        return [int(s > cut) if y < 0 else y for y, s in zip(state["y"], state["score"])]
+
+    def satisfied(self, state: dict[str, list[Any]], tau: float | None) -> bool:
+        important = sum(self.provisional(state, tau))
         return bool(self.enough) and min(important, len(state["y"]) - important) >= self.enough

@@ -148,26 +148,33 @@ class PairOracle:
 
     @torch.no_grad()
     def swapped(self, calls: Sequence[Swapped]) -> list[list[tuple[Tensor, Tensor]]]:
-        """Each call's sequence and its swapped copies (cut after their window) share its prefix:
-        one ``Shared`` group per call, all calls in one batched tree forward."""
+        """Each call's sequence and its swapped copies (cut after their window) share its prefix up
+        to the position before the first swap: one ``Shared`` group per call, all calls in one
+        batched tree forward."""
         live = [c for c in calls if c.sites]
         groups = [share([c.ids] + [c.ids[:pos] + [token] + c.ids[pos + 1 : end] for (pos, token), end in zip(c.sites, _ends(c))],
-                        min(pos for pos, _ in c.sites)) for c in live]  # fmt: skip
+                        min(pos for pos, _ in c.sites) - 1) for c in live]  # fmt: skip
         scored = {id(c): _scores(c, g, rows) for c, g, (rows, _) in zip(live, groups, forward_shared(self.pair.target, groups))}
         return [scored.get(id(c), []) for c in calls]
 
 
 def _scores(call: Swapped, group: Shared, logits: Tensor) -> list[tuple[Tensor, Tensor]]:
-    """Per site, the next tokens' log p read off the original sequence (row 0) and the copy."""
+    """Per site, the target's top log-probabilities from the position before the swap to the end
+    of the window, read off the original sequence (row 0) and the copy; the copy's first entry is
+    the swapped-in token's own log-probability there (naver-aics/SelfJudge@c97c8e83
+    src/compare_important_tokens_gsm8k.py, ``joint_logp_orig_*``/``joint_logp_alter_*``)."""
     logp = logits.float().log_softmax(-1)
+    top = logp.max(-1).values
     out = []
-    for i, ((pos, _), end) in enumerate(zip(call.sites, _ends(call)), start=1):
-        nxt = torch.tensor(call.ids[pos + 1 : end + 1], device=logp.device)[:, None]
-        original = logp[[group.row(0, k) for k in range(pos, end)]].gather(-1, nxt)[:, 0]
-        swapped = logp[[group.row(i, k) for k in range(pos, end)]].gather(-1, nxt)[:, 0]
+    for i, ((pos, token), end) in enumerate(zip(call.sites, _ends(call)), start=1):
+        original = top[[group.row(0, k) for k in range(pos - 1, end)]]
+        own = logp[group.row(0, pos - 1), token]
+        swapped = torch.cat([own[None], top[[group.row(i, k) for k in range(pos, end)]]])
         out.append((original.cpu(), swapped.cpu()))
     return out
 
+
 def _ends(call: Swapped) -> list[int]:
-    """Per site, the position after the last one whose next token is scored (the sequence's end cuts it)."""
+    """Per site, the position after the last one read (the window, or the sequence's end: the last
+    position predicts nothing in it)."""
     return [min(pos + call.window, len(call.ids) - 1) for pos, _ in call.sites]

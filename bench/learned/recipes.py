@@ -21,7 +21,7 @@ from bench.verifiers import CALIBRATED, make_verifier, verifier_class
 RECIPES: dict[str, type[Recipe]] = {cls.name: cls for cls in (ReinforceRecipe, ClassifierRecipe)}
 
 # Raise when a recipe's output changes for the same settings (it keys every cached head).
-HEAD_FORMAT = 2
+HEAD_FORMAT = 3
 
 
 def resolve_recipe(declared: Any, method: str) -> Recipe | None:

@@ -97,7 +97,8 @@ class AutoJudge(Judge):
 
 @dataclass(frozen=True)
 class SelfJudge(Judge):
-    """SelfJudge: labels from the target's own likelihood (the selfjudge miner), any task;
+    """SelfJudge: labels from the target's own likelihood (the selfjudge miner), any task, and its
+    authors' fit (its head holds their 20 validation-quantile thresholds, so tau picks one of them);
     target states only, so it runs on model-free drafts (prompt lookup)."""
 
     name: ClassVar[str] = "selfjudge"

@@ -19,8 +19,11 @@ from torch import Tensor
 @dataclass(frozen=True)
 class Mined:
     context: list[int]  # prompt and completion before the token
-    token: int  # the draft's token at that position
-    important: bool
+    token: int  # the token at that position (the draft's, or the target's own for a negative)
+    # None: the recipe labels it later by thresholding ``score`` (SelfJudge's tau may be a quantile
+    # of every mined score, bench.learned.classifier).
+    important: bool | None
+    score: float | None = None  # the statistic a label is thresholded from, where there is one
 
 
 @dataclass(frozen=True)
@@ -54,9 +57,12 @@ class Likelihood:
 
 @dataclass(frozen=True)
 class Swapped:
-    """For each (position, token) site: the target's log-probabilities of the next ``window``
-    tokens of ``ids`` after that position (fewer at the end), teacher-forced on ``ids`` as it is
-    and with the site's token swapped in: a pair of tensors per site."""
+    """For each (position, token) site (position >= 1): a pair of tensors, teacher-forced on
+    ``ids`` as it is and with the site's token swapped in, each [w + 1] with w = min(window,
+    len(ids) - 1 - position): the target's top log-probability (its max over the vocabulary) at
+    positions position - 1 .. position + w - 1, except that the swapped copy's first entry is the
+    swapped-in token's own log-probability (its prediction at position - 1). SelfJudge's label
+    statistic is the difference of their means (bench.learned.miners.selfjudge)."""
 
     ids: list[int]
     sites: list[tuple[int, int]]
