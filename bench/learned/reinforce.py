@@ -44,4 +44,6 @@ class ReinforceRecipe(Recipe):
             job.pair, job.task, self.config, job.folder, data=job.data,
             log=lambda r: job.log(describe(r)), engine=job.engine,
         )  # fmt: skip
+        if line := trainer.resumed():
+            job.log(line)
         return trainer.train()
