@@ -72,8 +72,14 @@ def test_training_killed_inside_its_checkpoint_resumes_from_the_last_one(tiny_pa
     assert '"trained": false' in card  # a killed run's head is resumed, never used as trained
     lines: list[str] = []
     ReinforceRecipe(cfg).train(TrainJob(tiny_pair, task, "fixture", folder, log=lines.append))
-    assert lines[0] == f"train: resuming from {folder / 'checkpoint.pt'}: 2 of 4 steps done (2 prompts a step), 2 left"
-    assert Trainer(tiny_pair, task, cfg, folder).step == 4 and '"trained": true' in (folder / "card.json").read_text()
+    assert (
+        lines[0]
+        == f"train: resuming from {folder / 'checkpoint.pt'}: 2 of 4 steps done (2 prompts a step), 2 left"
+    )
+    assert (
+        Trainer(tiny_pair, task, cfg, folder).step == 4
+        and '"trained": true' in (folder / "card.json").read_text()
+    )
 
 
 def test_mining_killed_inside_its_save_resumes_from_the_last_batch(tmp_path, monkeypatch):
@@ -82,8 +88,12 @@ def test_mining_killed_inside_its_save_resumes_from_the_last_batch(tmp_path, mon
 
     ref = load_pair("ref", device="cpu")
     monkeypatch.setattr(classifier, "BATCH", 4)
-    recipe = classifier.ClassifierRecipe(miner="selfjudge", features="target", questions=8, draft_temperature=1.0)
-    job = TrainJob(ref, Task(resolve_task("arith"), "hub", split="train"), "hub", tmp_path, log=lambda m: None)
+    recipe = classifier.ClassifierRecipe(
+        miner="selfjudge", features="target", questions=8, draft_temperature=1.0
+    )
+    job = TrainJob(
+        ref, Task(resolve_task("arith"), "hub", split="train"), "hub", tmp_path, log=lambda m: None
+    )
     saves = []
     real_save = torch.save
 
@@ -97,7 +107,9 @@ def test_mining_killed_inside_its_save_resumes_from_the_last_batch(tmp_path, mon
             recipe.mine_all(job)
     lines: list[str] = []
     state = recipe.mine_all(TrainJob(ref, job.task, "hub", tmp_path, log=lines.append))
-    assert lines[0] == f"mining: found 4 of 8 questions' labels in {tmp_path / classifier.LABELS}; up to 4 left"
+    assert (
+        lines[0] == f"mining: found 4 of 8 questions' labels in {tmp_path / classifier.LABELS}; up to 4 left"
+    )
     assert len(state["done"]) == 8
 
 
@@ -113,5 +125,6 @@ def test_a_resumed_run_says_what_it_found(tmp_path):
     assert not any("resuming" in line for line in run(2))
     found = [line for line in run(4) if "resuming" in line]
     assert len(found) == 1 and re.fullmatch(
-        rf"gsm8k \| tiny \| ar: resuming: found 2 of 4 examples' rows in {re.escape(str(tmp_path))}; 2 left", found[0]
+        rf"gsm8k \| tiny \| ar: resuming: found 2 of 4 examples' rows in {re.escape(str(tmp_path))}; 2 left",
+        found[0],
     ), found

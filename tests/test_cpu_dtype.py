@@ -63,4 +63,3 @@ def test_a_gpu_is_not_asked(monkeypatch) -> None:
 
     monkeypatch.setattr(pairs, "cpu_serves_bf16", fail)
     assert pick_dtype(_spec("float32"), torch.device("cuda"), None) == torch.bfloat16
-

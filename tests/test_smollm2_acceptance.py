@@ -187,7 +187,9 @@ def test_real_positions_span_easy_and_hard_tokens(positions):
 def test_measured_acceptance_follows_the_rules_formula(method, params, greedy_draft, positions):
     counts, predicted, logged = measure(method, params, greedy_draft, positions)
     f64 = torch.float64
-    torch.testing.assert_close(torch.tensor(logged, dtype=f64), torch.tensor(predicted, dtype=f64), atol=1e-9, rtol=0)
+    torch.testing.assert_close(
+        torch.tensor(logged, dtype=f64), torch.tensor(predicted, dtype=f64), atol=1e-9, rtol=0
+    )
     worst = min(binomial_pvalues(counts, predicted))
     assert worst > ALPHA / CHECKS, f"{method} {params}: a position's count has binomial p = {worst:.1e}"
     z = pooled_z(counts, predicted)
