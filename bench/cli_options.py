@@ -17,7 +17,10 @@ def _opt(help: str, *names: str) -> Any:
 # Options several commands share.
 Pair = Annotated[str, _opt("Pair name or pair YAML path.")]
 Device = Annotated[str, _opt("auto, cpu, cuda or cuda:N.")]
-Dtype = Annotated[Optional[str], _opt("float32, bfloat16 or float16 (default: the pair file's).")]
+Dtype = Annotated[
+    Optional[str],
+    _opt("float32, bfloat16 or float16 (default: the pair file's; float32 for its bfloat16 on a CPU without bf16)."),
+]
 Engine = Annotated[
     str, _opt("eager (the reference) or compiled (static KV cache, torch.compile'd steps, CUDA graphs on GPU).")
 ]

@@ -27,6 +27,7 @@ import torch
 from torch import Tensor, nn
 from transformers import PreTrainedModel
 
+from bench.atomic import write_atomic
 from bench.errors import BenchError
 
 MAP_FILE, CARD_FILE = "correction.safetensors", "card.json"
@@ -84,8 +85,10 @@ def save_correction(folder: Path, mapping: Tensor, card: dict[str, Any]) -> None
     from safetensors.torch import save_file
 
     folder.mkdir(parents=True, exist_ok=True)
-    save_file({"map": mapping.detach().float().cpu().contiguous()}, str(folder / MAP_FILE))
-    (folder / CARD_FILE).write_text(json.dumps(card, indent=2, sort_keys=True) + "\n")
+    tensors = {"map": mapping.detach().float().cpu().contiguous()}
+    write_atomic(folder / MAP_FILE, lambda tmp: save_file(tensors, str(tmp)))
+    text = json.dumps(card, indent=2, sort_keys=True) + "\n"
+    write_atomic(folder / CARD_FILE, lambda tmp: tmp.write_text(text))
 
 
 def load_early_exit_draft(

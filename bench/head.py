@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
+from bench.atomic import write_atomic
 from bench.errors import BenchError
 
 
@@ -103,7 +104,8 @@ class JudgeHead(nn.Module):
         from safetensors.torch import save_file
 
         folder.mkdir(parents=True, exist_ok=True)
-        save_file({k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}, str(folder / JUDGE_FILE))
+        tensors = {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}
+        write_atomic(folder / JUDGE_FILE, lambda tmp: save_file(tensors, str(tmp)))
         card = {
             **card,
             "head": "judge",
@@ -111,7 +113,8 @@ class JudgeHead(nn.Module):
             "draft_hidden": self.draft_hidden,
             "target_hidden": self.target_hidden,
         }
-        (folder / CARD_FILE).write_text(json.dumps(card, indent=2, sort_keys=True))
+        text = json.dumps(card, indent=2, sort_keys=True)
+        write_atomic(folder / CARD_FILE, lambda tmp: tmp.write_text(text))
 
     @classmethod
     def load(cls, folder: Path, card: dict[str, Any]) -> JudgeHead:
@@ -130,11 +133,11 @@ def save_head(head: WeightHead, folder: Path, card: dict[str, Any]) -> None:
     from safetensors.torch import save_file
 
     folder.mkdir(parents=True, exist_ok=True)
-    save_file(
-        {k: v.detach().cpu().contiguous() for k, v in head.state_dict().items()}, str(folder / HEAD_FILE)
-    )
+    tensors = {k: v.detach().cpu().contiguous() for k, v in head.state_dict().items()}
+    write_atomic(folder / HEAD_FILE, lambda tmp: save_file(tensors, str(tmp)))
     card = {**card, "draft_hidden": head.draft_hidden, "target_hidden": head.target_hidden}
-    (folder / CARD_FILE).write_text(json.dumps(card, indent=2, sort_keys=True))
+    text = json.dumps(card, indent=2, sort_keys=True)
+    write_atomic(folder / CARD_FILE, lambda tmp: tmp.write_text(text))
 
 
 PACKAGED = "bench:"

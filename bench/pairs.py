@@ -6,6 +6,7 @@ or by a path to a user's own YAML file with the same fields.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -159,11 +160,40 @@ def pick_device(device: str) -> torch.device:
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
+def cpu_serves_bf16() -> bool:
+    """Whether this CPU runs bf16 matmuls natively. ``torch.ops.mkldnn._is_mkldnn_bf16_supported``
+    is ATen's ``mkldnn_bf16_device_check``: the test ``use_mkldnn_bf16_matmul`` makes before it
+    sends a bf16 matmul to oneDNN, and the one inductor's ``is_mkldnn_bf16_supported`` reads
+    (torch/_inductor/utils.py, torch 2.13). Where it fails (an AVX2-only CPU), ATen's fallback
+    kernel runs the matmul: 3.1x slower than fp32 for SmolLM2's MLP on an AVX2-only AMD EPYC."""
+    return torch.backends.mkldnn.is_available() and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
+_SAID: set[str] = set()
+
+
+def _say_once(line: str) -> None:
+    """One line on stderr per process: configurations resolve their dtype many times per run."""
+    if line not in _SAID:
+        _SAID.add(line)
+        print(line, file=sys.stderr)
+
+
 def pick_dtype(spec: PairSpec, device: torch.device, dtype: str | None) -> torch.dtype:
+    """The dtype asked for, else the pair file's for the device. A pair's bf16 default on a CPU
+    without native bf16 matmuls resolves to fp32 (bf16 would be slower there, not faster); an
+    explicit bf16 request is kept, with a one-line warning saying why it is slow."""
     name = dtype or spec.dtype.get(device.type, "float32")
     if name not in DTYPES:
         raise BenchError(f"dtype must be one of {', '.join(DTYPES)}, got {name!r}")
-    return DTYPES[name]
+    if device.type != "cpu" or name != "bfloat16" or cpu_serves_bf16():
+        return DTYPES[name]
+    why = "this CPU has no native bf16 matmuls (torch.ops.mkldnn._is_mkldnn_bf16_supported() is False)"
+    if dtype is None:
+        _say_once(f"pair {spec.name}: {why}; loading float32, not the pair file's bfloat16")
+        return torch.float32
+    _say_once(f"warning: --dtype bfloat16: {why}, so bf16 runs slower than fp32; use --dtype float32")
+    return torch.bfloat16
 
 
 def check_same_tokenizer(a: PreTrainedTokenizerBase, b: PreTrainedTokenizerBase, pair: str) -> None:

@@ -145,6 +145,9 @@ class Runner:
                 self.log(f"{cfg.task} | {cfg.pair} | {cfg.label}: done, skipped")
                 self.store.compact(cfg.config_id)
                 continue
+            if len(pending) < len(mine):
+                found = f"found {len(mine) - len(pending)} of {len(mine)} examples' rows in {self.store.root}"
+                self.log(f"{cfg.task} | {cfg.pair} | {cfg.label}: resuming: {found}; {len(pending)} left")
             groups.setdefault((cfg.task, cfg.pair, cfg.device, cfg.dtype), []).append((cfg, pending))
         # Every prompt is checked against the models' context before anything decodes; the
         # groups are checked last to first, so the first group's pair is the one left loaded.

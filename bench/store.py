@@ -19,6 +19,7 @@ from typing import Any
 
 import pandas as pd
 
+from bench.atomic import write_atomic
 from bench.errors import BenchError
 
 KEY = ["config_id", "example_id"]
@@ -55,9 +56,7 @@ FULL_WINDOW_SCHEMAS = (1, 2)
 
 
 def _atomic_write_parquet(frame: pd.DataFrame, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    frame.to_parquet(tmp, index=False)
-    os.replace(tmp, path)
+    write_atomic(path, lambda tmp: frame.to_parquet(tmp, index=False))
 
 
 def _example_file(example_id: str) -> str:
@@ -129,9 +128,8 @@ class ResultStore:
         folder = self.root / "manifests"
         folder.mkdir(exist_ok=True)
         path = folder / f"{config_id}.{self.writer}.json"
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({**manifest, "writer": self.writer}, indent=2, sort_keys=True, default=str))
-        os.replace(tmp, path)
+        text = json.dumps({**manifest, "writer": self.writer}, indent=2, sort_keys=True, default=str)
+        write_atomic(path, lambda tmp: tmp.write_text(text))
         check_consistency(self.root)
 
     def calibration(self, key: str) -> dict[str, Any] | None:

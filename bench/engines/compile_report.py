@@ -26,6 +26,8 @@ import torch
 from torch._dynamo.utils import counters
 from transformers import PreTrainedModel
 
+from bench.atomic import write_atomic
+
 RECORD = "diversed-bench-compile-times.json"
 # A rough prior for a model never compiled here, from the cold compiles measured on the shared 2-core
 # CPU the docs' timings come from (a CPU graph, one step width and batch shape): SmolLM2-135M's
@@ -96,10 +98,8 @@ def record(model: PreTrainedModel, rows: int, width: int | str, gemms: bool, sec
     entry = found.get(name) or {"first_s": seconds}
     found[name] = {**entry, "last_s": seconds}
     with contextlib.suppress(OSError):
-        path = cache_dir() / RECORD
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(found, indent=1, sort_keys=True))
-        tmp.replace(path)
+        text = json.dumps(found, indent=1, sort_keys=True)
+        write_atomic(cache_dir() / RECORD, lambda tmp: tmp.write_text(text))
 
 
 def cache_counts() -> tuple[int, int]:

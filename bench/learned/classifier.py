@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
+from bench.atomic import write_atomic
 from bench.pairs import encode_prompt
 from bench.errors import BenchError
 from bench.learned import Recipe, TrainJob
@@ -167,6 +168,9 @@ class ClassifierRecipe(Recipe):
         examples, oracle = self.examples(job), PairOracle(job.pair)
         tau = selfjudge.published_tau(job.task.name, job.pair.spec.target)
         todo = [(q, e) for q, e in enumerate(examples) if e.example_id not in state["done"]]
+        if state["done"]:
+            found = f"found {len(state['done'])} of {len(examples)} questions' labels in {store}"
+            job.log(f"mining: {found}; up to {len(todo)} left")
         start, fresh = time.perf_counter(), 0
         for b in range(0, len(todo), BATCH):
             if self.satisfied(state, tau):
@@ -184,7 +188,7 @@ class ClassifierRecipe(Recipe):
                 state["done"].append(example.example_id)
                 fresh += 1
             job.folder.mkdir(parents=True, exist_ok=True)
-            torch.save({**state, "settings": self.settings()}, store)
+            write_atomic(store, lambda tmp: torch.save({**state, "settings": self.settings()}, tmp))
             left = (time.perf_counter() - start) / fresh * (len(examples) - len(state["done"]))
             job.log(
                 f"question {len(state['done'])}/{len(examples)}: {len(state['y'])} labels, {sum(self.provisional(state, tau))} "

@@ -26,6 +26,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
+from bench.atomic import write_atomic
 from bench.context import Context, check_truncation, fit_prompt
 from bench.distributions import Sampling, process, sample, tv
 from bench.engines import EagerEngine, EngineFactory, ModelEngine
@@ -266,7 +267,18 @@ class Trainer:
             self.head.load_state_dict(state["head"])
             self.opt.load_state_dict(state["optimizer"])
             self.step, self.baseline = state["step"], state["baseline"]
-            self.history = pd.read_parquet(output / "train_log.parquet").to_dict("records")
+            # A kill between the log's write and the checkpoint's leaves the log a step ahead.
+            self.history = pd.read_parquet(output / "train_log.parquet").to_dict("records")[: self.step]
+
+    def resumed(self) -> str | None:
+        """One line saying what a resumed run found and what is left; None for a fresh start."""
+        if not self.step:
+            return None
+        steps = len(self.batches())
+        return (
+            f"train: resuming from {self.ckpt}: {self.step} of {steps} steps done "
+            f"({self.cfg.batch_size} prompts a step), {steps - self.step} left"
+        )
 
     def batches(self) -> list[list[Example]]:
         examples = self.task.examples(self.cfg.num_prompts, self.cfg.seed)
@@ -385,19 +397,16 @@ class Trainer:
 
     def _checkpoint(self) -> None:
         self.output.mkdir(parents=True, exist_ok=True)
-        pd.DataFrame(self.history).to_parquet(self.output / "train_log.parquet", index=False)
-        tmp = self.ckpt.with_suffix(".tmp")
-        torch.save(
-            {
-                "head": self.head.state_dict(),
-                "optimizer": self.opt.state_dict(),
-                "step": self.step,
-                "baseline": self.baseline,
-                "config": asdict(self.cfg),
-            },
-            tmp,
-        )
-        tmp.replace(self.ckpt)
+        log = pd.DataFrame(self.history)
+        write_atomic(self.output / "train_log.parquet", lambda tmp: log.to_parquet(tmp, index=False))
+        state = {
+            "head": self.head.state_dict(),
+            "optimizer": self.opt.state_dict(),
+            "step": self.step,
+            "baseline": self.baseline,
+            "config": asdict(self.cfg),
+        }
+        write_atomic(self.ckpt, lambda tmp: torch.save(state, tmp))
         last = self.history[-1]
         save_head(
             self.head,
@@ -410,7 +419,7 @@ class Trainer:
                 "final_reward": last["reward"],
                 "mean_w": last["mean_w"],
                 "training": asdict(self.cfg),
-                "trained": True,
+                "trained": self.step == last["steps"],  # a killed run's head is resumed, not used
             },
         )
 
@@ -463,4 +472,6 @@ class ReinforceRecipe(Recipe):
             job.pair, job.task, self.config, job.folder, data=job.data,
             log=lambda r: job.log(describe(r)), engine=job.engine,
         )  # fmt: skip
+        if line := trainer.resumed():
+            job.log(line)
         return trainer.train()
