@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.config import RunSettings
 from bench.errors import BenchError
 from bench.grid import configs_from_grid
 from bench.verifiers import MethodInfo, verifier_class
@@ -40,8 +41,8 @@ def test_a_grid_refuses_what_it_sets_and_applies_what_it_leaves_open():
     with pytest.raises(BenchError, match="drop --target-weight"):
         configs_from_grid("demo", params={"target_weight": ["0.7"]})
     with pytest.raises(BenchError, match="drop --seed"):
-        configs_from_grid("demo", settings={"seed": 3})
-    configs, _ = configs_from_grid("tiny", settings={"max_new_tokens": 8, "chat_template": True})
+        configs_from_grid("demo", settings=RunSettings(seed=3))
+    configs, _ = configs_from_grid("tiny", settings=RunSettings(max_new_tokens=8, chat_template=True))
     assert {(c.max_new_tokens, c.chat_template) for c in configs} == {(8, True)}
     with pytest.raises(BenchError, match="goes to a candidate"):
         configs_from_grid("baselines", tasks=["arith"], pairs=["ref"], params={"target_weight": ["0.5"]})
