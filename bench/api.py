@@ -258,7 +258,7 @@ def generate(
 ) -> Generated:
     """Decode one prompt, raw or wrapped in a task's template, as ``run`` would."""
     from bench.build import build_decoder, encode_prompt
-    from bench.context import Context, check_truncation, fit_prompt
+    from bench.context import check_truncation, fit_prompt
     from bench.distributions import Sampling
     from bench.engines import make_engine
     from bench.pairs import load_pair, resolve_pair
@@ -278,11 +278,10 @@ def generate(
         draft_policy=draft_policy,
         drafter=drafter,
     )
-    drafts = decoder.drafter is not None and bool(decoder.drafter.engines)  # a draft model runs
     ids, dropped = fit_prompt(
         encode_prompt(loaded, text, chat_template),
         max_new_tokens,
-        Context.of(loaded.target, loaded.draft if drafts else None),
+        decoder.context,
         truncate_prompt,
         example="generate",
         bos_token_id=getattr(loaded.tokenizer, "bos_token_id", None),
