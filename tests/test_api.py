@@ -48,6 +48,26 @@ def test_a_grid_refuses_what_it_sets_and_applies_what_it_leaves_open():
         configs_from_grid("baselines", tasks=["arith"], pairs=["ref"], params={"target_weight": ["0.5"]})
 
 
+def test_a_misspelt_setting_is_refused_at_the_api_boundary_in_one_line(tmp_path):
+    from dataclasses import fields
+
+    from bench import api
+    from bench.config import RunConfig
+    from bench.grid import GRID_KEYS
+
+    refused = r"^settings: temprature is no run setting; the settings: draft_len, temperature,"
+    with pytest.raises(BenchError, match=refused):
+        api.configs(tasks=["arith"], settings={"temprature": 0.0, "seed": 1})
+    with pytest.raises(BenchError, match=refused):
+        api.run(tasks=["arith"], settings={"temprature": 0.0, "seed": 1}, output_dir=tmp_path)
+    assert not tmp_path.joinpath("manifests").exists()
+    configs, _ = api.configs(tasks=["arith"], methods=["sd"], settings={"temperature": 0.0, "seed": 1})
+    assert [(c.temperature, c.seed, c.drafter) for c in configs] == [(0.0, 1, "model")]
+    # Every setting is the RunConfig field of its name, and a grid key.
+    names = {f.name for f in fields(RunSettings)}
+    assert names <= {f.name for f in fields(RunConfig)} and names <= GRID_KEYS
+
+
 def test_labels_and_families_come_from_the_class_declarations():
     info = MethodInfo.of(verifier_class("cascade"))
     params = {"cascade_rule": "opt", "cascade_alpha": 0.3}
