@@ -94,17 +94,17 @@ def run(  # fmt: skip
 
     use_sandbox(sandbox)
     o.set_threads(threads)
-    settings = api.RunSettings(
-        draft_len=draft_len, temperature=temperature, max_new_tokens=max_new_tokens, seed=seed, data=data,
-        num_fewshot=num_fewshot, split=split, chat_template=chat_template, truncate_prompt=truncate_prompt,
-        draft_policy=draft_policy, drafter=drafter or None,
-    )  # fmt: skip
     params = o.params(param, target_weight=target_weight, lenience=lenience, cascade_rule=cascade_rule,
                       cascade_alpha=cascade_alpha, mix=mix)  # fmt: skip
     try:
         api.run(
             grid=grid, tasks=o.split_list(task) or None, pairs=o.split_list(pair) or None,
-            methods=o.split_list(method) or None, params=params, heads=o.split_list(head), settings=settings,
+            methods=o.split_list(method) or None, params=params, heads=o.split_list(head),
+            settings=api.RunSettings(
+                draft_len=draft_len, temperature=temperature, max_new_tokens=max_new_tokens, seed=seed, data=data,
+                num_fewshot=num_fewshot, split=split, chat_template=chat_template, truncate_prompt=truncate_prompt,
+                draft_policy=draft_policy, drafter=drafter or None,
+            ),
             limit=limit, output_dir=output_dir, plots_dir=plots_dir, device=device, dtype=dtype, engine=engine,
             shard=o.shard(shard), batch_size=batch_size, timing_examples=timing_examples,
             timing_repeats=timing_repeats, progress=progress, trace=trace, report=report, calibrate=calibrate,

@@ -194,10 +194,22 @@ class RunSettings:
     def config(self, *, task: str, pair: str, method: str, params: dict[str, Any], head: str | None,
                drafter: str, device: str, dtype: str | None, engine: str) -> RunConfig:  # fmt: skip
         """The configuration of one task, pair, method and drafter under these settings; a setting
-        left open keeps RunConfig's default."""
-        base = RunConfig(task=task, pair=pair, method=method, params=params, head=head, drafter=drafter,
-                         device=device, dtype=dtype, engine=engine)  # fmt: skip
-        return replace(base, **{k: v for k, v in self.given().items() if k != "drafter"})
+        left open takes RunConfig's default (None there: the task's or the method's)."""
+        left = RunConfig(task=task, pair=pair, method=method)  # RunConfig's defaults
+        return RunConfig(
+            task=task, pair=pair, method=method, params=params, head=head, drafter=drafter, device=device,
+            dtype=dtype, engine=engine,
+            draft_len=left.draft_len if self.draft_len is None else self.draft_len,
+            temperature=left.temperature if self.temperature is None else self.temperature,
+            max_new_tokens=self.max_new_tokens,
+            seed=left.seed if self.seed is None else self.seed,
+            data=self.data,
+            num_fewshot=self.num_fewshot,
+            split=self.split,
+            chat_template=left.chat_template if self.chat_template is None else self.chat_template,
+            truncate_prompt=left.truncate_prompt if self.truncate_prompt is None else self.truncate_prompt,
+            draft_policy=self.draft_policy,
+        )  # fmt: skip
 
 
 def parse_params(texts: Iterable[str]) -> dict[str, list[str]]:

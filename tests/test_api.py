@@ -63,9 +63,16 @@ def test_a_misspelt_setting_is_refused_at_the_api_boundary_in_one_line(tmp_path)
     assert not tmp_path.joinpath("manifests").exists()
     configs, _ = api.configs(tasks=["arith"], methods=["sd"], settings={"temperature": 0.0, "seed": 1})
     assert [(c.temperature, c.seed, c.drafter) for c in configs] == [(0.0, 1, "model")]
-    # Every setting is the RunConfig field of its name, and a grid key.
+    # Every setting is the RunConfig field of its name, and a grid key; each given one reaches it.
     names = {f.name for f in fields(RunSettings)}
     assert names <= {f.name for f in fields(RunConfig)} and names <= GRID_KEYS
+    given = RunSettings(draft_len=7, temperature=0.3, max_new_tokens=11, seed=5, data="fixture", num_fewshot=2,
+                        split="test", chat_template=True, truncate_prompt="left", draft_policy="greedy")  # fmt: skip
+    cfg = given.config(task="arith", pair="ref", method="sd", params={}, head=None, drafter="lookup", device="cpu",
+                       dtype=None, engine="eager")  # fmt: skip
+    assert {k: getattr(cfg, k) for k in names - {"drafter"}} == given.given() and cfg.drafter == "lookup"
+    assert RunSettings().config(task="arith", pair="ref", method="sd", params={}, head=None, drafter="model",
+                                device="cpu", dtype=None, engine="eager") == RunConfig("arith", "ref", "sd", device="cpu")  # fmt: skip
 
 
 def test_labels_and_families_come_from_the_class_declarations():
