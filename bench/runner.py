@@ -184,11 +184,14 @@ class Runner:
         timed = [e for e in pending if e.example_id in first or self.batch_size == 1]
         return _Job(cfg, pending, decoder, task, pair, fixed, prompts, dropped, budget, timed)
 
-    def prompts(self, cfg: RunConfig, pending: list[Example]) -> dict[str, tuple[list[int], int]]:
+    def prompts(
+        self, cfg: RunConfig, pending: list[Example], decoder: SpeculativeDecoder | None = None
+    ) -> dict[str, tuple[list[int], int]]:
         """Each example's prompt ids and how many prompt tokens were cut to fit the context of the
-        models the method feeds (refused with one line unless --truncate-prompt left)."""
+        models the method feeds (refused with one line unless --truncate-prompt left); ``decoder``:
+        the one that will decode them (default: this runner's for ``cfg``)."""
         check_chat(cfg.task, pending, cfg.chat_template)
-        context = self.decoder(cfg).context
+        context = (decoder or self.decoder(cfg)).context
         return {e.example_id: self.fit(cfg, context, e, e.prompt) for e in pending}
 
     def fit(
