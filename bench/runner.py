@@ -177,7 +177,7 @@ class Runner:
         budget = cfg.max_new_tokens
         write_manifest(self.store, cfg, pair.device, self.limit, **self.notes.get(cfg.config_id, {}))
         fixed = fixed_columns(cfg, pair.spec.name, task.name)
-        fitted = self._prompts.pop(cfg.config_id, None) or self.prompts(cfg, pending)
+        fitted = self._prompts.pop(cfg.config_id, None) or self.prompts(cfg, pending, decoder)
         prompts = {example_id: ids for example_id, (ids, _) in fitted.items()}
         dropped = {example_id: n for example_id, (_, n) in fitted.items()}
         first = {e.example_id for e in task.examples(self.limit, cfg.seed)[: self.timing_examples]}
