@@ -5,6 +5,7 @@
 
     from bench import api
     api.run(grid="demo", output_dir="results")
+    api.run(tasks=["gsm8k"], methods=["ar", "sd"], settings=api.RunSettings(temperature=0.0, draft_len=4))
     api.compare("results", candidates=["diversed"])
     api.recommend("results", quality_floor="0.98")
     api.report("results", "report.html", candidates=["diversed"])
@@ -16,10 +17,14 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from bench.config import RunConfig
+from bench.config import RunConfig, RunSettings
 from bench.errors import BenchError
+
+if TYPE_CHECKING:
+    from bench.distributed import Launch
+    from bench.runner import Runner
 
 Log = Callable[[str], None]
 
@@ -35,35 +40,29 @@ def configs(
     methods: Sequence[str] | None = None,
     params: Mapping[str, Sequence[Any]] | None = None,
     heads: Sequence[str] = (),
+    settings: RunSettings | Mapping[str, Any] = RunSettings(),
+    sweep: bool = False,
     device: str = "auto",
     dtype: str | None = None,
     engine: str = "eager",
     calibrate: bool | None = None,
     log: Log = print,
-    **settings: Any,
 ) -> tuple[list[RunConfig], int | None]:
     """The configurations a run decodes, from a grid or from flags, and the grid's example limit.
-    ``settings`` are RunConfig fields the caller set (None: not set). With a grid, ``tasks``,
-    ``pairs`` and ``methods`` fill what a template grid leaves open, and a setting the grid fixes
-    is refused. ``calibrate`` (None: the grid's choice, off without one) leaves calibrated
-    families' values to `run` (bench.calibration)."""
+    ``settings``: a RunSettings (or a mapping of its fields, a name that is none refused here).
+    With a grid, ``tasks``, ``pairs`` and ``methods`` fill what a template grid leaves open, and a
+    setting the grid fixes is refused. ``sweep`` (no grid: a grid has its own key) gives every
+    method the default sweep of its swept parameters. ``calibrate`` (None: the grid's choice, off
+    without one) leaves calibrated families' values to `run` (bench.calibration)."""
     from bench.grid import configs_from_flags, configs_from_grid
 
-    settings = {k: v for k, v in settings.items() if v is not None}
+    settings = RunSettings.of(settings)
     if grid:
-        return configs_from_grid(
-            grid,
-            device=device,
-            dtype=dtype,
-            engine=engine,
-            tasks=tasks or (),
-            pairs=pairs or (),
-            candidates=methods or (),
-            heads=heads,
-            params=params,
-            settings=settings,
-            calibrate=calibrate,
-        )
+        if sweep:
+            raise BenchError(f"grid {grid} decides its sweep (its sweep key): drop sweep=True")
+        return configs_from_grid(grid, device=device, dtype=dtype, engine=engine, tasks=tasks or (),
+                                 pairs=pairs or (), candidates=methods or (), heads=heads, params=params,
+                                 settings=settings, calibrate=calibrate)  # fmt: skip
     chosen = list(methods or ALL_METHODS)
     if "diversed" in chosen and not heads:
         log(
@@ -71,18 +70,9 @@ def configs(
             "then pass --head PATH (or --head init for an untrained w = 0.5 head)."
         )
         chosen.remove("diversed")
-    found = configs_from_flags(
-        tasks=list(tasks or PAPER_TASKS),
-        pairs=list(pairs or ["tiny"]),
-        methods=chosen,
-        heads=heads,
-        params=params,
-        device=device,
-        dtype=dtype,
-        engine=engine,
-        calibrate=bool(calibrate),
-        **settings,
-    )
+    found = configs_from_flags(tasks=list(tasks or PAPER_TASKS), pairs=list(pairs or ["tiny"]), methods=chosen,
+                               heads=heads, params=params, settings=settings, sweep=sweep,
+                               calibrate=bool(calibrate), device=device, dtype=dtype, engine=engine)  # fmt: skip
     return found, None
 
 
@@ -102,6 +92,8 @@ def run(
     methods: Sequence[str] | None = None,
     params: Mapping[str, Sequence[Any]] | None = None,
     heads: Sequence[str] = (),
+    settings: RunSettings | Mapping[str, Any] = RunSettings(),
+    sweep: bool = False,
     limit: int | None = None,
     output_dir: Path | str = "results",
     plots_dir: Path | str | None = None,
@@ -116,36 +108,48 @@ def run(
     trace: bool = False,
     report: bool = True,
     calibrate: bool | None = None,
-    train: bool = True,
+    train_missing_heads: bool = True,
     verbose: bool = False,
     log: Log = print,
-    **settings: Any,
 ) -> RunResult:
     """Decode every configuration's examples into ``output_dir`` (resuming what is there), then,
-    unless ``report`` is off or this is one share of several, write the table and the plots."""
+    unless ``report`` is off or this is one share of several, write the table and the plots.
+    ``settings`` and ``sweep`` are `configs`'; ``train_missing_heads`` trains a learned family's
+    head where none is cached (off: those families are skipped)."""
     from bench.distributed import Launch
+
+    found, grid_limit = configs(grid=grid, tasks=tasks, pairs=pairs, methods=methods, params=params, heads=heads,
+                                settings=settings, sweep=sweep, device=device, dtype=dtype, engine=engine,
+                                calibrate=calibrate, log=log)  # fmt: skip
+    output_dir, launch = Path(output_dir), Launch.from_env(device)
+    runner = _runner(output_dir, launch, shard, limit if limit is not None else grid_limit, batch_size=batch_size,
+                     timing_examples=timing_examples, timing_repeats=timing_repeats, engine=engine,
+                     progress=progress, trace=trace, verbose=verbose, log=log)  # fmt: skip
+    found = _ready(found, runner, train_missing_heads, device=device, dtype=dtype, engine=engine, verbose=verbose,
+                   log=log)  # fmt: skip
+    try:
+        runner.run(found)
+    except KeyboardInterrupt:
+        raise Interrupted(output_dir, runner.store.rows_written) from None
+    launch.finish()
+    text = None
+    if report and shard[1] == 1 and launch.rank == 0:
+        text = table_and_plots(output_dir, Path(plots_dir) if plots_dir else output_dir / "plots", log=log)
+    return RunResult(output_dir, found, runner.store.rows_written, text)
+
+
+def _runner(
+    output_dir: Path, launch: Launch, shard: tuple[int, int], limit: int | None, *, batch_size: int,
+    timing_examples: int, timing_repeats: int, engine: str, progress: bool, trace: bool, verbose: bool, log: Log,
+) -> Runner:  # fmt: skip
+    """The runner of this process: share ``shard`` of the examples, split again among the
+    launcher's ranks (one device each; only rank 0 shows progress)."""
     from bench.runner import Runner
 
-    found, grid_limit = configs(
-        grid=grid,
-        tasks=tasks,
-        pairs=pairs,
-        methods=methods,
-        params=params,
-        heads=heads,
-        device=device,
-        dtype=dtype,
-        engine=engine,
-        calibrate=calibrate,
-        log=log,
-        **settings,
-    )
-    output_dir = Path(output_dir)
-    launch = Launch.from_env(device)
     index, count = shard
-    runner = Runner(
+    return Runner(
         output_dir,
-        limit=limit if limit is not None else grid_limit,
+        limit=limit,
         partition=(index * launch.world_size + launch.rank, count * launch.world_size),
         device=launch.device,
         batch_size=batch_size,
@@ -157,21 +161,22 @@ def run(
         trace=trace,
         verbose=verbose,
     )
+
+
+def _ready(
+    found: list[RunConfig], runner: Runner, train_missing_heads: bool, *, device: str, dtype: str | None,
+    engine: str, verbose: bool, log: Log,
+) -> list[RunConfig]:  # fmt: skip
+    """The configurations ready to decode: learned families given their cached heads (trained if
+    missing, or skipped when ``train_missing_heads`` is off), calibrated families their values."""
     from bench.calibration import calibrate as calibrate_sweeps, pending
     from bench.learned.cache import provide_heads
 
-    found = provide_heads(found, train=train, log=log, device=device, dtype=dtype, engine=engine, verbose=verbose)
+    found = provide_heads(found, train=train_missing_heads, log=log, device=device, dtype=dtype, engine=engine,
+                          verbose=verbose)  # fmt: skip
     if any(map(pending, found)):
         found, runner.notes = calibrate_sweeps(found, runner, runner.limit, log=log)
-    try:
-        runner.run(found)
-    except KeyboardInterrupt:
-        raise Interrupted(output_dir, runner.store.rows_written) from None
-    launch.finish()
-    text = None
-    if report and count == 1 and launch.rank == 0:
-        text = table_and_plots(output_dir, Path(plots_dir) if plots_dir else output_dir / "plots", log=log)
-    return RunResult(output_dir, found, runner.store.rows_written, text)
+    return found
 
 
 class Interrupted(Exception):
@@ -253,7 +258,7 @@ def generate(
 ) -> Generated:
     """Decode one prompt, raw or wrapped in a task's template, as ``run`` would."""
     from bench.build import build_decoder
-    from bench.context import Context, check_truncation, fit_prompt
+    from bench.context import check_truncation, fit_prompt
     from bench.distributions import Sampling
     from bench.engines import make_engine
     from bench.pairs import encode_prompt, load_pair, resolve_pair
@@ -273,11 +278,10 @@ def generate(
         draft_policy=draft_policy,
         drafter=drafter,
     )
-    drafts = decoder.drafter is not None and bool(decoder.drafter.engines)  # a draft model runs
     ids, dropped = fit_prompt(
         encode_prompt(loaded, text, chat_template),
         max_new_tokens,
-        Context.of(loaded.target, loaded.draft if drafts else None),
+        decoder.context,
         truncate_prompt,
         example="generate",
         bos_token_id=getattr(loaded.tokenizer, "bos_token_id", None),

@@ -47,15 +47,18 @@ def generate(  # fmt: skip
 
     Example: diversed-bench generate "347 + 285" --task arith --pair ref --method sd
     """
-    args = dict(locals())  # the flags as given; each goes to api.generate under its own name
     from bench import api
 
-    values = o.params(args.pop("param"), target_weight=args.pop("target_weight"))
+    values = o.params(param, target_weight=target_weight)
     if any(len(v) != 1 for v in values.values()):
         raise BenchError("generate decodes one configuration: give one value per parameter")
-    args.update(params={k: v[0] for k, v in values.items()}, truncate_prompt=truncate_prompt or "none",
-                drafter=drafter or "model")  # fmt: skip
-    out = api.generate(**args)
+    out = api.generate(
+        prompt, task=task, example=example, data=data, chat_template=chat_template, pair=pair, method=method,
+        params={k: v[0] for k, v in values.items()}, head=head, draft_len=draft_len, temperature=temperature,
+        max_new_tokens=max_new_tokens, seed=seed, device=device, dtype=dtype, engine=engine,
+        truncate_prompt=truncate_prompt or "none", draft_policy=draft_policy, drafter=drafter or "model",
+        verbose=verbose,
+    )  # fmt: skip
     typer.echo(f"--- prompt: {out.note}, {out.prompt_tokens} tokens ---\n{out.prompt}\n--- completion ---", err=True)
     typer.echo(out.text)
     s, cut = out.stats, f", {out.dropped} prompt tokens dropped" if out.dropped else ""
@@ -86,19 +89,27 @@ def run(  # fmt: skip
 
     Example: diversed-bench run --task cnndm --pair qwen3 --method ar,sd,ensemble --target-weight 0.5,0.7,0.9
     """
-    args = dict(locals())  # the flags as given; each goes to api.run under its own name or parsed below
     from bench import api
-    from bench.grid import PARAM_ALIASES
     from bench.sandbox import use_sandbox
 
-    use_sandbox(args.pop("sandbox"))
-    o.set_threads(args.pop("threads"))
-    args["params"] = o.params(args.pop("param"), **{k: args.pop(k) for k in PARAM_ALIASES})
-    for flag, name in (("task", "tasks"), ("pair", "pairs"), ("method", "methods"), ("head", "heads")):
-        args[name] = o.split_list(args.pop(flag)) or None
-    args.update(shard=o.shard(shard), heads=args["heads"] or (), log=lambda m: typer.echo(m, err=True))
+    use_sandbox(sandbox)
+    o.set_threads(threads)
+    params = o.params(param, target_weight=target_weight, lenience=lenience, cascade_rule=cascade_rule,
+                      cascade_alpha=cascade_alpha, mix=mix)  # fmt: skip
     try:
-        api.run(**args)
+        api.run(
+            grid=grid, tasks=o.split_list(task) or None, pairs=o.split_list(pair) or None,
+            methods=o.split_list(method) or None, params=params, heads=o.split_list(head),
+            settings=api.RunSettings(
+                draft_len=draft_len, temperature=temperature, max_new_tokens=max_new_tokens, seed=seed, data=data,
+                num_fewshot=num_fewshot, split=split, chat_template=chat_template, truncate_prompt=truncate_prompt,
+                draft_policy=draft_policy, drafter=drafter or None,
+            ),
+            limit=limit, output_dir=output_dir, plots_dir=plots_dir, device=device, dtype=dtype, engine=engine,
+            shard=o.shard(shard), batch_size=batch_size, timing_examples=timing_examples,
+            timing_repeats=timing_repeats, progress=progress, trace=trace, report=report, calibrate=calibrate,
+            train_missing_heads=train, verbose=verbose, log=lambda m: typer.echo(m, err=True),
+        )  # fmt: skip
     except api.Interrupted as stop:
         typer.echo(f"\ninterrupted: {stop}; resume with: diversed-bench {shlex.join(sys.argv[1:])}", err=True)
         raise typer.Exit(130) from None

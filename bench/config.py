@@ -146,6 +146,71 @@ class RunConfig:
         return self.info.label(self.params, self.head, policy, drafter_label(self.drafter) if self.drafter else "")
 
 
+@dataclass(frozen=True)
+class RunSettings:
+    """The settings a user gives a whole run, shared by its configurations: `run`'s flags of the
+    same names, or a grid file's keys. ``None``: not given, so the grid's value or RunConfig's
+    default applies; a grid refuses a setting it fixes that is given here (bench/grid.py).
+    Each field is a RunConfig field, except that ``drafter`` may name several (a grid axis)."""
+
+    draft_len: int | None = None
+    temperature: float | None = None
+    max_new_tokens: int | None = None
+    seed: int | None = None
+    data: str | None = None
+    num_fewshot: int | None = None
+    split: str | None = None
+    chat_template: bool | None = None
+    truncate_prompt: str | None = None
+    draft_policy: str | None = None
+    drafter: str | Sequence[str] | None = None
+
+    @classmethod
+    def of(cls, given: RunSettings | Mapping[str, Any], where: str = "settings") -> RunSettings:
+        """Settings from a mapping (a grid's keys, a notebook's dict): a name that is no setting is
+        refused here, naming the settings, not as a TypeError deep inside a run."""
+        if isinstance(given, RunSettings):
+            return given
+        names = [f.name for f in fields(cls)]
+        unknown = sorted(set(given) - set(names))
+        if unknown:
+            raise BenchError(f"{where}: {', '.join(unknown)} is no run setting; the settings: {', '.join(names)}")
+        return cls(**given)
+
+    def given(self) -> dict[str, Any]:
+        """The settings given (not None), by name."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+
+    def over(self, base: RunSettings) -> RunSettings:
+        """These settings, and ``base``'s where these leave one open."""
+        return replace(base, **self.given())
+
+    def drafters(self) -> list[str]:
+        """The drafters to run, one configuration each (default: the pair's draft model)."""
+        drafter = self.drafter or "model"
+        return [drafter] if isinstance(drafter, str) else list(drafter)
+
+    def config(self, *, task: str, pair: str, method: str, params: dict[str, Any], head: str | None,
+               drafter: str, device: str, dtype: str | None, engine: str) -> RunConfig:  # fmt: skip
+        """The configuration of one task, pair, method and drafter under these settings; a setting
+        left open takes RunConfig's default (None there: the task's or the method's)."""
+        left = RunConfig(task=task, pair=pair, method=method)  # RunConfig's defaults
+        return RunConfig(
+            task=task, pair=pair, method=method, params=params, head=head, drafter=drafter, device=device,
+            dtype=dtype, engine=engine,
+            draft_len=left.draft_len if self.draft_len is None else self.draft_len,
+            temperature=left.temperature if self.temperature is None else self.temperature,
+            max_new_tokens=self.max_new_tokens,
+            seed=left.seed if self.seed is None else self.seed,
+            data=self.data,
+            num_fewshot=self.num_fewshot,
+            split=self.split,
+            chat_template=left.chat_template if self.chat_template is None else self.chat_template,
+            truncate_prompt=left.truncate_prompt if self.truncate_prompt is None else self.truncate_prompt,
+            draft_policy=self.draft_policy,
+        )  # fmt: skip
+
+
 def parse_params(texts: Iterable[str]) -> dict[str, list[str]]:
     """``--param name=value[,value...]`` (repeatable) -> {name: [values]}."""
     out: dict[str, list[str]] = {}

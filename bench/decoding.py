@@ -26,6 +26,7 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel
 
+from bench.context import Context
 from bench.distributions import Sampling, pick, process
 from bench.drafters import Draft, Drafter, check_draft_policy, make_drafter
 from bench.drafters.model import padded
@@ -266,6 +267,16 @@ class SpeculativeDecoder:
             self._check_trees()
         made = engine(target, widths, trees) if trees else engine(target, widths)  # type: ignore[call-arg]
         self.engines = [made] + (self.drafter.engines if self.drafter else [])
+
+    @property
+    def context(self) -> Context:
+        """The context a prompt plus its budget must fit: the smaller of the target's and that of
+        the model the drafter steps (the draft model for model and model_tree; none for lookup,
+        lookup_tree, suffix, or a method that drafts nothing). `run`, `generate` and the lm-eval
+        backend all ask the decoder that will decode, so a prompt is checked against exactly the
+        models it feeds."""
+        drafts = [engine.model for engine in self.drafter.engines] if self.drafter else []
+        return Context.of(self.target, drafts[0] if drafts else None)
 
     def generate(self, prompt_ids: Sequence[int], max_new_tokens: int, seed: int = 0) -> Generation:
         """Decode up to ``max_new_tokens`` tokens; EOS ends generation wherever it lands."""

@@ -17,7 +17,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from bench.config import RunConfig, expand_methods
+from bench.config import RunConfig, RunSettings, expand_methods
 from bench.errors import BenchError
 from bench.lossless import ANCHORS
 from bench.registry import load_yaml
@@ -25,10 +25,8 @@ from bench.verifiers import verifier_class
 
 # Verifier parameters that have their own flag (and grid key) besides --param.
 PARAM_ALIASES = ("target_weight", "lenience", "cascade_rule", "cascade_alpha", "mix")
-# RunConfig fields that a grid file may set, shared by all its configurations.
-SHARED_KEYS = tuple(
-    f.name for f in fields(RunConfig) if f.name not in ("task", "pair", "method", "params", "head", "device", "dtype", "engine")
-)
+# The settings a grid file may set, shared by all its configurations: RunSettings' fields.
+SHARED_KEYS = tuple(f.name for f in fields(RunSettings))
 GRID_KEYS = {
     "tasks", "pairs", "methods", "limit", "head", "params", "sweep", "calibrate", "anchors", *PARAM_ALIASES, *SHARED_KEYS
 }
@@ -41,14 +39,16 @@ def configs_from_flags(
     methods: Sequence[str],
     heads: Sequence[str] = (),
     params: Mapping[str, Sequence[Any]] | None = None,
+    settings: RunSettings = RunSettings(),
     sweep: bool = False,
     calibrate: bool = False,
-    **shared: Any,
+    device: str = "auto",
+    dtype: str | None = None,
+    engine: str = "eager",
 ) -> list[RunConfig]:
-    """Every task x pair x method x drafter configuration; heads may name {task} and {pair}.
-    ``shared`` holds the other fields of RunConfig (draft_len, temperature, seed, device...);
-    ``drafter`` may be a list (a grid axis: ``ar`` runs once, it drafts nothing)."""
-    drafters = _as_list(shared.pop("drafter", None) or "model")
+    """Every task x pair x method x drafter configuration under ``settings``; heads may name
+    {task} and {pair}. ``settings.drafter`` may name several drafters (a grid axis; ``ar`` runs
+    once, it drafts nothing)."""
     out = []
     for pair in pairs:
         for task in tasks:
@@ -60,8 +60,9 @@ def configs_from_flags(
                 calibrate=calibrate,
             )
             out += [
-                RunConfig(task=task, pair=pair, method=m, params=p, head=h, drafter=d, **shared)
-                for d in drafters
+                settings.config(task=task, pair=pair, method=m, params=p, head=h, drafter=d, device=device,
+                                dtype=dtype, engine=engine)  # fmt: skip
+                for d in settings.drafters()
                 for m, p, h in expanded
             ]
     return out
@@ -107,46 +108,32 @@ def configs_from_grid(
     candidates: Sequence[str] = (),
     heads: Sequence[str] = (),
     params: Mapping[str, Sequence[Any]] | None = None,
-    settings: Mapping[str, Any] | None = None,
+    settings: RunSettings = RunSettings(),
     calibrate: bool | None = None,
 ) -> tuple[list[RunConfig], int | None]:
     """A grid's configurations, and its example limit.
 
     ``candidates`` (with their ``heads``) join a template grid's methods, and ``params`` (from
     --param and its aliases) go to the candidates; with a grid that names its methods, they go to
-    the grid's methods unless the grid sets them. ``settings`` (RunConfig fields given on the
-    command line) apply where the grid leaves them open and are refused where it sets them.
-    ``calibrate`` (--calibrate/--no-calibrate) overrides the grid's ``calibrate`` key."""
+    the grid's methods unless the grid sets them. ``settings`` (given on the command line) apply
+    where the grid leaves them open and are refused where it sets them. ``calibrate``
+    (--calibrate/--no-calibrate) overrides the grid's ``calibrate`` key."""
     g = load_grid(name_or_path)
-    params, settings = dict(params or {}), dict(settings or {})
+    params = dict(params or {})
     template = "tasks" not in g or "pairs" not in g
-    for key, given, flag in (("tasks", tasks, "--task"), ("pairs", pairs, "--pair")):
-        if key in g and given:
-            raise BenchError(f"grid {name_or_path} sets {key}; drop {flag} or edit the grid file")
-        if key not in g and not given:
-            raise BenchError(f"grid {name_or_path} leaves {key} open: give {flag}")
-    if (candidates or heads) and not template:
-        raise BenchError(
-            f"grid {name_or_path} sets its tasks and pairs: add methods in the grid file, not with --method/--head"
-        )
-    own = grid_params(g)
-    clash = sorted({k for k in settings if k in g} | ({k for k in params if k in own} if not template else set()))
-    if clash:
-        flags = ", ".join("--" + k.replace("_", "-") for k in clash)
-        raise BenchError(f"grid {name_or_path} sets {', '.join(clash)}; drop {flags} or edit the grid file")
-    shared = {k: g[k] for k in SHARED_KEYS if k in g}
-    shared.update(settings)
+    _check_given(name_or_path, g, template, tasks, pairs, candidates, heads, params, settings)
+    shared = settings.over(RunSettings.of({k: g[k] for k in SHARED_KEYS if k in g}, f"grid {name_or_path}"))
     base = dict(
         tasks=_as_list(g.get("tasks", list(tasks))),
         pairs=_as_list(g.get("pairs", list(pairs))),
+        settings=shared,
         sweep=bool(g.get("sweep", False)),
         calibrate=bool(g.get("calibrate", False)) if calibrate is None else calibrate,
         device=device,
         dtype=dtype,
         engine=engine,
-        **shared,
     )
-    methods = _as_list(g["methods"])
+    methods, own = _as_list(g["methods"]), grid_params(g)
     grid_heads = _as_list(g.get("head", []))
     if template:
         configs = configs_from_flags(methods=methods, heads=grid_heads, params=own, **base)
@@ -160,6 +147,26 @@ def configs_from_grid(
     else:
         configs = configs_from_flags(methods=methods, heads=grid_heads, params={**own, **params}, **base)
     return (with_anchors(configs) if g.get("anchors") else configs), g.get("limit")
+
+
+def _check_given(
+    name: str, g: Mapping[str, Any], template: bool, tasks: Sequence[str], pairs: Sequence[str],
+    candidates: Sequence[str], heads: Sequence[str], params: Mapping[str, Any], settings: RunSettings,
+) -> None:  # fmt: skip
+    """Refuse what the command line gives that the grid fixes, or leaves open and needs: tasks and
+    pairs, a template's candidates, settings and parameters the grid sets."""
+    for key, given, flag in (("tasks", tasks, "--task"), ("pairs", pairs, "--pair")):
+        if key in g and given:
+            raise BenchError(f"grid {name} sets {key}; drop {flag} or edit the grid file")
+        if key not in g and not given:
+            raise BenchError(f"grid {name} leaves {key} open: give {flag}")
+    if (candidates or heads) and not template:
+        raise BenchError(f"grid {name} sets its tasks and pairs: add methods in the grid file, not with --method/--head")
+    own = grid_params(g)
+    clash = sorted({k for k in settings.given() if k in g} | ({k for k in params if k in own} if not template else set()))
+    if clash:
+        flags = ", ".join("--" + k.replace("_", "-") for k in clash)
+        raise BenchError(f"grid {name} sets {', '.join(clash)}; drop {flags} or edit the grid file")
 
 
 def with_anchors(configs: list[RunConfig]) -> list[RunConfig]:

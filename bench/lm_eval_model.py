@@ -26,7 +26,7 @@ from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 from lm_eval.models.utils import normalize_gen_kwargs, postprocess_generated_text
 
-from bench.context import Context, fit_prompt
+from bench.context import fit_prompt
 from bench.decoding import DecodeStats, Generation, SpeculativeDecoder
 from bench.distributions import Sampling
 from bench.errors import BenchError
@@ -37,7 +37,7 @@ from bench.config import RunConfig, example_seed
 from bench.engines import ENGINES, make_engine
 from bench.records import fixed_columns, row, write_manifest
 from bench.store import ResultStore
-from bench.verifiers import make_verifier, verifier_class
+from bench.verifiers import Verifier, make_verifier, verifier_class
 
 log = logging.getLogger("lm_eval.models.diversed")  # under lm-eval's logger, so its setup shows our lines
 
@@ -65,6 +65,38 @@ def _integer(name: str, value: Any, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise BenchError(f"model_args: {name} must be an integer >= {minimum}, got {value!r}")
     return value
+
+
+def _check_model_args(params: dict[str, Any], batch_size: int | str, max_batch_size: int | None) -> None:
+    """Refuse model_args that belong elsewhere: generation settings (the task's gen_kwargs) and an
+    automatic batch size."""
+    for name in ("temperature", "max_new_tokens", "max_gen_toks"):
+        if name in params:
+            raise BenchError(
+                f"model_args: {name} belongs to the task's generation settings; pass it with "
+                f"--gen_kwargs (e.g. do_sample=true,temperature=1.0,max_gen_toks=256)"
+            )
+    if isinstance(batch_size, str) and batch_size.startswith("auto") or max_batch_size is not None:
+        raise BenchError("--model diversed takes a fixed batch size; pass --batch_size N (no auto)")
+
+
+def _verifier(method: str, params: dict[str, Any], head: str | None) -> tuple[dict[str, Any], Verifier]:
+    """The method's typed parameters and its verifier; a head it does not read, or lacks, refused."""
+    try:
+        typed = _typed_params(method, params)
+        verifier = make_verifier(method, **typed)
+    except BenchError as exc:
+        raise BenchError(
+            f"{exc} (model_args also take pair, method, draft_len, drafter, head, seed, dtype, engine, output_dir)"
+        ) from None
+    if head is not None and not verifier.needs_hidden:
+        raise BenchError(f"{verifier.name}: takes no head; drop head= or use method=diversed")
+    if head is None and verifier.needs_hidden:
+        raise BenchError(
+            f"{verifier.name}: needs a weight head; add head=PATH to model_args (a folder from "
+            "`diversed-bench train`, or head=init for an untrained w = 0.5 head)"
+        )
+    return typed, verifier
 
 
 class _Job(NamedTuple):
@@ -116,10 +148,12 @@ class DiversedLM(LM):
 
     model_args: ``pair``, ``method`` (a registry name or ``module:Class``), the method's own
     parameters (``target_weight``, ``lenience``, ``cascade_rule``, ``cascade_alpha``, ``mix``, or a
-    custom verifier's fields), ``draft_len``, ``head`` (DIVERSED), ``seed`` (default: lm-eval's
-    torch seed), ``dtype`` and ``output_dir`` (the parquet results directory). ``device`` and
-    ``batch_size`` are lm-eval's own flags (the command always passes them, so model_args cannot);
-    temperature and budget come from the task's generation kwargs, as for every lm-eval model.
+    custom verifier's fields), ``draft_len``, ``drafter`` (``model``, the default, or
+    ``lookup[:...]`` etc., as `run`'s --drafter), ``head`` (DIVERSED), ``seed`` (default: lm-eval's
+    torch seed), ``dtype``, ``engine`` and ``output_dir`` (the parquet results directory).
+    ``device`` and ``batch_size`` are lm-eval's own flags (the command always passes them, so
+    model_args cannot); temperature and budget come from the task's generation kwargs, as for
+    every lm-eval model.
     """
 
     def __init__(
@@ -133,36 +167,17 @@ class DiversedLM(LM):
         dtype: str | None = None,
         output_dir: str = "results/lm_eval",
         engine: str = "eager",
+        drafter: str = "model",
         batch_size: int | str = 1,
         max_batch_size: int | None = None,
         **params: Any,
     ) -> None:
         super().__init__()
-        for name in ("temperature", "max_new_tokens", "max_gen_toks"):
-            if name in params:
-                raise BenchError(
-                    f"model_args: {name} belongs to the task's generation settings; pass it with "
-                    f"--gen_kwargs (e.g. do_sample=true,temperature=1.0,max_gen_toks=256)"
-                )
-        if isinstance(batch_size, str) and batch_size.startswith("auto") or max_batch_size is not None:
-            raise BenchError("--model diversed takes a fixed batch size; pass --batch_size N (no auto)")
+        _check_model_args(params, batch_size, max_batch_size)
         self.batch_size = _integer("batch_size", batch_size, 1)
         self.draft_len = _integer("draft_len", draft_len, 0)
-        self.method = str(method)
-        try:
-            self.params = _typed_params(self.method, params)
-            self.verifier = make_verifier(self.method, **self.params)
-        except BenchError as exc:
-            raise BenchError(
-                f"{exc} (model_args also take pair, method, draft_len, head, seed, dtype, output_dir)"
-            ) from None
-        if head is not None and not self.verifier.needs_hidden:
-            raise BenchError(f"{self.verifier.name}: takes no head; drop head= or use method=diversed")
-        if head is None and self.verifier.needs_hidden:
-            raise BenchError(
-                f"{self.verifier.name}: needs a weight head; add head=PATH to model_args (a folder from "
-                "`diversed-bench train`, or head=init for an untrained w = 0.5 head)"
-            )
+        self.method, self.drafter = str(method), str(drafter)
+        self.params, self.verifier = _verifier(self.method, params, head)
         self.seed = torch.initial_seed() if seed is None else _integer("seed", seed, 0)
         if engine not in ENGINES:
             raise BenchError(f"model_args: engine={engine!r}; use engine={' or engine='.join(ENGINES)}")
@@ -177,10 +192,8 @@ class DiversedLM(LM):
             if self.verifier.needs_hidden
             else None
         )
-        # Prompts past a model's context are refused here too (no truncation: the rows say "none").
-        self.context = Context.of(self.pair.target, self.pair.draft if self.verifier.uses_draft else None)
         self._decoders: dict[Sampling, SpeculativeDecoder] = {}
-        self.decoder(Sampling(0.0))  # refuse a bad draft_len before any request
+        self.decoder(Sampling(0.0))  # refuse a bad draft_len or drafter before any request
         self.store = ResultStore(Path(output_dir))
         self.output_dir = Path(output_dir)
         self._manifests: set[str] = set()
@@ -219,6 +232,7 @@ class DiversedLM(LM):
                 draft_len=self.draft_len,
                 sampling=sampling,
                 engine=self.engine,
+                drafter=self.drafter,
             )
         return self._decoders[sampling]
 
@@ -255,6 +269,7 @@ class DiversedLM(LM):
             params=self.params,
             head=self.head_path,
             draft_len=self.draft_len,
+            drafter=self.drafter,
             temperature=sampling.temperature,
             max_new_tokens=budget,
             seed=self.seed,
@@ -274,8 +289,9 @@ class DiversedLM(LM):
             digest = hashlib.sha1(f"{context}\0{sorted(gen_kwargs.items())}".encode()).hexdigest()[:10]
             base = f"{req.task_name}/{req.doc_id}/{req.idx}/{digest}"
             repeat = seen[base] = seen.get(base, -1) + 1  # repeats>1 tasks pass one instance n times
+            # Prompts past a model's context are refused here too (no truncation: the rows say "none").
             prompt, _ = fit_prompt(
-                self.encode(context), budget, self.context, "none", example=f"lm-eval {base}"
+                self.encode(context), budget, self.decoder(sampling).context, "none", example=f"lm-eval {base}"
             )
             job = _Job(i, f"{base}/{repeat}", req, prompt, until)
             groups.setdefault((sampling, budget), []).append(job)
@@ -346,6 +362,7 @@ class DiversedLM(LM):
                 "method": self.verifier.name,
                 "params": self.params,
                 "draft_len": self.decoder(Sampling(0.0)).draft_len,
+                "drafter": self.drafter,
                 "head": self.head_path,
                 "seed": self.seed,
                 "results_dir": str(self.output_dir),

@@ -30,7 +30,6 @@ from bench.progress import Progress
 from bench.records import fixed_columns, row, write_manifest
 from bench.store import ResultStore
 from bench.tasks import Example, Task, resolve_task
-from bench.verifiers import verifier_class
 
 __all__ = ["RunConfig", "Runner"]
 
@@ -104,12 +103,21 @@ class Runner:
         self._pairs: dict[str, Pair] = {}
         self._tasks: dict[tuple[Any, ...], Task] = {}
         self._prompts: dict[str, dict[str, tuple[list[int], int]]] = {}
+        self._decoders: dict[str, SpeculativeDecoder] = {}  # built to check prompts, kept for the job
+
+    def decoder(self, cfg: RunConfig) -> SpeculativeDecoder:
+        """The decoder of a configuration, built once: the prompt check asks it which models' context
+        applies (``SpeculativeDecoder.context``), and the job decodes with it (``job`` takes it)."""
+        if cfg.config_id not in self._decoders:
+            self._decoders[cfg.config_id] = decoder_for(cfg, self.pair(cfg), self.engine, trace=self.trace)
+        return self._decoders[cfg.config_id]
 
     def pair(self, cfg: RunConfig) -> Pair:
         device = self.device or cfg.device
         key = f"{cfg.pair}|{device}|{cfg.dtype}"
         if key not in self._pairs:
             self._pairs.clear()  # one pair in memory at a time
+            self._decoders.clear()  # their models with it
             self._pairs[key] = load_pair(cfg.pair, device=device, dtype=cfg.dtype)
         return self._pairs[key]
 
@@ -167,31 +175,38 @@ class Runner:
 
     def job(self, cfg: RunConfig, pending: list[Example]) -> _Job:
         pair, task = self.pair(cfg), self.task(cfg)
-        decoder = decoder_for(cfg, pair, self.engine, trace=self.trace)
+        decoder = self.decoder(cfg)
+        del self._decoders[cfg.config_id]  # the job holds it now, and drops it when done
         budget = cfg.max_new_tokens
         write_manifest(self.store, cfg, pair.device, self.limit, **self.notes.get(cfg.config_id, {}))
         fixed = fixed_columns(cfg, pair.spec.name, task.name)
-        fitted = self._prompts.pop(cfg.config_id, None) or self.prompts(cfg, pending)
+        fitted = self._prompts.pop(cfg.config_id, None) or self.prompts(cfg, pending, decoder)
         prompts = {example_id: ids for example_id, (ids, _) in fitted.items()}
         dropped = {example_id: n for example_id, (_, n) in fitted.items()}
         first = {e.example_id for e in task.examples(self.limit, cfg.seed)[: self.timing_examples]}
         timed = [e for e in pending if e.example_id in first or self.batch_size == 1]
         return _Job(cfg, pending, decoder, task, pair, fixed, prompts, dropped, budget, timed)
 
-    def prompts(self, cfg: RunConfig, pending: list[Example]) -> dict[str, tuple[list[int], int]]:
+    def prompts(
+        self, cfg: RunConfig, pending: list[Example], decoder: SpeculativeDecoder | None = None
+    ) -> dict[str, tuple[list[int], int]]:
         """Each example's prompt ids and how many prompt tokens were cut to fit the context of the
-        models the method feeds (refused with one line unless --truncate-prompt left)."""
+        models the method feeds (refused with one line unless --truncate-prompt left); ``decoder``:
+        the one that will decode them (default: this runner's for ``cfg``)."""
         check_chat(cfg.task, pending, cfg.chat_template)
-        return {e.example_id: self.fit(cfg, e, e.prompt) for e in pending}
+        context = (decoder or self.decoder(cfg)).context
+        return {e.example_id: self.fit(cfg, context, e, e.prompt) for e in pending}
 
-    def fit(self, cfg: RunConfig, example: Example, prompt: str | Messages) -> tuple[list[int], int]:
-        """A prompt (or a conversation) encoded, and cut to the context or refused (fit_prompt)."""
+    def fit(
+        self, cfg: RunConfig, context: Context, example: Example, prompt: str | Messages
+    ) -> tuple[list[int], int]:
+        """A prompt (or a conversation) encoded, and cut to the decoder's ``context`` or refused
+        (fit_prompt)."""
         pair = self.pair(cfg)
-        uses_draft = verifier_class(cfg.method).uses_draft and cfg.drafter == "model"
         return fit_prompt(
             encode_prompt(pair, prompt, cfg.chat_template),
             cfg.max_new_tokens,  # type: ignore[arg-type]
-            Context.of(pair.target, pair.draft if uses_draft else None),
+            context,
             cfg.truncate_prompt,
             example=f"{cfg.task} example {example.example_id}",
             bos_token_id=getattr(pair.tokenizer, "bos_token_id", None),
@@ -210,7 +225,7 @@ class Runner:
             return [(gen, None) for gen in gens]
 
         def prompt(example: Example, messages: Messages) -> list[int]:
-            ids, dropped = self.fit(job.cfg, example, messages)
+            ids, dropped = self.fit(job.cfg, job.decoder.context, example, messages)
             job.dropped[example.example_id] += dropped
             return ids
 

@@ -11,11 +11,11 @@ from bench.cli import main
 from bench.store import load_results
 
 
-def tiny_run(out: Path, methods: tuple[str, ...] = ("ar", "sd"), **settings) -> pd.DataFrame:
-    """``run --task gsm8k --pair tiny --limit 2 --max-new-tokens 8`` into ``out``; its rows."""
-    kw = dict(tasks=["gsm8k"], pairs=["tiny"], device="cpu", max_new_tokens=8)
-    api.run(methods=list(methods), limit=2, output_dir=out, progress=False, report=False, log=lambda m: None,
-            **{**kw, **settings})  # fmt: skip
+def tiny_run(out: Path, methods: tuple[str, ...] = ("ar", "sd"), **kw) -> pd.DataFrame:
+    """``run --task gsm8k --pair tiny --limit 2 --max-new-tokens 8`` into ``out`` (``kw``: more of
+    api.run's arguments); its rows."""
+    api.run(tasks=["gsm8k"], pairs=["tiny"], methods=list(methods), settings=api.RunSettings(max_new_tokens=8),
+            device="cpu", limit=2, output_dir=out, progress=False, report=False, log=lambda m: None, **kw)  # fmt: skip
     return load_results(out)
 
 

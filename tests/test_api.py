@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.config import RunSettings
 from bench.errors import BenchError
 from bench.grid import configs_from_grid
 from bench.verifiers import MethodInfo, verifier_class
@@ -40,11 +41,38 @@ def test_a_grid_refuses_what_it_sets_and_applies_what_it_leaves_open():
     with pytest.raises(BenchError, match="drop --target-weight"):
         configs_from_grid("demo", params={"target_weight": ["0.7"]})
     with pytest.raises(BenchError, match="drop --seed"):
-        configs_from_grid("demo", settings={"seed": 3})
-    configs, _ = configs_from_grid("tiny", settings={"max_new_tokens": 8, "chat_template": True})
+        configs_from_grid("demo", settings=RunSettings(seed=3))
+    configs, _ = configs_from_grid("tiny", settings=RunSettings(max_new_tokens=8, chat_template=True))
     assert {(c.max_new_tokens, c.chat_template) for c in configs} == {(8, True)}
     with pytest.raises(BenchError, match="goes to a candidate"):
         configs_from_grid("baselines", tasks=["arith"], pairs=["ref"], params={"target_weight": ["0.5"]})
+
+
+def test_a_misspelt_setting_is_refused_at_the_api_boundary_in_one_line(tmp_path):
+    from dataclasses import fields
+
+    from bench import api
+    from bench.config import RunConfig
+    from bench.grid import GRID_KEYS
+
+    refused = r"^settings: temprature is no run setting; the settings: draft_len, temperature,"
+    with pytest.raises(BenchError, match=refused):
+        api.configs(tasks=["arith"], settings={"temprature": 0.0, "seed": 1})
+    with pytest.raises(BenchError, match=refused):
+        api.run(tasks=["arith"], settings={"temprature": 0.0, "seed": 1}, output_dir=tmp_path)
+    assert not tmp_path.joinpath("manifests").exists()
+    configs, _ = api.configs(tasks=["arith"], methods=["sd"], settings={"temperature": 0.0, "seed": 1})
+    assert [(c.temperature, c.seed, c.drafter) for c in configs] == [(0.0, 1, "model")]
+    # Every setting is the RunConfig field of its name, and a grid key; each given one reaches it.
+    names = {f.name for f in fields(RunSettings)}
+    assert names <= {f.name for f in fields(RunConfig)} and names <= GRID_KEYS
+    given = RunSettings(draft_len=7, temperature=0.3, max_new_tokens=11, seed=5, data="fixture", num_fewshot=2,
+                        split="test", chat_template=True, truncate_prompt="left", draft_policy="greedy")  # fmt: skip
+    cfg = given.config(task="arith", pair="ref", method="sd", params={}, head=None, drafter="lookup", device="cpu",
+                       dtype=None, engine="eager")  # fmt: skip
+    assert {k: getattr(cfg, k) for k in names - {"drafter"}} == given.given() and cfg.drafter == "lookup"
+    assert RunSettings().config(task="arith", pair="ref", method="sd", params={}, head=None, drafter="model",
+                                device="cpu", dtype=None, engine="eager") == RunConfig("arith", "ref", "sd", device="cpu")  # fmt: skip
 
 
 def test_labels_and_families_come_from_the_class_declarations():

@@ -175,13 +175,15 @@ def test_training_rollouts_in_a_batch_equal_rollouts_alone(tiny_pair):
 def test_batched_run_gives_batch_one_rows_and_times_only_the_timing_pass(tmp_path):
     import pandas as pd
 
+    from bench.config import RunSettings
     from bench.grid import configs_from_flags
     from bench.reports.summary import summarise
     from bench.runner import Runner
     from bench.store import load_results
 
     grid = configs_from_flags(
-        tasks=["gsm8k"], methods=["ar", "sd"], pairs=["tiny"], draft_len=4, max_new_tokens=24, device="cpu"
+        tasks=["gsm8k"], methods=["ar", "sd"], pairs=["tiny"], settings=RunSettings(draft_len=4, max_new_tokens=24),
+        device="cpu",
     )
     frames = {}
     for name, batch in (("alone", 1), ("batched", 4)):

@@ -137,3 +137,23 @@ def test_plots_follow_the_results_folder(tmp_path, monkeypatch):
     monkeypatch.setattr("bench.reports.plots.write_plots", lambda results, out: seen.append(out) or [])
     CliRunner().invoke(app, ["plot", str(tmp_path / "mine")])
     assert seen == [tmp_path / "mine" / "plots"]
+
+
+def test_run_flags_reach_the_api_by_name(monkeypatch):
+    """`run` calls api.run with each flag under a name a reader can follow: the run settings in one
+    RunSettings, --no-train as train_missing_heads (a parameter named `train` would hide api.train)."""
+    import inspect
+
+    from bench import api
+
+    seen = {}
+    monkeypatch.setattr(api, "run", lambda **kw: seen.update(kw))
+    argv = ["run", "--task", "arith,gsm8k", "--temperature", "0.5", "--max-new-tokens", "9", "--drafter", "lookup",
+            "--drafter", "model", "--target-weight", "0.3,0.7", "--shard", "1/2", "--no-train"]  # fmt: skip
+    assert CliRunner().invoke(app, argv).exit_code == 0
+    assert seen["settings"] == api.RunSettings(temperature=0.5, max_new_tokens=9, drafter=["lookup", "model"])
+    assert (seen["tasks"], seen["params"], seen["shard"]) == (["arith", "gsm8k"], {"target_weight": ["0.3", "0.7"]}, (1, 2))
+    assert seen["train_missing_heads"] is False and seen["pairs"] is None and seen["calibrate"] is None
+    assert "train" not in inspect.signature(api.run).parameters and callable(api.train)
+    CliRunner().invoke(app, argv[:-1])
+    assert seen["train_missing_heads"] is True

@@ -124,3 +124,71 @@ def test_train_truncates_left_when_asked_and_logs_the_cut(tmp_path):
     trainer.train()
     lengths = [len(pair.tokenizer(e.prompt).input_ids) for e in task.examples(2, 0)]
     assert trainer.history[-1]["prompt_tokens_dropped"] == sum(n - (REF_CONTEXT - 4) for n in lengths)
+
+
+DRAFT_CONTEXT = 16  # the ref draft's context cut to this: an arith prompt (16 tokens) + 4 new tokens exceed it
+
+
+@pytest.fixture
+def short_draft(monkeypatch):
+    """The ref pair, its draft model's context cut to DRAFT_CONTEXT, wherever a pair is loaded."""
+    from bench import pairs
+
+    load = pairs.load_pair
+
+    def cut(*args, **kwargs):
+        pair = load(*args, **kwargs)
+        monkeypatch.setattr(pair.draft.config, "max_position_embeddings", DRAFT_CONTEXT)
+        return pair
+
+    for module in ("bench.pairs", "bench.runner", "bench.lm_eval_model"):
+        monkeypatch.setattr(f"{module}.load_pair", cut)
+    return cut
+
+
+@pytest.mark.parametrize(
+    "method, drafter, feeds_draft",
+    [("sd", "model", True), ("sd", "model_tree", True), ("sd", "lookup", False), ("sd", "suffix", False), ("ar", "model", False)],
+)  # fmt: skip
+def test_the_decoder_says_which_models_context_applies(short_draft, method, drafter, feeds_draft):
+    from bench.build import build_decoder
+
+    context = build_decoder(short_draft("ref", device="cpu"), method, drafter=drafter).context
+    assert (context.tokens, context.model.startswith("draft model")) == (
+        (DRAFT_CONTEXT, True) if feeds_draft else (REF_CONTEXT, False)
+    )
+
+
+@pytest.mark.parametrize("drafter, feeds_draft", [("model_tree", True), ("lookup", False)])
+def test_run_checks_the_draft_context_exactly_when_the_drafter_runs_the_draft(
+    tmp_path, short_draft, drafter, feeds_draft
+):
+    cfg = RunConfig(task="arith", pair="ref", method="sd", drafter=drafter, max_new_tokens=4, device="cpu")
+    runner = Runner(tmp_path, limit=1, timing_examples=0, progress=False, log=lambda m: None)
+    if feeds_draft:  # model_tree steps the draft model: before, only --drafter model was checked
+        with pytest.raises(BenchError, match=f"= 20 > {DRAFT_CONTEXT}, the context .* of the draft model"):
+            runner.run([cfg])
+        assert not list(tmp_path.rglob("*.parquet"))
+    else:  # lookup runs no draft model: only the target's context applies
+        runner.run([cfg])
+        assert len(load_results(tmp_path)) == 1
+
+
+@pytest.mark.parametrize("drafter, feeds_draft", [("model", True), ("model_tree", True), ("lookup", False)])
+def test_lm_eval_checks_the_draft_context_exactly_when_the_drafter_runs_the_draft(
+    tmp_path, short_draft, drafter, feeds_draft
+):
+    from lm_eval.api.instance import Instance
+
+    from bench.lm_eval_model import DiversedLM
+
+    lm = DiversedLM(pair="ref", method="sd", drafter=drafter, device="cpu", output_dir=str(tmp_path))
+    gen = {"until": [], "do_sample": False, "temperature": 0.0, "max_gen_toks": 4}
+    request = Instance("generate_until", {}, ("347 + 285 = 632. 12 + 7 =", gen), 0, metadata=("unit", 0, 1))
+    if feeds_draft:
+        with pytest.raises(BenchError, match=f"> {DRAFT_CONTEXT}, the context .* of the draft model"):
+            lm.generate_until([request])
+    else:  # before, the backend took no drafter and checked every drafting method against the draft
+        lm.generate_until([request])
+        rows = load_results(tmp_path)
+        assert len(rows) == 1 and rows["drafter"].iloc[0].startswith("lookup:")

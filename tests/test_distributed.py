@@ -10,6 +10,7 @@ from conftest import cli_error, run_all
 from small_runs import cli
 
 from bench.errors import BenchError
+from bench.config import RunSettings
 from bench.grid import configs_from_flags
 from bench.runner import Runner
 from bench.store import load_results, merge
@@ -42,8 +43,7 @@ def grid():
         pairs=["tiny"],
         methods=["ar", "sd", "ensemble", "cascade"],
         params={"target_weight": [0.5, 0.9], "cascade_rule": ["chow", "token"]},
-        draft_len=3,
-        max_new_tokens=8,
+        settings=RunSettings(draft_len=3, max_new_tokens=8),
         device="cpu",
     )
 

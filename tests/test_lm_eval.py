@@ -255,7 +255,7 @@ def test_command_registers_the_backend_and_refuses_bad_args_in_one_line():
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines()[-1] == (
         "error: ensemble: target_weight must be in (0, 1], got 2.0 "
-        "(model_args also take pair, method, draft_len, head, seed, dtype, output_dir)"
+        "(model_args also take pair, method, draft_len, drafter, head, seed, dtype, engine, output_dir)"
     )
     assert "Traceback" not in bad.stderr
 

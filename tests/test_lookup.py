@@ -396,8 +396,8 @@ def test_drafters_sit_in_separate_panels_with_their_counters(tmp_path):
 
     out = tmp_path / "results"
     api.run(
-        tasks=["arith"], pairs=["ref"], methods=["ar", "sd", "typical"], drafter=["model", "lookup"], limit=4,
-        output_dir=out, batch_size=4, timing_examples=0, progress=False, device="cpu", log=lambda m: None,
+        tasks=["arith"], pairs=["ref"], methods=["ar", "sd", "typical"],
+        settings=api.RunSettings(drafter=["model", "lookup"]), limit=4, output_dir=out, batch_size=4, timing_examples=0, progress=False, device="cpu", log=lambda m: None,
     )  # fmt: skip
     rows = load_results(out)
     assert set(rows["drafter"].dropna()) == {"model", "lookup:match=first,min_ngram=1,ngram=2,schedule=constant"}

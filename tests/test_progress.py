@@ -2,6 +2,7 @@
 configuration and its own decoding time."""
 
 from bench.decoding import DecodeStats
+from bench.config import RunSettings
 from bench.grid import configs_from_flags
 from bench.progress import Progress
 from bench.runner import Runner
@@ -10,7 +11,7 @@ from bench.runner import Runner
 def test_progress_is_a_line_per_configuration_off_a_terminal(tmp_path):
     lines = []
     configs = configs_from_flags(
-        tasks=["gsm8k"], pairs=["tiny"], methods=["ar", "sd"], device="cpu", max_new_tokens=8
+        tasks=["gsm8k"], pairs=["tiny"], methods=["ar", "sd"], device="cpu", settings=RunSettings(max_new_tokens=8)
     )
     Runner(tmp_path, limit=2, progress=True, log=lines.append).run(configs)
     assert len(lines) == 2 and all("2/2 examples" in line and "\r" not in line for line in lines)

@@ -195,6 +195,7 @@ def test_report_shows_frontier_verdicts_and_orders_panes_by_structure_not_labels
 
 
 def test_report_on_a_multi_task_run_and_without_traces(demo_results, tmp_path, tiny_pair):
+    from bench.config import RunSettings
     from bench.grid import configs_from_flags
     from bench.runner import Runner
 
@@ -204,8 +205,7 @@ def test_report_on_a_multi_task_run_and_without_traces(demo_results, tmp_path, t
         pairs=["tiny"],
         methods=["ar", "ensemble"],
         params={"target_weight": [0.5, 0.9]},
-        max_new_tokens=8,
-        num_fewshot=0,  # one panel: the tasks share every setting
+        settings=RunSettings(max_new_tokens=8, num_fewshot=0),  # one panel: the tasks share every setting
         device="cpu",
     )
     Runner(

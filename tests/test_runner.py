@@ -12,6 +12,7 @@ import pytest
 from conftest import bench_cli, cli_error
 from small_runs import cli
 
+from bench.config import RunSettings
 from bench.grid import configs_from_flags, load_grid
 from bench.reports.summary import summarise
 from bench.reports.table import write_table
@@ -50,8 +51,9 @@ REQUIRED = [
 
 def configs(tasks, methods, **kw):
     weights = {"target_weight": [0.3, 0.9]} if "ensemble" in methods else {}
-    settings = dict(pairs=["tiny"], heads=["init"], params=weights, draft_len=4, max_new_tokens=32)
-    return configs_from_flags(tasks=tasks, methods=methods, device="cpu", **{**settings, **kw})
+    settings = RunSettings(**{"draft_len": 4, "max_new_tokens": 32, **kw})
+    return configs_from_flags(tasks=tasks, pairs=["tiny"], methods=methods, heads=["init"], params=weights,
+                              settings=settings, device="cpu")  # fmt: skip
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 from result_rows import result_rows as _rows
 
+from bench.config import RunSettings
 from bench.grid import configs_from_flags
 from bench.reports.summary import panels, summarise
 from bench.reports.table import render, write_table
@@ -16,8 +17,8 @@ from bench.store import SHARED_SETTINGS, load_results
 
 
 def run(out, methods=("ar", "sd"), **kw):
-    settings = dict(tasks=["gsm8k"], pairs=["tiny"], device="cpu", max_new_tokens=8)
-    configs = configs_from_flags(methods=list(methods), **{**settings, **kw})
+    settings = RunSettings(**{"max_new_tokens": 8, **kw})
+    configs = configs_from_flags(tasks=["gsm8k"], pairs=["tiny"], methods=list(methods), settings=settings, device="cpu")
     Runner(out, limit=2, progress=False, log=lambda m: None).run(configs)
     return load_results(out)
 

@@ -1,6 +1,7 @@
 """The timing pass: each configuration warms up once, untimed and unstored, before its first timed
 example; each timed example is decoded --timing-repeats times, the configurations interleaved."""
 
+from bench.config import RunSettings
 from bench.grid import configs_from_flags
 from bench.runner import Runner
 from bench.store import load_results
@@ -21,7 +22,7 @@ def test_each_configuration_warms_up_before_its_first_timed_example(tmp_path, mo
         ResultStore, "append", lambda self, *a, **k: events.append("store") or append(self, *a, **k)
     )
     run = configs_from_flags(
-        tasks=["arith"], pairs=["ref"], methods=["ar", "sd"], device="cpu", max_new_tokens=3
+        tasks=["arith"], pairs=["ref"], methods=["ar", "sd"], device="cpu", settings=RunSettings(max_new_tokens=3)
     )
     Runner(tmp_path, limit=2, timing_examples=2, timing_repeats=1, progress=False, log=lambda m: None).run(run)
     # two warm-up decodes (one per configuration) that store nothing, then two examples of each,
@@ -49,7 +50,7 @@ def test_repeats_interleave_the_configurations_and_store_one_row_with_every_time
         ResultStore, "append", lambda self, *a, **k: events.append("store") or append(self, *a, **k)
     )
     run = configs_from_flags(
-        tasks=["arith"], pairs=["ref"], methods=["ar", "sd"], device="cpu", max_new_tokens=3
+        tasks=["arith"], pairs=["ref"], methods=["ar", "sd"], device="cpu", settings=RunSettings(max_new_tokens=3)
     )
     Runner(tmp_path, limit=2, timing_examples=2, timing_repeats=3, progress=False, log=lambda m: None).run(run)
     timed = events[2:]  # after the two warm-ups

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from conftest import cli_error
 
+from bench.config import RunSettings
 from bench.grid import configs_from_flags
 from bench.runner import Runner
 from bench.store import load_results
@@ -27,7 +28,7 @@ def test_verifier_from_a_file_runs_without_pythonpath(tmp_path, monkeypatch):
     assert verifier_class(method) is cls  # imported once, not once per lookup
     assert verifier_class("example_verifier:ConfidenceEnsemble").name == "confidence"  # module:Class
     out = tmp_path / "results"
-    run = configs_from_flags(tasks=["arith"], pairs=["ref"], methods=[method], device="cpu", max_new_tokens=4)
+    run = configs_from_flags(tasks=["arith"], pairs=["ref"], methods=[method], device="cpu", settings=RunSettings(max_new_tokens=4))
     Runner(out, limit=1, progress=False, log=lambda m: None).run(run)
     rows = load_results(out)
     assert rows["method"].tolist() == ["confidence"] and "/" not in rows["config_id"].iloc[0]

@@ -129,7 +129,7 @@ class Calibrator:
             pair = self.runner.pair(cfg)
             decoder = decoder_for(cfg, pair)  # eager; run's own decoder, drafter and all
             examples = [e for _, e in self.examples]
-            prompts = self.runner.prompts(cfg, examples)
+            prompts = self.runner.prompts(cfg, examples, decoder)
             budget = min(int(cfg.max_new_tokens or BUDGET), BUDGET)
             gens = decoder.generate_batch(
                 [prompts[e.example_id][0] for e in examples], budget, list(range(len(examples)))

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from bench.errors import BenchError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 
 def to_device(values: list, device: torch.device) -> Tensor:
@@ -34,6 +38,7 @@ class ModelEngine(ABC):
     verdict it already synchronised, so an engine never needs a sync of its own.
     """
 
+    model: PreTrainedModel  # the model it steps
     lengths: list[int]
 
     @abstractmethod
