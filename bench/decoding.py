@@ -204,6 +204,49 @@ class _Row:
     trace: list[tuple[Any, ...]] = field(default_factory=list)
 
 
+@dataclass
+class RoundHost:
+    """What a round reads on the host, row by row: everything ``_emit`` appends and counts, from
+    the round's ONE device->host copy (``_to_host``), taken once the verdicts are on the device."""
+
+    accepted: list[int]  # drafts kept (a tree round: the accepted path's length)
+    next_token: list[int]  # the verifier's token after them
+    drafts: list[list[int]]  # the row's drafted tokens (a tree round: the tokens along its path)
+    logp: list[list[float]]  # the target's temperature-1 log p of each token the row may emit
+    # A chain round's verified rows: [expected acceptance, bias] per position (none drafted: absent).
+    sums: dict[int, list[list[float]]] = field(default_factory=dict)
+    depth: list[int] | None = None  # a tree round: the levels each row drafted (None: a chain)
+    paths: list[list[int]] = field(default_factory=list)  # a tree round: each path's node indices
+    probs: dict[str, list[Any]] | None = None  # tracing: p and q of drafted and emitted tokens
+
+
+def _to_host(parts: dict[str, Tensor]) -> dict[str, list[Any]]:
+    """Every tensor of ``parts`` in ONE device->host copy: one wait for the device, not one per
+    tensor. Each comes back as its rows' flat lists (a 1-D tensor: its values), an integer tensor
+    as ints. float64 holds every integer below 2**53 and every float32 exactly, so the values are
+    the ones each tensor's own ``tolist`` gives."""
+    flat = torch.cat([t.flatten().double() for t in parts.values()]).tolist()
+    out: dict[str, list[Any]] = {}
+    at = 0
+    for name, t in parts.items():
+        values = flat[at : at + t.numel()]
+        at += t.numel()
+        if not t.is_floating_point():
+            values = [int(v) for v in values]
+        width = math.prod(t.shape[1:])
+        rows = [values[i * width : (i + 1) * width] for i in range(t.shape[0])] if t.dim() > 1 else None
+        out[name] = values if rows is None else rows
+    return out
+
+
+def _tree_depth(parents: list[int]) -> int:
+    """Levels of a token tree from each node's parent (-1: the root); nodes come after parents."""
+    depth = [0] * len(parents)
+    for j, up in enumerate(parents):
+        depth[j] = 1 + (depth[up] if up >= 0 else 0)
+    return max(depth, default=0)
+
+
 class SpeculativeDecoder:
     """Decode prompts with a target, a drafter (the pair's draft model by default) and a verifier,
     one at a time or in batches."""
@@ -295,15 +338,32 @@ class SpeculativeDecoder:
             raise BenchError("empty prompt: nothing to condition on")
         if not prompts:
             return []
-        device = self.device
-        sync = _synchronizer(device)
+        sync = _synchronizer(self.device)
+        rows = self._start(prompts, max_new_tokens, seeds)
+        sync()
+        start = time.perf_counter()
+        self._prefill(rows)
+        sync()
+        prefill = time.perf_counter() - start
+        done, cache_bytes = self._decode(rows, max_new_tokens)
+        sync()
+        wall = time.perf_counter() - start
+        if len(prompts) > 1:
+            wall = prefill = math.nan
+        return self._generations(done, wall, prefill, cache_bytes)
+
+    def _start(
+        self, prompts: Sequence[Sequence[int]], max_new_tokens: int, seeds: Sequence[int]
+    ) -> list[_Row]:
+        """One row per prompt, its generator seeded; the engines' caches sized for the longest row
+        (prompt, budget and one round's draft) and the drafter told the batch size."""
         n_max = self.draft_len
         rows = [
             _Row(
                 index=i,
                 seq=list(p),
                 budget=max_new_tokens,
-                generator=torch.Generator(device=device).manual_seed(seed),
+                generator=torch.Generator(device=self.device).manual_seed(seed),
                 stats=DecodeStats(
                     prompt_tokens=len(p),
                     draft_len=n_max,
@@ -317,26 +377,31 @@ class SpeculativeDecoder:
             )
             for i, (p, seed) in enumerate(zip(prompts, seeds))
         ]
-        done: list[_Row] = []
         longest = max(len(p) for p in prompts) + max(max_new_tokens, 0) + n_max + 1
         for engine in self.engines:
             engine.start(len(rows), longest)
         if self.drafter:
             self.drafter.start(len(rows))
+        return rows
 
-        sync()
-        start = time.perf_counter()
-        held = [len(p) - 1 for p in prompts]
-        if max(held):
-            ids = padded([p[:-1] for p in prompts], device)
-            for engine in self.engines:
-                engine.step(ids, held, keep=1, hidden=False)
-            for row in rows:
-                row.stats.target_forwards += len(row.seq) > 1
-                row.stats.draft_forwards += (len(self.engines) - 1) * (len(row.seq) > 1)
-        sync()
-        prefill = time.perf_counter() - start
+    def _prefill(self, rows: list[_Row]) -> None:
+        """Every model reads each prompt but its last token (which the first round steps on), in
+        one forward per model; a one-token prompt has nothing to prefill."""
+        held = [len(r.seq) - 1 for r in rows]
+        if not max(held):
+            return
+        ids = padded([r.seq[:-1] for r in rows], self.device)
+        for engine in self.engines:
+            engine.step(ids, held, keep=1, hidden=False)
+        for row in rows:
+            row.stats.target_forwards += len(row.seq) > 1
+            row.stats.draft_forwards += (len(self.engines) - 1) * (len(row.seq) > 1)
 
+    def _decode(self, rows: list[_Row], max_new_tokens: int) -> tuple[list[_Row], int]:
+        """Rounds until every row finished: each round rolls the caches back to the rows' accepted
+        prefixes and drops finished rows from the batch. Returns the finished rows (in the order
+        they finished) and the most bytes the caches held."""
+        done: list[_Row] = []
         cache_bytes = 0
         while rows:
             finished = self._round(rows) if max_new_tokens > 0 else set(range(len(rows)))
@@ -351,15 +416,16 @@ class SpeculativeDecoder:
                 rows = [rows[i] for i in alive]
                 for engine in self.engines if rows else ():
                     engine.select(alive)
+        return done, cache_bytes
 
-        sync()
-        wall = time.perf_counter() - start
+    def _generations(
+        self, done: list[_Row], wall: float, prefill: float, cache_bytes: int
+    ) -> list[Generation]:
+        """The finished rows' Generations in prompt order, their stats completed."""
         out: list[Generation | None] = [None] * len(done)
         for row in done:
             s = row.stats
-            s.wall_time_s = wall if len(prompts) == 1 else math.nan
-            s.prefill_time_s = prefill if len(prompts) == 1 else math.nan
-            s.kv_cache_bytes = cache_bytes
+            s.wall_time_s, s.prefill_time_s, s.kv_cache_bytes = wall, prefill, cache_bytes
             s.new_tokens = len(row.out)
             s.weights = torch.cat(row.weights).tolist() if row.weights else []
             out[row.index] = Generation(row.out, s, row.trace if self.trace else None)
@@ -373,9 +439,9 @@ class SpeculativeDecoder:
         drafted: Tensor,
         accepted: Tensor,
         next_token: Tensor,
-    ) -> dict[str, list[list[float]]]:
-        """Per row: p and q of every drafted token, and of the token emitted after them (one
-        extra host read; only when tracing)."""
+    ) -> dict[str, Tensor]:
+        """Per row: p and q of every drafted token, and of the token emitted after them (only when
+        tracing; read with the round's other values)."""
         if p is p_logits:  # greedy without a draft kept the logits: the trace reports probabilities
             p = process(p_logits, self.sampling)
         rows = torch.arange(p.shape[0], device=p.device)
@@ -390,7 +456,7 @@ class SpeculativeDecoder:
             else:
                 out["q_draft"] = q.gather(-1, drafted.unsqueeze(-1)).squeeze(-1)
                 out["q_next"] = q[rows, at, next_token]
-        return {k: v.tolist() for k, v in out.items()}
+        return out
 
     def _record_trace(
         self,
@@ -426,8 +492,8 @@ class SpeculativeDecoder:
             row.trace.append((start + j, round_, token, fate, p_tok, q_tok, rejected, p_rej, q_rej, weight))
 
     def _round(self, rows: list[_Row]) -> set[int]:
-        """One round over the batch: draft, one target forward, verify, emit, count. Returns the
-        rows that finished."""
+        """One round over the batch: draft, one target forward, verify, one host read, emit, count.
+        Returns the rows that finished."""
         caps = [min(self.draft_len, r.budget - len(r.out) - 1) for r in rows]
         draft = self.drafter.draft(rows, caps) if self.drafter and max(caps) > 0 else None
         last = to_device([[r.seq[-1]] for r in rows], self.device)
@@ -442,23 +508,39 @@ class SpeculativeDecoder:
         # Nothing to verify and greedy: the argmax of the logits suffices.
         p = p_logits if not n and self.sampling.greedy else process(p_logits, self.sampling)
         accepted, next_token, floats, weights = self._verify(rows, ns, draft, p_logits, p, h_target)
-        loglik = self._target_loglik(p_logits, drafted, accepted, next_token)
-        host = torch.cat([accepted, next_token, drafted.flatten()]).tolist()  # the round's sync
-        logps, sums = self._read_floats(loglik, floats)
-        probs = (
-            self._trace_probs(p_logits, p, draft.q if draft else None, drafted, accepted, next_token)
-            if self.trace
-            else None
-        )
-        count = len(rows)
+        parts = {
+            "accepted": accepted,
+            "next_token": next_token,
+            "drafted": drafted,
+            "logp": self._target_loglik(p_logits, drafted, accepted, next_token),
+        }
+        parts.update((f"sums{g}", f.flatten(1)) for g, (_, f) in enumerate(floats))
+        if self.trace:
+            q = draft.q if draft else None
+            parts.update(self._trace_probs(p_logits, p, q, drafted, accepted, next_token))
+        host = self._chain_host(_to_host(parts), ns, [idx for idx, _ in floats])  # the round's sync
         if self.drafter:
-            self.drafter.observe(rows, ns, host[:count])
-        finished: set[int] = set()
-        for i, (row, nb) in enumerate(zip(rows, ns)):
-            acc, drafts = host[i], host[2 * count + i * n : 2 * count + i * n + nb]
-            if self._emit(row, i, nb, acc, drafts, host[count + i], logps[i], sums.get(i), weights.get(i), probs):
-                finished.add(i)
-        return finished
+            self.drafter.observe(rows, ns, host.accepted)
+        return self._emit_all(rows, ns, host, weights)
+
+    def _chain_host(self, got: dict[str, list[Any]], ns: list[int], groups: list[list[int]]) -> RoundHost:
+        """A chain round's RoundHost from its host copy: ``sums{g}`` holds verified group g's rows'
+        expected acceptances then biases (``groups[g]`` names the rows), ``drafted`` is padded to
+        the longest draft."""
+        sums: dict[int, list[list[float]]] = {}
+        for g, idx in enumerate(groups):
+            for i, both in zip(idx, got[f"sums{g}"]):
+                k = len(both) // 2
+                sums[i] = [both[:k], both[k:]]
+        trace = ("p_next", "p_draft", "q_draft", "q_next")
+        return RoundHost(
+            accepted=got["accepted"],
+            next_token=got["next_token"],
+            drafts=[tokens[:nb] for tokens, nb in zip(got["drafted"], ns)],
+            logp=got["logp"],
+            sums=sums,
+            probs={k: got[k] for k in trace if k in got} if self.trace else None,
+        )
 
     def _tree_round(self, rows: list[_Row], draft: Draft, last: Tensor) -> set[int]:
         """A round whose draft is a token tree per row: one target forward over every node
@@ -470,26 +552,41 @@ class SpeculativeDecoder:
         p_logits = target.tree_step(torch.cat([last, nodes], dim=1), draft.parents, [1 + nb for nb in ns])
         p = process(p_logits, self.sampling)
         on_path, accepted, next_token = self._verify_tree(rows, draft, p_logits, p)
-        loglik = self._path_loglik(p_logits, nodes, on_path, accepted, next_token)
-        read = [next_token, nodes.flatten(), draft.parents.flatten(), on_path.flatten(), accepted]
-        host = torch.cat(read).tolist()  # the round's sync
-        logps = loglik.tolist()  # after the round's sync: a copy, no wait
-        count, n = len(rows), nodes.shape[1]
-        at = count * (1 + 2 * n)
-        paths = [host[at + i * n : at + i * n + host[at + count * n + i]] for i in range(count)]
-        target.commit(paths)
+        parts = {
+            "next_token": next_token,
+            "nodes": nodes,
+            "parents": draft.parents,
+            "on_path": on_path,
+            "accepted": accepted,
+            "logp": self._path_loglik(p_logits, nodes, on_path, accepted, next_token),
+        }
+        host = self._tree_host(_to_host(parts), ns)  # the round's sync
+        target.commit(host.paths)
         if self.drafter:
-            self.drafter.observe(rows, ns, [len(path) for path in paths])
+            self.drafter.observe(rows, ns, host.accepted)
+        return self._emit_all(rows, ns, host, {})
+
+    @staticmethod
+    def _tree_host(got: dict[str, list[Any]], ns: list[int]) -> RoundHost:
+        """A tree round's RoundHost from its host copy: ``on_path`` holds each row's accepted node
+        indices (then -1s), ``nodes`` and ``parents`` its tree (padded past its ``ns`` nodes)."""
+        paths = [path[:k] for path, k in zip(got["on_path"], got["accepted"])]
+        return RoundHost(
+            accepted=[len(path) for path in paths],
+            next_token=got["next_token"],
+            drafts=[[tokens[j] for j in path] for tokens, path in zip(got["nodes"], paths)],
+            logp=got["logp"],
+            depth=[_tree_depth(parents[:nb]) for parents, nb in zip(got["parents"], ns)],
+            paths=paths,
+        )
+
+    def _emit_all(
+        self, rows: list[_Row], ns: list[int], host: RoundHost, weights: dict[int, Tensor]
+    ) -> set[int]:
+        """Emit every row's share of the round, in row order; returns the rows that finished."""
         finished: set[int] = set()
-        for i, (row, nb, path) in enumerate(zip(rows, ns, paths)):
-            tokens = host[count + i * n : count + (i + 1) * n]
-            parents = host[count * (1 + n) + i * n : count * (1 + n) + i * n + nb]
-            depth = [0] * nb
-            for j, up in enumerate(parents):
-                depth[j] = 1 + (depth[up] if up >= 0 else 0)
-            drafts = [tokens[j] for j in path]
-            tree = (nb, max(depth, default=0))
-            if self._emit(row, i, nb, len(path), drafts, host[i], logps[i], None, None, None, tree):
+        for i, (row, nb) in enumerate(zip(rows, ns)):
+            if self._emit(row, i, nb, host, weights.get(i)):
                 finished.add(i)
         return finished
 
@@ -554,23 +651,6 @@ class SpeculativeDecoder:
         logits = p_logits.gather(1, at.unsqueeze(-1).expand(-1, -1, p_logits.shape[-1]))
         picked = logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1).float()
         return picked - logits.float().logsumexp(-1)
-
-    @staticmethod
-    def _read_floats(
-        loglik: Tensor, floats: list[tuple[list[int], Tensor]]
-    ) -> tuple[list[list[float]], dict[int, list[list[float]]]]:
-        """One host read, after the round's sync (so without a stall): each row's log p of the
-        tokens it may emit, and each verified row's [expected acceptance, bias] per position."""
-        flat = torch.cat([loglik.flatten(), *(f.flatten() for _, f in floats)]).tolist()
-        width = loglik.shape[1]
-        logps = [flat[i * width : (i + 1) * width] for i in range(loglik.shape[0])]
-        sums, at = {}, loglik.numel()
-        for idx, f in floats:
-            k = f.shape[-1]
-            for i in idx:
-                sums[i] = [flat[at : at + k], flat[at + k : at + 2 * k]]
-                at += 2 * k
-        return logps, sums
 
     @staticmethod
     def _target_loglik(p_logits: Tensor, drafted: Tensor, accepted: Tensor, next_token: Tensor) -> Tensor:
@@ -659,40 +739,28 @@ class SpeculativeDecoder:
         start = 1 if getattr(self.head, "at_token", False) else 0
         return self.head(draft_h, h_target[sel, start : start + k])
 
-    def _emit(
-        self,
-        row: _Row,
-        i: int,
-        nb: int,
-        acc: int,
-        drafts: list[int],
-        token: int,
-        logp: list[float],
-        sums: list[list[float]] | None,
-        weights: Tensor | None,
-        probs: dict[str, list[Any]] | None,
-        tree: tuple[int, int] | None = None,
-    ) -> bool:
-        """Append what row ``i`` emitted this round (its ``acc`` kept drafts, then ``token``, cut at
-        an EOS) and count it; ``tree``: (nodes, depth) of a tree round, whose ``drafts`` are its
-        accepted path. Returns whether the row finished."""
-        new = drafts[:acc] + [token]
+    def _emit(self, row: _Row, i: int, nb: int, host: RoundHost, weights: Tensor | None) -> bool:
+        """Append what row ``i`` (``nb`` drafted) emitted this round (its kept drafts, then the
+        verifier's token, cut at an EOS) and count it; a tree round's drafts are its accepted path.
+        Returns whether the row finished."""
+        acc, drafts = host.accepted[i], host.drafts[i]
+        new = drafts[:acc] + [host.next_token[i]]
         eos_at = next((j for j, t in enumerate(new) if t in self.eos), None)
         counted, kept = round_counts(nb, acc, eos_at)
-        if tree:  # every node was verified; a path past an accepted EOS was not emitted
-            row.stats.record_tree_round(nb, tree[1], kept)
+        if host.depth is not None:  # all nodes were verified; a path past an accepted EOS was not emitted
+            row.stats.record_tree_round(nb, host.depth[i], kept)
         else:
-            row.stats.record_round(counted, kept, *(sums or ([], [])))
-        row.stats.target_logprob_sum += sum(logp[: len(new) if eos_at is None else eos_at + 1])
+            row.stats.record_round(counted, kept, *host.sums.get(i, ([], [])))
+        row.stats.target_logprob_sum += sum(host.logp[i][: len(new) if eos_at is None else eos_at + 1])
         row.stats.target_forwards += 1
-        steps = tree[1] if tree else nb  # a tree drafter steps its model once per level
+        steps = host.depth[i] if host.depth is not None else nb  # a tree drafter steps once per level
         row.stats.draft_forwards += steps if self.drafter and self.drafter.engines else 0
         if weights is not None:
             row.weights.append(weights[: min(kept + 1, counted)])
         if eos_at is not None:
             new = new[: eos_at + 1]
-        if probs is not None:
-            self._record_trace(row, i, nb, acc, new, drafts, probs, weights)
+        if host.probs is not None:
+            self._record_trace(row, i, nb, acc, new, drafts, host.probs, weights)
         row.out.extend(new)
         row.seq.extend(new)
         return eos_at is not None or len(row.out) >= row.budget

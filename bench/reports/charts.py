@@ -123,15 +123,35 @@ def place_names(
     return out
 
 
-def chart(
-    series: list[tuple[pd.DataFrame, str, bool]],
-    points: list[Mark],
-    titles: list[tuple[str, str]],
-    percent: bool,
-    shade: tuple[float, float] | None = None,
-) -> str:
-    """One SVG chart: each series' frontier (solid or dashed), the marks with their intervals and
-    placed names, a shaded acceptance range and the title lines (text, colour) above the plot."""
+@dataclass(frozen=True)
+class _Plane:
+    """Where a chart draws: the data ranges shown and the plot's pixel box (``top`` below the
+    title lines, ``base`` the x axis), with the maps from data to pixels."""
+
+    x0: float
+    x1: float
+    y0: float
+    y1: float
+    top: int
+
+    @property
+    def height(self) -> int:
+        return HEIGHT + self.top
+
+    @property
+    def base(self) -> int:
+        return HEIGHT + self.top - BOTTOM
+
+    def sx(self, v: float) -> float:
+        return LEFT + (v - self.x0) / (self.x1 - self.x0) * (WIDTH - LEFT - RIGHT)
+
+    def sy(self, v: float) -> float:
+        return self.base - (v - self.y0) / (self.y1 - self.y0) * (self.base - self.top)
+
+
+def _plane(points: list[Mark], percent: bool, lines: int) -> _Plane:
+    """Ranges holding every mark and interval with 8% to spare, clipped to what the measures can
+    take (acceptance in [0, 1], a non-negative score above 0, a share below 100%)."""
     xs = [v for m in points for v in (m.acceptance, *m.acceptance_ci) if np.isfinite(v)]
     ys = [v for m in points for v in (m.quality, *m.quality_ci) if np.isfinite(v)]
     x0, x1, y0, y1 = min(xs), max(xs), min(ys), max(ys)
@@ -141,34 +161,36 @@ def chart(
         y0 = max(y0, 0.0)
     if percent:  # nor a share one above 100%
         y1 = min(y1, 1.0)
-    top = 8 + LINE * len(titles)
-    w, h, m, base = WIDTH, HEIGHT + top, LEFT, HEIGHT + top - BOTTOM
-    sx = lambda v: m + (v - x0) / (x1 - x0) * (w - m - RIGHT)  # noqa: E731
-    sy = lambda v: base - (v - y0) / (y1 - y0) * (base - top)  # noqa: E731
-    pct = lambda v: f"{100 * v:.1f}%"  # noqa: E731  the table's unit
-    qual = pct if percent else (lambda v: f"{v:.3f}")
-    parts = [
+    return _Plane(x0, x1, y0, y1, 8 + LINE * lines)
+
+
+def _pct(v: float) -> str:
+    """The table's unit."""
+    return f"{100 * v:.1f}%"
+
+
+def _axes(pl: _Plane, percent: bool) -> list[str]:
+    """The SVG's opening tag, both axes, their end values and their names."""
+    w, h, m, base, top = WIDTH, pl.height, LEFT, pl.base, pl.top
+    qual = _pct if percent else (lambda v: f"{v:.3f}")
+    return [
         f'<svg class="chart" width="{w}" height="{h}" viewBox="0 0 {w} {h}" xmlns="http://www.w3.org/2000/svg" '
         'font-size="11" font-family="sans-serif">',
         f'<line x1="{m}" y1="{base}" x2="{w - RIGHT}" y2="{base}" stroke="#888"/>',
         f'<line x1="{m}" y1="{top}" x2="{m}" y2="{base}" stroke="#888"/>',
-        f'<text x="{m}" y="{base + 14}">{pct(x0)}</text>',
-        f'<text x="{w - RIGHT}" y="{base + 14}" text-anchor="end">{pct(x1)}</text>',
+        f'<text x="{m}" y="{base + 14}">{_pct(pl.x0)}</text>',
+        f'<text x="{w - RIGHT}" y="{base + 14}" text-anchor="end">{_pct(pl.x1)}</text>',
         f'<text x="{(w + m) / 2}" y="{h - 8}" text-anchor="middle">acceptance rate</text>',
-        f'<text x="{m - 3}" y="{base}" text-anchor="end">{qual(y0)}</text>',
-        f'<text x="{m - 3}" y="{top + 10}" text-anchor="end">{qual(y1)}</text>',
+        f'<text x="{m - 3}" y="{base}" text-anchor="end">{qual(pl.y0)}</text>',
+        f'<text x="{m - 3}" y="{top + 10}" text-anchor="end">{qual(pl.y1)}</text>',
         f'<text transform="translate(12 {(base + top) / 2}) rotate(-90)" text-anchor="middle">quality</text>',
     ]
-    if shade and all(np.isfinite(shade)) and shade[1] > shade[0]:
-        parts.append(
-            f'<rect class="shared" x="{sx(shade[0]):.1f}" y="{top}" width="{sx(shade[1]) - sx(shade[0]):.1f}" '
-            f'height="{base - top}" fill="#000" fill-opacity="0.06"/>'
-        )
-    for frame, colour, dashed in series:
-        hull = hull_points(frame["acceptance_rate"].to_numpy(float), frame["quality"].to_numpy(float))
-        line = " ".join(f"{sx(a):.1f},{sy(q):.1f}" for a, q in hull)
-        dash = ' stroke-dasharray="5 3"' if dashed else ""
-        parts.append(f'<polyline points="{line}" fill="none" stroke="{colour}" stroke-width="2"{dash}/>')
+
+
+def _marks_svg(pl: _Plane, points: list[Mark]) -> list[str]:
+    """Each mark's intervals (where finite) and its dot."""
+    sx, sy = pl.sx, pl.sy
+    parts = []
     for p in points:
         (a, q), (aci, qci), c = (p.acceptance, p.quality), (p.acceptance_ci, p.quality_ci), p.colour
         if all(np.isfinite(aci)):
@@ -180,14 +202,40 @@ def chart(
                 f'<line x1="{sx(a):.1f}" y1="{sy(qci[0]):.1f}" x2="{sx(a):.1f}" y2="{sy(qci[1]):.1f}" stroke="{c}"/>'
             )
         parts.append(f'<circle cx="{sx(a):.1f}" cy="{sy(q):.1f}" r="{p.radius}" fill="{c}"/>')
-    for x, y, anchor, text, colour in _names(points, sx, sy, (m + 1, top, w - 2, base - 1)):
+    return parts
+
+
+def chart(
+    series: list[tuple[pd.DataFrame, str, bool]],
+    points: list[Mark],
+    titles: list[tuple[str, str]],
+    percent: bool,
+    shade: tuple[float, float] | None = None,
+) -> str:
+    """One SVG chart: each series' frontier (solid or dashed), the marks with their intervals and
+    placed names, a shaded acceptance range and the title lines (text, colour) above the plot."""
+    pl = _plane(points, percent, len(titles))
+    sx, sy, top, base = pl.sx, pl.sy, pl.top, pl.base
+    parts = _axes(pl, percent)
+    if shade and all(np.isfinite(shade)) and shade[1] > shade[0]:
+        parts.append(
+            f'<rect class="shared" x="{sx(shade[0]):.1f}" y="{top}" width="{sx(shade[1]) - sx(shade[0]):.1f}" '
+            f'height="{base - top}" fill="#000" fill-opacity="0.06"/>'
+        )
+    for frame, colour, dashed in series:
+        hull = hull_points(frame["acceptance_rate"].to_numpy(float), frame["quality"].to_numpy(float))
+        line = " ".join(f"{sx(a):.1f},{sy(q):.1f}" for a, q in hull)
+        dash = ' stroke-dasharray="5 3"' if dashed else ""
+        parts.append(f'<polyline points="{line}" fill="none" stroke="{colour}" stroke-width="2"{dash}/>')
+    parts += _marks_svg(pl, points)
+    for x, y, anchor, text, colour in _names(points, sx, sy, (LEFT + 1, top, WIDTH - 2, base - 1)):
         # A white halo under each name: a hull or an interval drawn through it does not strike it out.
         parts.append(
             f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}" fill="{colour}" font-size="10" {HALO}>'
             f"{html.escape(text)}</text>"
         )
     for k, (text, colour) in enumerate(titles):
-        parts.append(f'<text x="{m}" y="{LINE * (k + 1)}" fill="{colour}">{html.escape(text)}</text>')
+        parts.append(f'<text x="{LEFT}" y="{LINE * (k + 1)}" fill="{colour}">{html.escape(text)}</text>')
     return "".join(parts) + "</svg>"
 
 

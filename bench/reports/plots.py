@@ -288,6 +288,81 @@ def _pooled_hull(ax: plt.Axes, rows: pd.DataFrame, q_scale: float) -> bool:
     return True
 
 
+# A sweep's labels to place once the layout is final: its axes, points, texts and colour.
+SweepLabels = tuple[plt.Axes, list[tuple[float, float]], list[str], str]
+
+
+def _pareto_family(
+    ax: plt.Axes,
+    family_name: str,
+    family: pd.DataFrame,
+    x: str,
+    scales: tuple[float, float],
+    style: dict[str, Any],
+) -> tuple[list[str], SweepLabels | None, bool]:
+    """One family on a Pareto panel: a line through a swept family's points, then each point with
+    its error bars (hollow where its timing is not trusted). Returns the legend entries drawn, the
+    sweep's labels to place (None: not a sweep) and whether a hollow marker was drawn."""
+    x_scale, q_scale = scales
+    drawn: list[str] = []
+    labels: SweepLabels | None = None
+    flagged = False
+    sweep = _sweep(family)  # rows not drawn (no time) are not in the legend either
+    if sweep is not None:
+        key, texts = sweep
+        xs, ys = family[x].to_numpy(float) * x_scale, family["quality"].to_numpy(float) * q_scale
+        label = f"{family_name}, {key} swept"
+        # markers: each point's own, below (hollow where its timing is not trusted); the legend keeps one
+        ax.plot(xs, ys, "-", lw=1.2, label=label, **{**style, "markersize": 6, "markevery": []})
+        drawn.append(label)
+        labels = (ax, *_merge_coincident(list(zip(xs, ys)), texts), style["color"])
+    for _, r in family.iterrows():
+        drawn.append(r["legend"])
+        unsteady = x == "normalised_time" and not timing_trusted(r.get("time_spread", np.nan))
+        flagged |= bool(unsteady)
+        ax.errorbar(
+            r[x] * x_scale,
+            r["quality"] * q_scale,
+            xerr=_err(r[x], r.get(f"{x}_ci"), x_scale),
+            yerr=_err(r["quality"], r["quality_ci"], q_scale),
+            ls="none",
+            ecolor=style["color"],
+            elinewidth=0.8,
+            capsize=2,
+            label=None if sweep is not None else r["legend"],
+            **{
+                "markersize": 6 if sweep is not None else 8,
+                **style,
+                **({"markerfacecolor": "none"} if unsteady else {}),
+            },
+        )
+    return drawn, labels, flagged
+
+
+def _pareto_caption(title: str, x: str, flagged: bool, panel: Panel) -> str:
+    """What a Pareto figure shows, hollow markers explained where it draws one."""
+    what = (
+        "time per example relative to AR with the same settings, on the same timed examples"
+        if x == "normalised_time"
+        else "acceptance rate = accepted / drafted tokens"
+    )
+    hollow = (
+        " Hollow markers: re-timing the same examples moved the normalised time more than "
+        f"{SPREAD_LIMIT:g}x, or they were timed once (noise not measured); that time is not to be trusted."
+        if flagged
+        else ""
+    )
+    return (
+        f"{title}. x: {what}; y: the task's quality. Error bars: 95% bootstrap intervals over examples "
+        f"(asymmetric, as measured). Lines: methods swept over one parameter (points labelled), the static "
+        f"ensemble's target-weight sweep among them; a label that would cover another or a point is left "
+        "out; dotted "
+        "(on the acceptance axis): the upper hull of every baseline point and their anchors (lossless sd, accept_all) pooled, what a "
+        f"random mix of settings attains; dashed: the quality of AR, the target alone.{hollow} "
+        f"Settings: {panel.title}."
+    )
+
+
 def plot_pareto(panel: Panel, qualities: dict[str, str], out: Path, x: str = "normalised_time") -> list[Path]:
     """Quality against ``x`` (time relative to AR, or acceptance rate). A method swept over one
     parameter is a line with its points labelled; the static ensemble's line is the frontier the
@@ -300,7 +375,7 @@ def plot_pareto(panel: Panel, qualities: dict[str, str], out: Path, x: str = "no
         return []
     styles = method_styles(part)
     fig, axes = _grid(len(tasks))
-    sweeps: list[tuple[plt.Axes, list[tuple[float, float]], list[str], str]] = []
+    sweeps: list[SweepLabels] = []
     drawn: list[str] = ["ar (target alone)"]  # legend order: the table's order of methods
     flagged = False
     for ax, task in zip(axes, tasks):
@@ -311,35 +386,10 @@ def plot_pareto(panel: Panel, qualities: dict[str, str], out: Path, x: str = "no
             ax.axhline(r["quality"] * q_scale, color="black", ls="--", lw=0.9, label="ar (target alone)")
         for family_name, family in rows[(rows["method"] != "ar") & rows[x].notna()].groupby("family", sort=False):
             style = styles[family["method"].iloc[0]]
-            sweep = _sweep(family)  # rows not drawn (no time) are not in the legend either
-            if sweep is not None:
-                key, texts = sweep
-                xs, ys = family[x].to_numpy(float) * x_scale, family["quality"].to_numpy(float) * q_scale
-                label = f"{family_name}, {key} swept"
-                # markers: each point's own, below (hollow where its timing is not trusted); the legend keeps one
-                ax.plot(xs, ys, "-", lw=1.2, label=label, **{**style, "markersize": 6, "markevery": []})
-                drawn.append(label)
-                sweeps.append((ax, *_merge_coincident(list(zip(xs, ys)), texts), style["color"]))
-            for _, r in family.iterrows():
-                drawn.append(r["legend"])
-                unsteady = x == "normalised_time" and not timing_trusted(r.get("time_spread", np.nan))
-                flagged |= bool(unsteady)
-                ax.errorbar(
-                    r[x] * x_scale,
-                    r["quality"] * q_scale,
-                    xerr=_err(r[x], r.get(f"{x}_ci"), x_scale),
-                    yerr=_err(r["quality"], r["quality_ci"], q_scale),
-                    ls="none",
-                    ecolor=style["color"],
-                    elinewidth=0.8,
-                    capsize=2,
-                    label=None if sweep is not None else r["legend"],
-                    **{
-                        "markersize": 6 if sweep is not None else 8,
-                        **style,
-                        **({"markerfacecolor": "none"} if unsteady else {}),
-                    },
-                )
+            entries, labels, hollow = _pareto_family(ax, family_name, family, x, (x_scale, q_scale), style)
+            drawn += entries
+            sweeps += [labels] if labels is not None else []
+            flagged |= hollow
         if x == "acceptance_rate" and _pooled_hull(ax, rows, q_scale):
             drawn.insert(1, POOLED_LINE)
         _bound_quality_axis(ax, metric)
@@ -354,33 +404,62 @@ def plot_pareto(panel: Panel, qualities: dict[str, str], out: Path, x: str = "no
     fig.suptitle(f"{title} ({panel.slug})", fontsize=11)
     for sweep_points in sweeps:  # once the layout is final, so that label boxes are where they will be drawn
         _place_labels(*sweep_points)
-    what = (
-        "time per example relative to AR with the same settings, on the same timed examples"
-        if x == "normalised_time"
-        else "acceptance rate = accepted / drafted tokens"
-    )
-    hollow = (
-        " Hollow markers: re-timing the same examples moved the normalised time more than "
-        f"{SPREAD_LIMIT:g}x, or they were timed once (noise not measured); that time is not to be trusted."
-        if flagged
-        else ""
-    )
-    caption = (
-        f"{title}. x: {what}; y: the task's quality. Error bars: 95% bootstrap intervals over examples "
-        f"(asymmetric, as measured). Lines: methods swept over one parameter (points labelled), the static "
-        f"ensemble's target-weight sweep among them; a label that would cover another or a point is left "
-        "out; dotted "
-        "(on the acceptance axis): the upper hull of every baseline point and their anchors (lossless sd, accept_all) pooled, what a "
-        f"random mix of settings attains; dashed: the quality of AR, the target alone.{hollow} "
-        f"Settings: {panel.title}."
-    )
-    return _save(fig, out, f"{name}_{panel.slug}", caption)
+    return _save(fig, out, f"{name}_{panel.slug}", _pareto_caption(title, x, flagged, panel))
 
 
 MEASURED, LOGGED, THEORY = "measured: accepted / verified", "logged 1 - TV(q, pi)", "theory 1 - w TV(p, q)"
 
 
+def _acceptance_vs_weight_axes(
+    ax: plt.Axes, rows: pd.DataFrame, examples: pd.DataFrame, styles: dict[str, Any]
+) -> None:
+    """One task's panel: the ensemble's measured per-token acceptance with its intervals, the
+    logged expectation, and the theory line from SD's acceptance where SD ran; the y range fits the
+    data."""
+    ens = rows[rows["method"] == "ensemble"]
+    ens = ens.assign(target_weight=[p["target_weight"] for p in ens["params"]]).sort_values("target_weight")
+    runs = [examples[examples["config_id"] == c] for c in ens["config_id"]]
+    err = np.hstack([_rate_err(g["accepted_tokens"], g["reached_per_position"].map(sum)) for g in runs])
+    ax.errorbar(
+        ens["target_weight"],
+        ens["per_token_acceptance"] * 100,
+        yerr=err,
+        ls="none",
+        ms=7,
+        elinewidth=0.8,
+        capsize=2,
+        label=MEASURED,
+        **styles["ensemble"],
+    )
+    ax.plot(
+        ens["target_weight"],
+        ens["expected_acceptance"] * 100,
+        "x",
+        color="black",
+        ms=7,
+        label=LOGGED,
+    )
+    sd = rows[rows["method"] == "sd"]
+    if len(sd):
+        tv = 1 - float(sd["per_token_acceptance"].iloc[0])
+        w = np.linspace(0, 1, 50)
+        ax.plot(w, (1 - w * tv) * 100, "--", color=styles["sd"]["color"], label=THEORY)
+        ax.text(0.03, 0.05, f"TV(p, q) = {tv:.3f} (from SD)", transform=ax.transAxes, fontsize=8)
+    shown = np.concatenate(
+        [
+            ens["per_token_acceptance"] - err[0] / 100,  # the lower ends of the error bars
+            ens["expected_acceptance"],
+            (1 - tv,) if len(sd) else (),
+        ]
+    )
+    low = float(np.nanmin(shown)) * 100 if len(shown) else 0.0
+    ax.set_xlim(0, 1.02)
+    ax.set_ylim(max(0.0, low - 0.15 * (100 - low) - 1), 100.5)  # the data fill the axes
+
+
 def plot_acceptance_vs_weight(rows: pd.DataFrame, panel: Panel, out: Path) -> list[Path]:
+    """The static ensemble's per-token acceptance against its target weight, per task, beside what
+    the theory predicts from SD: the check that acceptance falls linearly in w."""
     part = panel.part
     tasks = [t for t in _tasks(part) if (part[(part["task"] == t)]["method"] == "ensemble").any()]
     if not tasks:
@@ -389,46 +468,7 @@ def plot_acceptance_vs_weight(rows: pd.DataFrame, panel: Panel, out: Path) -> li
     styles = method_styles(part)
     fig, axes = _grid(len(tasks))
     for ax, task in zip(axes, tasks):
-        rows = part[part["task"] == task]
-        ens = rows[rows["method"] == "ensemble"]
-        ens = ens.assign(target_weight=[p["target_weight"] for p in ens["params"]]).sort_values("target_weight")
-        runs = [examples[examples["config_id"] == c] for c in ens["config_id"]]
-        err = np.hstack([_rate_err(g["accepted_tokens"], g["reached_per_position"].map(sum)) for g in runs])
-        ax.errorbar(
-            ens["target_weight"],
-            ens["per_token_acceptance"] * 100,
-            yerr=err,
-            ls="none",
-            ms=7,
-            elinewidth=0.8,
-            capsize=2,
-            label=MEASURED,
-            **styles["ensemble"],
-        )
-        ax.plot(
-            ens["target_weight"],
-            ens["expected_acceptance"] * 100,
-            "x",
-            color="black",
-            ms=7,
-            label=LOGGED,
-        )
-        sd = rows[rows["method"] == "sd"]
-        if len(sd):
-            tv = 1 - float(sd["per_token_acceptance"].iloc[0])
-            w = np.linspace(0, 1, 50)
-            ax.plot(w, (1 - w * tv) * 100, "--", color=styles["sd"]["color"], label=THEORY)
-            ax.text(0.03, 0.05, f"TV(p, q) = {tv:.3f} (from SD)", transform=ax.transAxes, fontsize=8)
-        shown = np.concatenate(
-            [
-                ens["per_token_acceptance"] - err[0] / 100,  # the lower ends of the error bars
-                ens["expected_acceptance"],
-                (1 - tv,) if len(sd) else (),
-            ]
-        )
-        low = float(np.nanmin(shown)) * 100 if len(shown) else 0.0
-        ax.set_xlim(0, 1.02)
-        ax.set_ylim(max(0.0, low - 0.15 * (100 - low) - 1), 100.5)  # the data fill the axes
+        _acceptance_vs_weight_axes(ax, part[part["task"] == task], examples, styles)
         ax.set_title(TASK_TITLES.get(task, task), fontsize=10)
         ax.set_xlabel("target weight w")
         ax.set_ylabel("per-token acceptance (%)")

@@ -193,6 +193,71 @@ def _sortable(values: tuple[Any, ...]) -> tuple[tuple[int, Any], ...]:
     )
 
 
+def _headline(config_id: str, g: pd.DataFrame) -> dict[str, Any]:
+    """One configuration's settings, method structure and headline numbers with their intervals,
+    pooled over its examples ``g``; its time against ar is added by ``_against_ar``."""
+    first = g.iloc[0]
+    drafted, accepted = g["drafted_tokens"].to_numpy(float), g["accepted_tokens"].to_numpy(float)
+    quality = g["quality"].to_numpy(float)
+    reached = np.stack(g["reached_per_position"].to_numpy()).sum() if first["method"] != "ar" else 0
+    timed = g[g["wall_time_s"].notna()]
+    return {
+        "config_id": config_id,
+        **{k: first[k] for k in [*SHARED_SETTINGS, "method", "label", "draft_len", "head"]},
+        **structure(first),
+        "examples": len(g),
+        "acceptance_rate": accepted.sum() / drafted.sum() if drafted.sum() else np.nan,
+        "acceptance_rate_ci": bootstrap(_ratio, accepted, drafted) if drafted.sum() else (np.nan, np.nan),
+        "per_token_acceptance": accepted.sum() / reached if reached else np.nan,
+        "expected_acceptance": float(
+            np.nansum(g["expected_acceptance"] * g["reached_per_position"].map(sum)) / reached
+        )
+        if reached
+        else np.nan,
+        "bias": float(np.nansum(g["bias"] * g["reached_per_position"].map(sum)) / reached)
+        if reached
+        else np.nan,
+        "quality": quality.mean(),
+        "quality_ci": bootstrap(lambda q: q.mean(-1), quality),
+        "acceptance_length": g["new_tokens"].sum() / g["rounds"].sum(),
+        "drafting_share": g["drafting_rounds"].sum() / g["rounds"].sum() if "drafting_rounds" in g else np.nan,
+        "target_loglik": _loglik(g),
+        "weight_mean": float(np.nanmean(g["weight_mean"])) if g["weight_mean"].notna().any() else np.nan,
+        "wall_time_s": timed["wall_time_s"].mean(),
+        "time_per_token_s": timed["wall_time_s"].sum() / timed["new_tokens"].sum()
+        if len(timed)
+        else np.nan,
+        "timed_examples": len(timed),
+        "time_spread": np.nan,
+    }
+
+
+def _against_ar(g: pd.DataFrame, ar: pd.DataFrame) -> dict[str, Any]:
+    """A configuration's time relative to the ar run with its settings, over the examples both
+    timed (NaN where none): normalised time with its interval, speedup and the repeats' spread.
+    Refuses a results directory holding two such ar runs (mixed harness versions)."""
+    first, timed = g.iloc[0], g[g["wall_time_s"].notna()]
+    ref = ar[_agrees(ar, first[list(SHARED_SETTINGS)])]
+    if ref["config_id"].nunique() > 1:
+        raise BenchError(
+            f"{first['label']} ({first['config_id']}) matches {ref['config_id'].nunique()} ar runs with the "
+            "same settings; the results directory mixes runs of different harness versions: use a fresh one"
+        )
+    ref = ref[ref["wall_time_s"].notna()]
+    columns = ["example_id", "wall_time_s", *(["wall_times_s"] if "wall_times_s" in g else [])]
+    shared = timed[columns].merge(ref[columns], on="example_id", suffixes=("", "_ar"))
+    if not len(shared):
+        return {"normalised_time": np.nan, "normalised_time_ci": (np.nan, np.nan), "speedup": np.nan}
+    t, t_ar = shared["wall_time_s"].to_numpy(float), shared["wall_time_s_ar"].to_numpy(float)
+    return {
+        "normalised_time": t.mean() / t_ar.mean(),
+        "normalised_time_ci": bootstrap(_mean_ratio, t, t_ar),
+        "speedup": t_ar.mean() / t.mean(),
+        # ar against itself is 1 by definition in every repeat: nothing for noise to move
+        "time_spread": 1.0 if first["method"] == "ar" else _spread(_repeats(shared), _repeats(shared, "_ar")),
+    }
+
+
 def summarise(rows: pd.DataFrame) -> pd.DataFrame:
     """One row per configuration with its headline numbers and their intervals, and its method as
     structure (``structure``: parameters, family, swept values, style, order)."""
@@ -206,69 +271,8 @@ def summarise(rows: pd.DataFrame) -> pd.DataFrame:
     ar = rows[rows["method"] == "ar"]
     out, firsts = [], {}
     for config_id, g in rows.groupby("config_id", sort=False):
-        first = g.iloc[0]
-        drafted, accepted = g["drafted_tokens"].to_numpy(float), g["accepted_tokens"].to_numpy(float)
-        quality = g["quality"].to_numpy(float)
-        reached = np.stack(g["reached_per_position"].to_numpy()).sum() if first["method"] != "ar" else 0
-        timed = g[g["wall_time_s"].notna()]
-        rec: dict[str, Any] = {
-            "config_id": config_id,
-            **{
-                k: first[k]
-                for k in [
-                    *SHARED_SETTINGS,
-                    "method",
-                    "label",
-                    "draft_len",
-                    "head",
-                ]
-            },
-            **structure(first),
-            "examples": len(g),
-            "acceptance_rate": accepted.sum() / drafted.sum() if drafted.sum() else np.nan,
-            "acceptance_rate_ci": bootstrap(_ratio, accepted, drafted) if drafted.sum() else (np.nan, np.nan),
-            "per_token_acceptance": accepted.sum() / reached if reached else np.nan,
-            "expected_acceptance": float(
-                np.nansum(g["expected_acceptance"] * g["reached_per_position"].map(sum)) / reached
-            )
-            if reached
-            else np.nan,
-            "bias": float(np.nansum(g["bias"] * g["reached_per_position"].map(sum)) / reached)
-            if reached
-            else np.nan,
-            "quality": quality.mean(),
-            "quality_ci": bootstrap(lambda q: q.mean(-1), quality),
-            "acceptance_length": g["new_tokens"].sum() / g["rounds"].sum(),
-            "drafting_share": g["drafting_rounds"].sum() / g["rounds"].sum() if "drafting_rounds" in g else np.nan,
-            "target_loglik": _loglik(g),
-            "weight_mean": float(np.nanmean(g["weight_mean"])) if g["weight_mean"].notna().any() else np.nan,
-            "wall_time_s": timed["wall_time_s"].mean(),
-            "time_per_token_s": timed["wall_time_s"].sum() / timed["new_tokens"].sum()
-            if len(timed)
-            else np.nan,
-            "timed_examples": len(timed),
-            "time_spread": np.nan,
-        }
-        ref = ar[_agrees(ar, first[list(SHARED_SETTINGS)])]
-        if ref["config_id"].nunique() > 1:
-            raise BenchError(
-                f"{first['label']} ({config_id}) matches {ref['config_id'].nunique()} ar runs with the same "
-                "settings; the results directory mixes runs of different harness versions: use a fresh one"
-            )
-        ref = ref[ref["wall_time_s"].notna()]
-        columns = ["example_id", "wall_time_s", *(["wall_times_s"] if "wall_times_s" in rows else [])]
-        shared = timed[columns].merge(ref[columns], on="example_id", suffixes=("", "_ar"))
-        if len(shared):
-            t, t_ar = shared["wall_time_s"].to_numpy(float), shared["wall_time_s_ar"].to_numpy(float)
-            rec["normalised_time"] = t.mean() / t_ar.mean()
-            rec["normalised_time_ci"] = bootstrap(_mean_ratio, t, t_ar)
-            rec["speedup"] = t_ar.mean() / t.mean()
-            # ar against itself is 1 by definition in every repeat: nothing for noise to move
-            rec["time_spread"] = 1.0 if first["method"] == "ar" else _spread(_repeats(shared), _repeats(shared, "_ar"))
-        else:
-            rec.update(normalised_time=np.nan, normalised_time_ci=(np.nan, np.nan), speedup=np.nan)
-        out.append(rec)
-        firsts[config_id] = first
+        out.append({**_headline(config_id, g), **_against_ar(g, ar)})
+        firsts[config_id] = g.iloc[0]
     summary = pd.DataFrame(out)
     _tell_apart(summary, firsts)
     order = sorted(
