@@ -261,6 +261,7 @@ class SpeculativeDecoder:
                 greedy=self.greedy_draft,
                 hidden="hidden" in verifier.reads(),  # a target-only judge reads none of the draft's
                 method=verifier.name,
+                target=target,
                 reads=verifier.reads(),
                 device=self.device,
                 eos=self.eos,
@@ -274,6 +275,9 @@ class SpeculativeDecoder:
         if trees:  # refused before anything decodes, not at the first tree round
             self._check_trees()
         made = engine(target, widths, trees) if trees else engine(target, widths)  # type: ignore[call-arg]
+        layers = self.drafter.target_layers(target.config.get_text_config().num_hidden_layers) if self.drafter else ()
+        if layers:  # a drafter that reads the target's layer states (EAGLE): the engine keeps them
+            made.keep_states(layers)
         self.engines = [made] + (self.drafter.engines if self.drafter else [])
 
     def generate(self, prompt_ids: Sequence[int], max_new_tokens: int, seed: int = 0) -> Generation:
@@ -329,6 +333,7 @@ class SpeculativeDecoder:
             ids = padded([p[:-1] for p in prompts], device)
             for engine in self.engines:
                 engine.step(ids, held, keep=1, hidden=False)
+            self._hand_states(rows, [list(range(h)) for h in held])
             for row in rows:
                 row.stats.target_forwards += len(row.seq) > 1
                 row.stats.draft_forwards += (len(self.engines) - 1) * (len(row.seq) > 1)
@@ -451,6 +456,7 @@ class SpeculativeDecoder:
         count = len(rows)
         if self.drafter:
             self.drafter.observe(rows, ns, host[:count])
+        self._hand_states(rows, [list(range(acc + 1)) for acc in host[:count]])
         finished: set[int] = set()
         for i, (row, nb) in enumerate(zip(rows, ns)):
             acc, drafts = host[i], host[2 * count + i * n : 2 * count + i * n + nb]
@@ -476,6 +482,7 @@ class SpeculativeDecoder:
         at = count * (1 + 2 * n)
         paths = [host[at + i * n : at + i * n + host[at + count * n + i]] for i in range(count)]
         target.commit(paths)
+        self._hand_states(rows, [[0] + [1 + j for j in path] for path in paths])
         if self.drafter:
             self.drafter.observe(rows, ns, [len(path) for path in paths])
         finished: set[int] = set()
@@ -490,6 +497,14 @@ class SpeculativeDecoder:
             if self._emit(row, i, nb, len(path), drafts, host[i], logps[i], None, None, None, tree):
                 finished.add(i)
         return finished
+
+    def _hand_states(self, rows: list[_Row], kept: list[list[int]]) -> None:
+        """A drafter that reads the target's layer states (``Drafter.target_layers``) gets those of
+        the tokens each row's target cache kept in the step just run: ``kept[b]`` indexes that
+        step's tokens (a chain's root and accepted drafts, a tree's root and accepted path)."""
+        states = self.engines[0].states
+        if self.drafter and self.engines[0].states_at and states is not None:
+            self.drafter.take_states(rows, [states[b, idx] for b, idx in enumerate(kept)])
 
     def _check_trees(self) -> None:
         """A method, a weight head or a trace not defined on token trees is refused in one line."""

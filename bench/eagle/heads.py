@@ -276,6 +276,10 @@ class Eagle3Head(EagleHead):
         out, kv = self.midlayer(emb, hidden, positions, mask, cache[0] if cache else None)
         return out, [kv]
 
+    def head_input(self, out: Tensor) -> Tensor:
+        """What the lm_head reads of an output: its final norm (a drafter's ``hidden``)."""
+        return self.norm(out)
+
     def logits(self, out: Tensor) -> Tensor:
         """Scores over the draft vocabulary [..., draft_vocab_size]."""
         return self.lm_head(self.norm(out))
@@ -313,6 +317,9 @@ class Eagle1Head(EagleHead):
             h, kv = layer(h, positions, mask, cache[i] if cache else None)
             out.append(kv)
         return h, out
+
+    def head_input(self, out: Tensor) -> Tensor:
+        return out  # the target's lm_head reads the output as is (``cnets1.py`` ``head(out_hidden)``)
 
     def logits(self, out: Tensor) -> Tensor:
         if not self.target_head:
@@ -369,7 +376,7 @@ def load_eagle_head(source: str | Path, target: Any) -> EagleHead:
     if missing or unexpected:
         raise BenchError(f"EAGLE head {source}: keys not in the {head.kind} layout: missing {missing[:4]}, unexpected {unexpected[:4]}")
     check_target(head, target, "embed_tokens.weight" in state)
-    return head.to(next(iter(state.values())).dtype)
+    return head.to(next(v.dtype for k, v in state.items() if v.is_floating_point()))
 
 
 def check_target(head: EagleHead, target: Any, own_embedding: bool) -> None:
