@@ -120,7 +120,9 @@ class EagleDrafter(Drafter):
             feats = torch.cat(state.pending).unsqueeze(0)
             state.pending = []
             n = feats.shape[1]
-            tokens = torch.tensor([row.seq[state.fed + 1 : state.fed + 1 + n]], device=self.device)
+            tokens = torch.tensor([row.seq[state.fed + 1 : state.fed + 1 + n]], dtype=torch.long, device=self.device)
+            if n == 0:
+                return state
             if tokens.shape[1] != n:
                 raise RuntimeError(f"eagle: {n} target states for {tokens.shape[1]} tokens")  # the loop's contract broke
             out, state.cache = self.head(feats, tokens, cache=state.cache)
