@@ -240,6 +240,7 @@ def test_the_compiled_engine_is_refused_in_one_line():
 def test_pair_registry_names_the_heads():
     assert resolve_pair("llama3").eagle == E3_REPO
     assert resolve_pair("smollm2").eagle == "reference/smollm2-eagle"
+    assert resolve_pair("qwen3").eagle == "Tengyunw/qwen3_8b_eagle3" and resolve_pair("gemma3").eagle is None
     assert with_pair_head("eagle:tree=1", "reference/x") == "eagle:path=reference/x,tree=1"
     assert with_pair_head("eagle:path=/h", "reference/x") == "eagle:path=/h"
     assert with_pair_head("lookup", "reference/x") == "lookup"
