@@ -67,7 +67,8 @@ def test_reduced_vocab_round_trips(records):
 
 def test_unrolled_steps_are_the_decoding_chain():
     """Step 0 of the unroll is the decoding head over the sequence; step j at position t is the
-    head fed its own output j times after position t (cache of step 0's keys), as it drafts."""
+    head fed its own output j times after position t (cache of step 0's keys), as it drafts; an
+    unroll from a later position computes the same logits there."""
     torch.manual_seed(0)
     cfg = HeadConfig(hidden_size=32, intermediate_size=48, num_attention_heads=4, num_key_value_heads=2,
                      vocab_size=64, draft_vocab_size=16, rope_theta=1000.0)
@@ -84,6 +85,8 @@ def test_unrolled_steps_are_the_decoding_chain():
     for j in (1, 2):
         hidden, cache = head(hidden, tokens[:, t + j : t + j + 1], cache=cache)
         torch.testing.assert_close(steps[j][0, t], head.logits(hidden)[0, 0], atol=1e-5, rtol=1e-5)
+    for j, sliced in enumerate(unroll(head, feats, tokens, 3, start=4)):  # positions 4 on only
+        torch.testing.assert_close(sliced, steps[j][:, 4:], atol=1e-5, rtol=1e-5)
 
 
 def _fit(pair, records, folder: Path, steps: int, kill_at: int | None = None):

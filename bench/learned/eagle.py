@@ -37,6 +37,7 @@ from bench.errors import BenchError
 from bench.pairs import Pair
 
 Log = Callable[[str], None]
+PACKAGED_PROMPTS = Path(__file__).resolve().parents[1] / "reference" / "smollm2-eagle" / "prompts.jsonl"
 
 
 def atomic_save(obj: Any, path: Path) -> None:
@@ -56,6 +57,22 @@ def read_prompts(path: Path, split: str) -> list[dict[str, Any]]:
     if not picked or any("prompt" not in r for r in picked):
         raise BenchError(f"prompts file {path}: no '{split}' lines with a 'prompt' field; write it with scripts/eagle_prompts.py")
     return picked
+
+
+def take_evenly(prompts: list[dict[str, Any]], limit: int | None) -> list[dict[str, Any]]:
+    """At most ``limit`` prompts, the first ones of each source in turn (file order within a
+    source), so a smaller run keeps the mix of sources and its card can name the rows."""
+    if limit is None or limit >= len(prompts):
+        return prompts
+    by_source: dict[str, list[dict[str, Any]]] = {}
+    for p in prompts:
+        by_source.setdefault(p.get("source", ""), []).append(p)
+    picked: list[dict[str, Any]] = []
+    for i in range(len(prompts)):
+        picked += [rows[i] for rows in by_source.values() if i < len(rows)][: limit - len(picked)]
+        if len(picked) == limit:
+            break
+    return sorted(picked, key=prompts.index)
 
 
 def prompt_ids(pair: Pair, prompt: str, chat: bool) -> list[int]:
@@ -341,7 +358,7 @@ def train_draft(pair: Pair, job: DraftJob, log: Log = print) -> dict[str, Any]:
     from bench.learned.eagle_ttt import chain_acceptance
 
     work, began = job.out / "work", time.monotonic()
-    train_p = read_prompts(job.prompts, "train")[: job.limit]
+    train_p = take_evenly(read_prompts(job.prompts, "train"), job.limit)
     held_p = read_prompts(job.prompts, "heldout")
     gen = (job.new_tokens, job.gen_batch, job.chat, log)
     held = generate_features(pair, held_p, work / "features_heldout", *gen)
@@ -373,3 +390,15 @@ def train_draft(pair: Pair, job: DraftJob, log: Log = print) -> dict[str, Any]:
     for a in accept:
         log(f"held-out greedy chain, depth {a['depth']}: {a['tokens_per_round']:.3f} tokens per round ({a['rounds']} rounds)")
     return card
+
+
+def train_draft_command(pair: str, out: Path, prompts: Path | None, num_prompts: int | None, new_tokens: int, gen_batch: int,
+                        draft_vocab: int, steps: int, batch: int, ttt_steps: int, lr: float, seed: int, device: str,
+                        dtype: str | None, log: Log = print) -> dict[str, Any]:
+    """`diversed-bench train-draft`: load the pair, train its head with these flags, return the card."""
+    from bench.pairs import load_pair
+
+    fit_settings = FitSettings(steps=steps, batch=batch, ttt_steps=ttt_steps, lr=lr, seed=seed)
+    job = DraftJob(prompts=prompts or PACKAGED_PROMPTS, out=out, limit=num_prompts, new_tokens=new_tokens,
+                   gen_batch=gen_batch, draft_vocab=draft_vocab, fit=fit_settings)
+    return train_draft(load_pair(pair, device=device, dtype=dtype), job, log)

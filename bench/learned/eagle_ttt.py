@@ -31,34 +31,40 @@ from bench.eagle.heads import Attention, Eagle3Head, Eagle3Layer, rotary, rotate
 Batch = dict[str, Tensor]
 
 
-def ttt_attention(attn: Attention, x: Tensor, cache: list[tuple[Tensor, Tensor]], step: int) -> Tensor:
+def ttt_attention(attn: Attention, x: Tensor, cache: list[tuple[Tensor, Tensor]], step: int, start: int) -> Tensor:
     """One step's attention: causal over step 0's keys, plus the keys of steps 1..step at the same
-    position (appended to ``cache``); rope at position t + step."""
-    c, (b, t, _) = attn.config, x.shape
-    q = attn.q_proj(x).view(b, t, -1, c.dim).transpose(1, 2)
-    k = attn.k_proj(x).view(b, t, -1, c.dim).transpose(1, 2)
-    v = attn.v_proj(x).view(b, t, -1, c.dim).transpose(1, 2)
-    cos, sin = rotary((torch.arange(t, device=x.device) + step).expand(b, -1), c.dim, c.rope_theta, x.dtype)
-    q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+    position (appended to ``cache``); rope at position t + step. Step 0's ``x`` covers every
+    position (all are keys) and queries from ``start`` on; later steps' ``x`` covers ``start`` on
+    only: before it no step has a loss, so nothing there is computed beyond step 0's keys."""
+    c, (b, n, _) = attn.config, x.shape
+    first = start if step == 0 else 0  # the first query's index in x
+    pos = (torch.arange(n, device=x.device) + (0 if step == 0 else start) + step).expand(b, -1)
+    cos, sin = rotary(pos, c.dim, c.rope_theta, x.dtype)
+    q = attn.q_proj(x[:, first:]).view(b, n - first, -1, c.dim).transpose(1, 2)
+    k = attn.k_proj(x).view(b, n, -1, c.dim).transpose(1, 2)
+    v = attn.v_proj(x).view(b, n, -1, c.dim).transpose(1, 2)
+    q = q * cos[:, :, first:] + rotate_half(q) * sin[:, :, first:]
+    k = k * cos + rotate_half(k) * sin
     groups = q.shape[1] // k.shape[1]
     cache.append((k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)))
-    (k0, v0), scale = cache[0], math.sqrt(c.dim)
-    causal = torch.full((t, t), float("-inf"), device=x.device, dtype=q.dtype).triu(1)
+    (k0, v0), scale, keys = cache[0], math.sqrt(c.dim), cache[0][0].shape[2]
+    causal = torch.full((q.shape[2], keys), float("-inf"), device=x.device, dtype=q.dtype).triu(start + 1)
     scores = [q @ k0.transpose(2, 3) / scale + causal]
     scores += [((q * ki).sum(-1) / scale)[..., None] for ki, _ in cache[1:]]
     w = torch.softmax(torch.cat(scores, dim=-1), dim=-1, dtype=torch.float32).to(q.dtype)
-    out = w[..., :t] @ v0
+    out = w[..., :keys] @ v0
     for i, (_, vi) in enumerate(cache[1:]):
-        out = out + w[..., t + i, None] * vi
-    return attn.o_proj(out.transpose(1, 2).reshape(b, t, -1))
+        out = out + w[..., keys + i, None] * vi
+    return attn.o_proj(out.transpose(1, 2).reshape(b, q.shape[2], -1))
 
 
-def ttt_layer(layer: Eagle3Layer, emb: Tensor, h: Tensor, cache: list, step: int) -> Tensor:
-    """The midlayer (the authors' LlamaDecoderLayeremb) with the unrolled attention."""
+def ttt_layer(layer: Eagle3Layer, emb: Tensor, h: Tensor, cache: list, step: int, start: int) -> Tensor:
+    """The midlayer (the authors' LlamaDecoderLayeremb) with the unrolled attention; its output
+    covers positions ``start`` on."""
     normed = layer.hidden_norm(h)
-    residual = normed if layer.before else h
+    residual = (normed if layer.before else h)[:, start if step == 0 else 0 :]
     x = torch.cat((layer.input_layernorm(emb), normed), dim=-1)
-    h = residual + ttt_attention(layer.self_attn, x, cache, step)
+    h = residual + ttt_attention(layer.self_attn, x, cache, step, start)
     return h + layer.mlp(layer.post_attention_layernorm(h))
 
 
@@ -70,12 +76,14 @@ def shift(x: Tensor, by: int) -> Tensor:
     return F.pad(x[:, by:], pad)[:, : x.shape[1]] if by < x.shape[1] else torch.zeros_like(x)
 
 
-def unroll(head: Eagle3Head, feats: Tensor, tokens: Tensor, steps: int) -> list[Tensor]:
-    """Draft logits [B, T, Vd] of each step; ``feats`` [B, T, 3H] the target's fused states at
-    position t, ``tokens`` [B, T] token t + 1 (so step j reads ``shift(tokens, j)``)."""
+def unroll(head: Eagle3Head, feats: Tensor, tokens: Tensor, steps: int, start: int = 0) -> list[Tensor]:
+    """Draft logits [B, T - start, Vd] of each step at positions ``start`` on; ``feats``
+    [B, T, 3H] the target's fused states at position t, ``tokens`` [B, T] token t + 1 (so step j
+    reads ``shift(tokens, j)``)."""
     hidden, cache, out = head.fc(feats), [], []
     for j in range(steps):
-        hidden = ttt_layer(head.midlayer, head.embed_tokens(shift(tokens, j)).to(hidden.dtype), hidden, cache, j)
+        emb = head.embed_tokens(shift(tokens, j)[:, 0 if j == 0 else start :]).to(hidden.dtype)
+        hidden = ttt_layer(head.midlayer, emb, hidden, cache, j, start)
         out.append(head.lm_head(head.norm(hidden)).float())
     return out
 
@@ -84,13 +92,14 @@ def ttt_losses(head: Eagle3Head, batch: Batch, target_w: Tensor, steps: int) -> 
     """Each step's loss and top-1 accuracy (the authors' ``plosses`` and ``acces``). ``target_w``
     [Vd, H] is the target's output layer at the draft ids: ``final @ target_w.T`` is
     ``target_head[..., t2d]``; position s of ``final``/``argmax``/``valid`` is about token s + 1."""
-    logits = unroll(head, batch["feats"], batch["tokens"], steps)
+    start = max(0, int(batch["prompt_len"].min()) - 1 - steps)  # no step has a loss before it
+    logits = unroll(head, batch["feats"], batch["tokens"], steps, start)
     target_p = torch.softmax(batch["final"] @ target_w.T, dim=-1).detach()
     in_vocab = head.t2d[batch["argmax"]] & batch["valid"]
-    losses, accs = [], []
+    losses, accs, total = [], [], batch["valid"].numel()
     for j, lg in enumerate(logits):
-        p, mask = shift(target_p, 1 + j), shift(in_vocab, 1 + j).float()
-        losses.append(-(mask * (p * torch.log_softmax(lg, dim=-1)).sum(-1)).mean())
+        p, mask = shift(target_p, 1 + j)[:, start:], shift(in_vocab, 1 + j)[:, start:].float()
+        losses.append(-(mask * (p * torch.log_softmax(lg, dim=-1)).sum(-1)).sum() / total)
         hit = (lg.argmax(-1) == p.argmax(-1)).float() * mask
         accs.append(float(hit.sum() / shift(batch["valid"], 1 + j).float().sum().clamp(min=1)))
     return losses, accs
@@ -117,6 +126,7 @@ def collate(records: list[dict[str, Any]]) -> Batch:
         "tokens": torch.stack([pad(r["ids"][1:]) for r in records]),
         "argmax": torch.stack([pad(r["argmax"]) for r in records]),
         "valid": torch.stack(valid),
+        "prompt_len": torch.tensor([r["prompt_len"] for r in records]),
     }
 
 
@@ -130,13 +140,13 @@ def chain_acceptance(head: Eagle3Head, records: list[dict[str, Any]], depth: int
     hits = [0] * depth
     for r in records:
         ids, p = r["ids"], r["prompt_len"]
-        logits = unroll(head, r["feats"][None], ids[None, 1:], depth)
+        logits = unroll(head, r["feats"][None], ids[None, 1:], depth, p - 1)
         t_len = len(ids) - 1
         hit = torch.zeros(depth, t_len, dtype=torch.bool)
         for j, lg in enumerate(logits):
-            pred = head.to_target(lg[0].argmax(-1))
-            span = max(0, t_len - 1 - j)
-            hit[j, :span] = pred[:span] == ids[2 + j : 2 + j + span]
+            pred = head.to_target(lg[0].argmax(-1))  # positions p - 1 on
+            span = max(0, t_len - 1 - j - (p - 1))
+            hit[j, p - 1 : p - 1 + span] = pred[:span] == ids[p + 1 + j : p + 1 + j + span]
         run = hit.int().cumprod(0).sum(0)
         for j in range(depth):
             hits[j] += int(hit[j, p - 1 : t_len - 1 - j].sum())
