@@ -29,7 +29,7 @@ from transformers import PreTrainedModel
 from bench.distributions import Sampling, pick, process
 from bench.drafters import Draft, Drafter, make_drafter
 from bench.drafters.model import padded
-from bench.engines import EagerEngine, EngineFactory, to_device
+from bench.engines import EagerEngine, EngineFactory, ModelEngine, to_device
 from bench.errors import BenchError
 from bench.verifiers import Round, Verifier, verify
 from bench.verifiers.tree import TreeRound, check_tree_method, verify_tree
@@ -275,10 +275,7 @@ class SpeculativeDecoder:
         if trees:  # refused before anything decodes, not at the first tree round
             self._check_trees()
         made = engine(target, widths, trees) if trees else engine(target, widths)  # type: ignore[call-arg]
-        layers = self.drafter.target_layers(target.config.get_text_config().num_hidden_layers) if self.drafter else ()
-        if layers:  # a drafter that reads the target's layer states (EAGLE): the engine keeps them
-            made.keep_states(layers)
-        self.engines = [made] + (self.drafter.engines if self.drafter else [])
+        self.engines = [self._keeping_states(made, target)] + (self.drafter.engines if self.drafter else [])
 
     def generate(self, prompt_ids: Sequence[int], max_new_tokens: int, seed: int = 0) -> Generation:
         """Decode up to ``max_new_tokens`` tokens; EOS ends generation wherever it lands."""
@@ -497,6 +494,13 @@ class SpeculativeDecoder:
             if self._emit(row, i, nb, len(path), drafts, host[i], logps[i], None, None, None, tree):
                 finished.add(i)
         return finished
+
+    def _keeping_states(self, made: ModelEngine, target: PreTrainedModel) -> ModelEngine:
+        """The target's engine, told to keep the layer states the drafter reads (EAGLE's), if any."""
+        layers = self.drafter.target_layers(target.config.get_text_config().num_hidden_layers) if self.drafter else ()
+        if layers:
+            made.keep_states(layers)
+        return made
 
     def _hand_states(self, rows: list[_Row], kept: list[list[int]]) -> None:
         """A drafter that reads the target's layer states (``Drafter.target_layers``) gets those of

@@ -111,7 +111,7 @@ class EagleDrafter(Drafter):
 
     def take_states(self, rows: Sequence[DraftRow], states: Sequence[Tensor]) -> None:
         for row, kept in zip(rows, states):
-            self.rows.setdefault(row.index, RowState()).pending.append(kept)
+            self.rows.setdefault(row.index, RowState()).pending.append(kept.to(self.device))
 
     def catch_up(self, row: DraftRow) -> RowState:
         """Feed the head the row's target states not read yet, each with the token after it."""

@@ -202,7 +202,8 @@ class EagerEngine(ModelEngine):
         """The step's states at ``states_at`` (transformers' ``hidden_states``: the embeddings,
         then each layer's output, the last after the final norm), concatenated in that order."""
         if self.states_at and hidden_states is not None:
-            self.states = torch.cat([hidden_states[i] for i in self.states_at], dim=-1)
+            device = hidden_states[self.states_at[0]].device  # layers spread over GPUs meet on one
+            self.states = torch.cat([hidden_states[i].to(device) for i in self.states_at], dim=-1)
 
     def commit(self, paths: Sequence[Sequence[int]]) -> None:
         moves = [
