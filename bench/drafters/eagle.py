@@ -118,11 +118,10 @@ class EagleDrafter(Drafter):
         state = self.rows.setdefault(row.index, RowState())
         if state.pending:
             feats = torch.cat(state.pending).unsqueeze(0)
-            state.pending = []
-            n = feats.shape[1]
-            tokens = torch.tensor([row.seq[state.fed + 1 : state.fed + 1 + n]], dtype=torch.long, device=self.device)
+            state.pending, n = [], feats.shape[1]
             if n == 0:
                 return state
+            tokens = torch.tensor([row.seq[state.fed + 1 : state.fed + 1 + n]], dtype=torch.long, device=self.device)
             if tokens.shape[1] != n:
                 raise RuntimeError(f"eagle: {n} target states for {tokens.shape[1]} tokens")  # the loop's contract broke
             out, state.cache = self.head(feats, tokens, cache=state.cache)
@@ -144,7 +143,7 @@ class EagleDrafter(Drafter):
 
             return draft_tree(self, rows, caps)
         chains = [self.chain(row, cap) if cap else None for row, cap in zip(rows, caps)]
-        return stack_chains(chains, caps, self.vocab, self.device)
+        return stack_chains(chains, self.vocab, self.device)
 
     def chain(self, row: DraftRow, cap: int) -> dict[str, Tensor] | None:
         """Up to ``cap`` tokens for one row, one head step each; None before the head has a state."""
@@ -154,8 +153,7 @@ class EagleDrafter(Drafter):
         h, cache, out = state.last, state.cache, {"tokens": [], "q": [], "q_logits": [], "hidden": []}
         for step in range(cap):
             logits, q, wide = self.law(h)
-            token = logits.argmax(-1) if self.greedy else None
-            token = self.head.to_target(token) if token is not None else pick(q, [row.generator], False)
+            token = self.head.to_target(logits.argmax(-1)) if self.greedy else pick(q, [row.generator], False)
             for key, value in zip(out, (token, q, wide, self.head.head_input(h))):
                 out[key].append(value)
             if step + 1 < cap:
@@ -164,7 +162,7 @@ class EagleDrafter(Drafter):
         return {k: torch.cat(v) for k, v in out.items()}
 
 
-def stack_chains(chains: list[dict[str, Tensor] | None], caps: Sequence[int], vocab: int, device: Any) -> Draft:
+def stack_chains(chains: list[dict[str, Tensor] | None], vocab: int, device: Any) -> Draft:
     """Rows' chains as one right-padded Draft (a row without a chain drafts none this round)."""
     counts = [len(c["tokens"]) if c else 0 for c in chains]
     width = max(counts)
