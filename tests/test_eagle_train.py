@@ -146,3 +146,23 @@ def test_train_draft_writes_head_and_card(tiny_pair, tmp_path):
     assert card["prompts"]["train"] == {"s": "rows 0..7 (8)"} and card["steps_done"] == 2
     assert (tmp_path / "out" / "model.safetensors").is_file() and (tmp_path / "out" / "card.json").is_file()
     assert card["heldout_acceptance"][0]["depth"] == 2
+
+
+def test_cli_train_draft(tmp_path):
+    """`diversed-bench train-draft` end to end on the tiny pair: the head, a card naming the
+    command, and a re-run that resumes instead of training again."""
+    from typer.testing import CliRunner
+
+    from bench.cli import app
+
+    lines = [{"prompt": p, "split": "train", "source": "s", "row": i} for i, p in enumerate(PROMPTS[:4])]
+    lines += [{"prompt": "held out: 2 plus 2", "split": "heldout", "source": "s", "row": 9}]
+    (tmp_path / "p.jsonl").write_text("\n".join(map(json.dumps, lines)))
+    args = ["train-draft", "--pair", "tiny", "--out", str(tmp_path / "h"), "--prompts", str(tmp_path / "p.jsonl"),
+            "--no-chat-template", "--new-tokens", "6", "--draft-vocab", "8", "--steps", "2", "--batch", "2", "--ttt-steps", "2"]
+    first = CliRunner().invoke(app, args)
+    assert first.exit_code == 0, first.output
+    card = json.loads((tmp_path / "h" / "card.json").read_text())
+    assert card["command"].startswith("diversed-bench") and card["draft_vocab_size"] == 8
+    again = CliRunner().invoke(app, args)
+    assert "found 4 of 4 sequences" in again.output and "resumed:" in again.output

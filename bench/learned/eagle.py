@@ -393,12 +393,15 @@ def train_draft(pair: Pair, job: DraftJob, log: Log = print) -> dict[str, Any]:
 
 
 def train_draft_command(pair: str, out: Path, prompts: Path | None, num_prompts: int | None, new_tokens: int, gen_batch: int,
-                        draft_vocab: int, steps: int, batch: int, ttt_steps: int, lr: float, seed: int, device: str,
-                        dtype: str | None, log: Log = print) -> dict[str, Any]:
-    """`diversed-bench train-draft`: load the pair, train its head with these flags, return the card."""
+                        draft_vocab: int, steps: int, batch: int, ttt_steps: int, lr: float, seed: int, chat_template: bool,
+                        device: str, dtype: str | None, command: str, log: Log = print) -> dict[str, Any]:
+    """`diversed-bench train-draft`: load the pair, train its head with these flags, return the
+    card (which records ``command``, the line that made it)."""
     from bench.pairs import load_pair
 
     fit_settings = FitSettings(steps=steps, batch=batch, ttt_steps=ttt_steps, lr=lr, seed=seed)
     job = DraftJob(prompts=prompts or PACKAGED_PROMPTS, out=out, limit=num_prompts, new_tokens=new_tokens,
-                   gen_batch=gen_batch, draft_vocab=draft_vocab, fit=fit_settings)
-    return train_draft(load_pair(pair, device=device, dtype=dtype), job, log)
+                   gen_batch=gen_batch, chat=chat_template, draft_vocab=draft_vocab, fit=fit_settings)
+    card = {**train_draft(load_pair(pair, device=device, dtype=dtype), job, log), "command": command}
+    (out / "card.json").write_text(json.dumps(card, indent=2) + "\n")
+    return card
