@@ -1,4 +1,4 @@
-"""Training an EAGLE-3 draft head offline for any pair (issue 52 item 5).
+"""Training an EAGLE-3 draft head offline for any pair.
 
 Why it is shaped this way: the head must be trained on what it will be asked to predict, the
 target's own continuations, and with the authors' recipe so that the published loader reads it.
