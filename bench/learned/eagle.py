@@ -323,7 +323,7 @@ class DraftJob:
     new_tokens: int = 128
     gen_batch: int = 16
     chat: bool = True
-    draft_vocab: int = 4096
+    draft_vocab: int = 2048
     init_from_target: bool = True
     fit: FitSettings = FitSettings()
     depths: tuple[int, ...] = (3, 5, 7)
