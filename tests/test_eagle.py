@@ -161,7 +161,7 @@ def test_loading_refuses_what_the_layout_does_not_hold(tmp_path):
 
 def decoder(target, method, spec, sampling, draft_len=3, engine=EagerEngine):
     verifier = make_verifier(method)
-    return SpeculativeDecoder(target, None, verifier, draft_len=draft_len, sampling=sampling, engine=engine, drafter=spec)
+    return SpeculativeDecoder(target, None, verifier, draft_len=draft_len, sampling=sampling, engine=engine, drafter=spec or "model")
 
 
 @pytest.mark.parametrize("tree", [0, 1])
@@ -310,6 +310,20 @@ def test_every_method_runs_on_eagle_drafts(tmp_path, method):
                             drafter=f"eagle:path={folder}")
     out = sd.generate_batch([[1, 5, 7], [3, 2]], 12, [0, 1])
     assert [len(g.token_ids) for g in out] == [12, 12] and sum(g.stats.drafted_tokens for g in out) > 0
+
+
+@pytest.mark.parametrize("tree", [0, 1])
+@pytest.mark.parametrize("kind", ["eagle3", "eagle1"])
+def test_greedy_sd_on_eagle_drafts_is_ar(tmp_path, tree, kind):
+    """Greedy sd with either head, chain or dynamic tree, batched: ar's tokens (any head)."""
+    target = small_target(vocab=12, scale=5.0)
+    folder = write_eagle_head(tmp_path / "h", target.config, kind, draft_vocab=9 if kind == "eagle3" else None)
+    prompts, greedy = [[1, 5, 7, 9, 11, 3], [4, 2], [7]], Sampling(0.0)
+    ar = decoder(target, "ar", None, greedy, draft_len=0).generate_batch(prompts, 20, [0, 1, 2])
+    sd = decoder(target, "sd", f"eagle:path={folder},tree={tree},topk=2,depth=3,total=6", greedy, draft_len=6)
+    out = sd.generate_batch(prompts, 20, [0, 1, 2])
+    assert [g.token_ids for g in out] == [g.token_ids for g in ar]
+    assert sum(g.stats.accepted_tokens for g in out) > 0
 
 
 @pytest.mark.parametrize("tree", [0, 1])
