@@ -155,6 +155,9 @@ def test_loading_refuses_what_the_layout_does_not_hold(tmp_path):
     (folder / "config.json").write_text(json.dumps(eagle_config(target.config, "eagle3") | {"rope_scaling": {"type": "linear", "factor": 2.0}}))
     with pytest.raises(BenchError, match="rope_scaling"):
         load_eagle_head(folder, target)
+    (folder / "config.json").write_text(json.dumps({"speculators_model_type": "eagle3", "transformer_layer_config": {}}))
+    with pytest.raises(BenchError, match="lacks hidden_size"):
+        load_eagle_head(folder, target)
     with pytest.raises(BenchError, match="not a folder"):
         load_eagle_head(tmp_path / "nowhere", target)
 

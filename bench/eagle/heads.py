@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +70,11 @@ class HeadConfig:
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> HeadConfig:
         known = {f.name for f in fields(cls)}
-        config = cls(**{k: v for k, v in raw.items() if k in known and v is not None or k == "rope_scaling"})
+        try:
+            config = cls(**{k: v for k, v in raw.items() if k in known and v is not None or k == "rope_scaling"})
+        except TypeError:  # a nested layout (the speculators library's) lacks the top-level sizes
+            need = ", ".join(f.name for f in fields(cls) if f.name not in raw and f.default is MISSING)
+            raise BenchError(f"EAGLE head: config.json lacks {need}; not the authors' layout (docs/eagle.md)") from None
         if config.num_key_value_heads is None:
             config.num_key_value_heads = config.num_attention_heads
         if config.rope_scaling:
