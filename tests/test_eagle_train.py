@@ -166,3 +166,32 @@ def test_cli_train_draft(tmp_path):
     assert card["command"].startswith("diversed-bench") and card["draft_vocab_size"] == 8
     again = CliRunner().invoke(app, args)
     assert "found 4 of 4 sequences" in again.output and "resumed:" in again.output
+
+
+def test_shipped_smollm2_head_is_the_published_layout_and_its_card_matches():
+    """bench/reference/smollm2-eagle: the EAGLE-3 keys exactly, fp16 weights, a vocabulary mapping
+    of the configured size, under 15 MB, and a card naming the shipped prompts file by its hash
+    with disjoint train and held-out rows."""
+    import hashlib
+
+    from safetensors.torch import load_file
+
+    from bench.learned.eagle import PACKAGED_PROMPTS
+
+    folder = PACKAGED_PROMPTS.parent
+    config = json.loads((folder / "config.json").read_text())
+    state = load_file(str(folder / "model.safetensors"))
+    layer = {f"midlayer.{k}.weight" for k in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+             "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj", "hidden_norm", "input_layernorm", "post_attention_layernorm")}
+    assert set(state) == layer | {"fc.weight", "norm.weight", "lm_head.weight", "d2t", "t2d"}
+    assert all(v.dtype == torch.float16 for k, v in state.items() if k not in ("d2t", "t2d"))
+    size = config["draft_vocab_size"]
+    assert state["lm_head.weight"].shape == (size, config["hidden_size"]) and int(state["t2d"].sum()) == size
+    assert torch.equal(torch.arange(size) + state["d2t"], torch.nonzero(state["t2d"]).flatten())
+    assert (folder / "model.safetensors").stat().st_size < 15e6
+    card = json.loads((folder / "card.json").read_text())
+    assert card["prompts"]["sha256"] == hashlib.sha256(PACKAGED_PROMPTS.read_bytes()).hexdigest()
+    rows = [json.loads(line) for line in PACKAGED_PROMPTS.read_text().splitlines()]
+    train = {(r["source"], r["row"]) for r in rows if r["split"] == "train"}
+    held = {(r["source"], r["row"]) for r in rows if r["split"] == "heldout"}
+    assert train and held and not train & held and card["draft_vocab_size"] == size
