@@ -33,14 +33,21 @@ def seed_prompt(row: dict) -> str:
 def main(gsm8k: str, seeds: str, out: str) -> None:
     """Write {source, row, split, prompt} lines: the train rows, then the held-out rows."""
     rows = {
-        "gsm8k_train": [json.loads(x)["question"].strip() for x in Path(gsm8k).read_text().splitlines() if x.strip()],
-        "self_instruct_seed": [seed_prompt(json.loads(x)) for x in Path(seeds).read_text().splitlines() if x.strip()],
+        "gsm8k_train": [
+            json.loads(x)["question"].strip() for x in Path(gsm8k).read_text().splitlines() if x.strip()
+        ],
+        "self_instruct_seed": [
+            seed_prompt(json.loads(x)) for x in Path(seeds).read_text().splitlines() if x.strip()
+        ],
     }
     lines = []
     for split in ("train", "heldout"):
         for source, (n_train, n_held) in SPLITS.items():
             span = range(n_train) if split == "train" else range(n_train, n_train + n_held)
-            lines += [json.dumps({"source": source, "row": i, "split": split, "prompt": rows[source][i]}) for i in span]
+            lines += [
+                json.dumps({"source": source, "row": i, "split": split, "prompt": rows[source][i]})
+                for i in span
+            ]
     Path(out).write_text("\n".join(lines) + "\n")
 
 

@@ -34,7 +34,9 @@ PROMPTS = [f"question {i}: what is {i} plus {3 * i}?" for i in range(8)]
 @pytest.fixture(scope="module")
 def records(tiny_pair, one_thread, tmp_path_factory):
     folder = tmp_path_factory.mktemp("features")
-    return generate_features(tiny_pair, [{"prompt": p} for p in PROMPTS], folder, 12, 4, False, lambda _: None)
+    return generate_features(
+        tiny_pair, [{"prompt": p} for p in PROMPTS], folder, 12, 4, False, lambda _: None
+    )
 
 
 def test_features_are_the_teacher_forced_pass(tiny_pair, records):
@@ -70,8 +72,15 @@ def test_unrolled_steps_are_the_decoding_chain():
     head fed its own output j times after position t (cache of step 0's keys), as it drafts; an
     unroll from a later position computes the same logits there."""
     torch.manual_seed(0)
-    cfg = HeadConfig(hidden_size=32, intermediate_size=48, num_attention_heads=4, num_key_value_heads=2,
-                     vocab_size=64, draft_vocab_size=16, rope_theta=1000.0)
+    cfg = HeadConfig(
+        hidden_size=32,
+        intermediate_size=48,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=64,
+        draft_vocab_size=16,
+        rope_theta=1000.0,
+    )
     head = Eagle3Head(cfg).eval()
     for p in head.parameters():
         p.data.normal_(0, 0.2)
@@ -129,7 +138,10 @@ def test_exported_head_loads_in_the_published_layout(tiny_pair, records, tmp_pat
     assert json.loads((tmp_path / "head" / "config.json").read_text())["draft_vocab_size"] == 32
     assert torch.equal(loaded.d2t, head.d2t) and torch.equal(loaded.t2d, head.t2d)
     batch = collate(records[:2])
-    a, b = unroll(head, batch["feats"], batch["tokens"], 2), unroll(loaded, batch["feats"], batch["tokens"], 2)
+    a, b = (
+        unroll(head, batch["feats"], batch["tokens"], 2),
+        unroll(loaded, batch["feats"], batch["tokens"], 2),
+    )
     torch.testing.assert_close(a[1], b[1], atol=2e-2, rtol=2e-2)
     result = chain_acceptance(loaded, records, 3)
     assert result["rounds"] > 0 and 1.0 <= result["tokens_per_round"] <= 4.0
@@ -140,8 +152,16 @@ def test_train_draft_writes_head_and_card(tiny_pair, tmp_path):
     lines = [{"prompt": p, "split": "train", "source": "s", "row": i} for i, p in enumerate(PROMPTS)]
     lines += [{"prompt": "held out: 5 plus 7", "split": "heldout", "source": "s", "row": 99}]
     (tmp_path / "p.jsonl").write_text("\n".join(map(json.dumps, lines)))
-    job = DraftJob(prompts=tmp_path / "p.jsonl", out=tmp_path / "out", new_tokens=8, gen_batch=4, chat=False,
-                   draft_vocab=24, fit=FitSettings(steps=2, batch=2, ttt_steps=2, log_every=1), depths=(2,))
+    job = DraftJob(
+        prompts=tmp_path / "p.jsonl",
+        out=tmp_path / "out",
+        new_tokens=8,
+        gen_batch=4,
+        chat=False,
+        draft_vocab=24,
+        fit=FitSettings(steps=2, batch=2, ttt_steps=2, log_every=1),
+        depths=(2,),
+    )
     card = train_draft(tiny_pair, job, log=lambda _: None)
     assert card["prompts"]["train"] == {"s": "rows 0..7 (8)"} and card["steps_done"] == 2
     assert (tmp_path / "out" / "model.safetensors").is_file() and (tmp_path / "out" / "card.json").is_file()
@@ -158,8 +178,26 @@ def test_cli_train_draft(tmp_path):
     lines = [{"prompt": p, "split": "train", "source": "s", "row": i} for i, p in enumerate(PROMPTS[:4])]
     lines += [{"prompt": "held out: 2 plus 2", "split": "heldout", "source": "s", "row": 9}]
     (tmp_path / "p.jsonl").write_text("\n".join(map(json.dumps, lines)))
-    args = ["train-draft", "--pair", "tiny", "--out", str(tmp_path / "h"), "--prompts", str(tmp_path / "p.jsonl"),
-            "--no-chat-template", "--new-tokens", "6", "--draft-vocab", "8", "--steps", "2", "--batch", "2", "--ttt-steps", "2"]
+    args = [
+        "train-draft",
+        "--pair",
+        "tiny",
+        "--out",
+        str(tmp_path / "h"),
+        "--prompts",
+        str(tmp_path / "p.jsonl"),
+        "--no-chat-template",
+        "--new-tokens",
+        "6",
+        "--draft-vocab",
+        "8",
+        "--steps",
+        "2",
+        "--batch",
+        "2",
+        "--ttt-steps",
+        "2",
+    ]
     first = CliRunner().invoke(app, args)
     assert first.exit_code == 0, first.output
     card = json.loads((tmp_path / "h" / "card.json").read_text())
@@ -181,8 +219,21 @@ def test_shipped_smollm2_head_is_the_published_layout_and_its_card_matches():
     folder = PACKAGED_PROMPTS.parent
     config = json.loads((folder / "config.json").read_text())
     state = load_file(str(folder / "model.safetensors"))
-    layer = {f"midlayer.{k}.weight" for k in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-             "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj", "hidden_norm", "input_layernorm", "post_attention_layernorm")}
+    layer = {
+        f"midlayer.{k}.weight"
+        for k in (
+            "self_attn.q_proj",
+            "self_attn.k_proj",
+            "self_attn.v_proj",
+            "self_attn.o_proj",
+            "mlp.gate_proj",
+            "mlp.up_proj",
+            "mlp.down_proj",
+            "hidden_norm",
+            "input_layernorm",
+            "post_attention_layernorm",
+        )
+    }
     assert set(state) == layer | {"fc.weight", "norm.weight", "lm_head.weight", "d2t", "t2d"}
     assert all(v.dtype == torch.float16 for k, v in state.items() if k not in ("d2t", "t2d"))
     size = config["draft_vocab_size"]

@@ -51,11 +51,15 @@ def atomic_save(obj: Any, path: Path) -> None:
 def read_prompts(path: Path, split: str) -> list[dict[str, Any]]:
     """The {source, row, split, prompt} lines of a prompts file (scripts/eagle_prompts.py) in one split."""
     if not path.is_file():
-        raise BenchError(f"prompts file {path} not found; pass --prompts FILE.jsonl (lines with a 'prompt' field)")
+        raise BenchError(
+            f"prompts file {path} not found; pass --prompts FILE.jsonl (lines with a 'prompt' field)"
+        )
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     picked = [r for r in rows if r.get("split", "train") == split]
     if not picked or any("prompt" not in r for r in picked):
-        raise BenchError(f"prompts file {path}: no '{split}' lines with a 'prompt' field; write it with scripts/eagle_prompts.py")
+        raise BenchError(
+            f"prompts file {path}: no '{split}' lines with a 'prompt' field; write it with scripts/eagle_prompts.py"
+        )
     return picked
 
 
@@ -94,7 +98,9 @@ def feature_layers(num_layers: int) -> tuple[int, int, int]:
     return (2, num_layers // 2, num_layers - 3)
 
 
-def _rows(gen: Any, width: int, encoded: list[list[int]], eos: set[int], layers: tuple[int, ...]) -> list[dict[str, Any]]:
+def _rows(
+    gen: Any, width: int, encoded: list[list[int]], eos: set[int], layers: tuple[int, ...]
+) -> list[dict[str, Any]]:
     """One record per row of a generate() batch: the sequence, the fused features and final
     (normed) states at every position but the last, and the target's argmax after each position.
 
@@ -109,8 +115,15 @@ def _rows(gen: Any, width: int, encoded: list[list[int]], eos: set[int], layers:
         feats = torch.cat([h[b, pad : pad + n - 1] for h in steps[:3]], dim=-1)
         # the prompt's positions hold the next prompt token (training masks them out)
         arg = torch.cat([torch.tensor(e[1:]), argmax[b, : len(response)]])
-        out.append({"prompt_len": len(e), "ids": torch.tensor(e + response), "feats": feats.clone(),
-                    "final": steps[3][b, pad : pad + n - 1].clone(), "argmax": arg})
+        out.append(
+            {
+                "prompt_len": len(e),
+                "ids": torch.tensor(e + response),
+                "feats": feats.clone(),
+                "final": steps[3][b, pad : pad + n - 1].clone(),
+                "argmax": arg,
+            }
+        )
     return out
 
 
@@ -139,26 +152,39 @@ def generate_features(
         ids = torch.tensor([[pad] * (width - len(e)) + e for e in encoded], device=pair.device)
         mask = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in encoded], device=pair.device)
         gen = pair.target.generate(
-            input_ids=ids, attention_mask=mask, max_new_tokens=new_tokens, do_sample=False, pad_token_id=pad,
-            eos_token_id=sorted(eos), output_hidden_states=True, output_logits=True, return_dict_in_generate=True,
+            input_ids=ids,
+            attention_mask=mask,
+            max_new_tokens=new_tokens,
+            do_sample=False,
+            pad_token_id=pad,
+            eos_token_id=sorted(eos),
+            output_hidden_states=True,
+            output_logits=True,
+            return_dict_in_generate=True,
         )
         shard = dict(zip(chunk, _rows(gen, width, encoded, eos, layers), strict=True))
         atomic_save(shard, folder / f"shard_{min(chunk):05d}_{len(done):05d}.pt")
         done.update(shard)
         made += len(chunk)
         rate = made / (time.monotonic() - start)
-        log(f"features: {len(done)}/{len(prompts)} sequences, {rate:.3f} prompts/s, ETA {(len(todo) - made) / rate:.0f} s")
+        log(
+            f"features: {len(done)}/{len(prompts)} sequences, {rate:.3f} prompts/s, ETA {(len(todo) - made) / rate:.0f} s"
+        )
     return [done[i] for i in range(len(prompts))]
 
 
-def draft_vocab(records: list[dict[str, Any]], size: int, vocab: int, log: Log) -> tuple[torch.Tensor, torch.Tensor]:
+def draft_vocab(
+    records: list[dict[str, Any]], size: int, vocab: int, log: Log
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``d2t``, ``t2d`` of the ``size`` most frequent response tokens, in the authors' convention
     (cnets.py ``scandata``: ``used_tokens`` sorted, ``d2t[i] = used_tokens[i] - i``,
     ``t2d[v] = v in used_tokens``); ties broken by the smaller id. Fewer distinct tokens than
     ``size`` is refused: the head's size would not be the one asked for."""
     counts = Counter(tok for r in records for tok in r["ids"][r["prompt_len"] :].tolist())
     if len(counts) < size:
-        raise BenchError(f"draft vocabulary: the responses hold {len(counts)} distinct tokens, fewer than {size}; pass --draft-vocab {len(counts)} or more prompts")
+        raise BenchError(
+            f"draft vocabulary: the responses hold {len(counts)} distinct tokens, fewer than {size}; pass --draft-vocab {len(counts)} or more prompts"
+        )
     top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:size]
     used = sorted(tok for tok, _ in top)
     share = sum(c for _, c in top) / sum(counts.values())
@@ -177,13 +203,23 @@ def head_config(pair: Pair, draft_vocab_size: int) -> dict[str, Any]:
     rope = getattr(c, "rope_parameters", None) or {}
     theta = float(rope.get("rope_theta", getattr(c, "rope_theta", 10000.0)))
     return {
-        "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "num_hidden_layers": 1,
-        "hidden_size": c.hidden_size, "intermediate_size": c.intermediate_size,
-        "num_attention_heads": c.num_attention_heads, "num_key_value_heads": c.num_key_value_heads,
-        "hidden_act": c.hidden_act, "rms_norm_eps": c.rms_norm_eps, "rope_theta": theta,
-        "max_position_embeddings": c.max_position_embeddings, "vocab_size": c.vocab_size,
-        "draft_vocab_size": draft_vocab_size, "tie_word_embeddings": False,
-        "bos_token_id": c.bos_token_id, "eos_token_id": c.eos_token_id, "pad_token_id": c.pad_token_id,
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "model_type": "llama",
+        "num_hidden_layers": 1,
+        "hidden_size": c.hidden_size,
+        "intermediate_size": c.intermediate_size,
+        "num_attention_heads": c.num_attention_heads,
+        "num_key_value_heads": c.num_key_value_heads,
+        "hidden_act": c.hidden_act,
+        "rms_norm_eps": c.rms_norm_eps,
+        "rope_theta": theta,
+        "max_position_embeddings": c.max_position_embeddings,
+        "vocab_size": c.vocab_size,
+        "draft_vocab_size": draft_vocab_size,
+        "tie_word_embeddings": False,
+        "bos_token_id": c.bos_token_id,
+        "eos_token_id": c.eos_token_id,
+        "pad_token_id": c.pad_token_id,
         "torch_dtype": "float16",
     }
 
@@ -218,7 +254,11 @@ def export_head(head: Any, config: dict[str, Any], folder: Path) -> Path:
     from safetensors.torch import save_file
 
     folder.mkdir(parents=True, exist_ok=True)
-    state = {k: (v.half() if v.is_floating_point() else v).contiguous() for k, v in head.state_dict().items() if k != "embed_tokens.weight"}
+    state = {
+        k: (v.half() if v.is_floating_point() else v).contiguous()
+        for k, v in head.state_dict().items()
+        if k != "embed_tokens.weight"
+    }
     tmp = folder / "model.safetensors.tmp"
     save_file(state, str(tmp), metadata={"format": "pt"})
     os.replace(tmp, folder / "model.safetensors")
@@ -256,7 +296,9 @@ def batch_indices(step: int, batch: int, n: int, seed: int) -> list[int]:
 def _schedule(s: FitSettings) -> Callable[[int], float]:
     """The learning-rate factor at step k: linear warm-up over ``warmup`` steps, then linear decay
     to a tenth at the last step."""
-    return lambda k: (k + 1) / s.warmup if k < s.warmup else 1.0 - 0.9 * (k - s.warmup) / max(s.steps - s.warmup, 1)
+    return lambda k: (
+        (k + 1) / s.warmup if k < s.warmup else 1.0 - 0.9 * (k - s.warmup) / max(s.steps - s.warmup, 1)
+    )
 
 
 def _resume(path: Path, head: Any, opt: Any, sched: Any, s: FitSettings, log: Log) -> dict[str, Any]:
@@ -266,16 +308,22 @@ def _resume(path: Path, head: Any, opt: Any, sched: Any, s: FitSettings, log: Lo
         return {"step": 0, "history": [], "elapsed": 0.0}
     ck = torch.load(path, weights_only=False)
     if ck["settings"] != asdict(s):
-        raise BenchError(f"{path} was made with other settings ({ck['settings']}); use another --out or delete it")
+        raise BenchError(
+            f"{path} was made with other settings ({ck['settings']}); use another --out or delete it"
+        )
     head.load_state_dict(ck["head"], strict=False)
     opt.load_state_dict(ck["optim"])
     sched.load_state_dict(ck["sched"])
     last = ck["history"][-1]["loss"] if ck["history"] else float("nan")
-    log(f"resumed: {path} holds step {ck['step']}/{s.steps} (loss {last:.4f}, {ck['elapsed']:.0f} s trained); continuing")
+    log(
+        f"resumed: {path} holds step {ck['step']}/{s.steps} (loss {last:.4f}, {ck['elapsed']:.0f} s trained); continuing"
+    )
     return {k: ck[k] for k in ("step", "history", "elapsed")}
 
 
-def fit(head: Any, records: list[dict[str, Any]], target_w: torch.Tensor, s: FitSettings, ckpt: Path, log: Log) -> dict[str, Any]:
+def fit(
+    head: Any, records: list[dict[str, Any]], target_w: torch.Tensor, s: FitSettings, ckpt: Path, log: Log
+) -> dict[str, Any]:
     """Train ``head`` for ``s.steps`` optimizer steps (the 0.8^j-weighted TTT loss), checkpointing
     atomically every ``s.save_every`` steps and logging step, loss, step-0 accuracy, positions/s
     and time left every ``s.log_every``. Returns the progress (step, history, elapsed)."""
@@ -302,11 +350,22 @@ def fit(head: Any, records: list[dict[str, Any]], target_w: torch.Tensor, s: Fit
         spent = time.monotonic() - began
         if (step + 1) % s.log_every == 0 or step + 1 == s.steps:
             eta = spent / (step + 1 - run_start) * (s.steps - step - 1)
-            log(f"step {step + 1}/{s.steps}  loss {value:.4f}  acc0 {accs[0]:.3f}  {positions / spent:.0f} positions/s  ETA {eta:.0f} s")
+            log(
+                f"step {step + 1}/{s.steps}  loss {value:.4f}  acc0 {accs[0]:.3f}  {positions / spent:.0f} positions/s  ETA {eta:.0f} s"
+            )
         if (step + 1) % s.save_every == 0 or step + 1 == s.steps:
             trained = {k: v for k, v in head.state_dict().items() if k != "embed_tokens.weight"}
-            atomic_save({**state, "elapsed": state["elapsed"] + spent, "settings": asdict(s), "head": trained,
-                         "optim": opt.state_dict(), "sched": sched.state_dict()}, ckpt)
+            atomic_save(
+                {
+                    **state,
+                    "elapsed": state["elapsed"] + spent,
+                    "settings": asdict(s),
+                    "head": trained,
+                    "optim": opt.state_dict(),
+                    "sched": sched.state_dict(),
+                },
+                ckpt,
+            )
     state["elapsed"] += time.monotonic() - began
     return state
 
@@ -329,14 +388,18 @@ class DraftJob:
     depths: tuple[int, ...] = (3, 5, 7)
 
 
-def _vocab(job: DraftJob, records: list[dict[str, Any]], vocab: int, log: Log) -> tuple[torch.Tensor, torch.Tensor]:
+def _vocab(
+    job: DraftJob, records: list[dict[str, Any]], vocab: int, log: Log
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The draft vocabulary, cached in work/vocab.pt (a resumed run keeps the one it trained with)."""
     path = job.out / "work" / "vocab.pt"
     if path.is_file():
         cached = torch.load(path, weights_only=True)
         if len(cached["d2t"]) == job.draft_vocab:
             return cached["d2t"], cached["t2d"]
-        raise BenchError(f"{path} holds a {len(cached['d2t'])}-token vocabulary, not {job.draft_vocab}; use another --out")
+        raise BenchError(
+            f"{path} holds a {len(cached['d2t'])}-token vocabulary, not {job.draft_vocab}; use another --out"
+        )
     d2t, t2d = draft_vocab(records, job.draft_vocab, vocab, log)
     atomic_save({"d2t": d2t, "t2d": t2d}, path)
     return d2t, t2d
@@ -353,8 +416,6 @@ def _sources(prompts: list[dict[str, Any]]) -> dict[str, str]:
 def train_draft(pair: Pair, job: DraftJob, log: Log = print) -> dict[str, Any]:
     """Every stage of the module docstring, each resumed from its file; writes the head and its
     card into ``job.out`` and returns the card."""
-    import hashlib
-
     from bench.learned.eagle_ttt import chain_acceptance
 
     work, began = job.out / "work", time.monotonic()
@@ -366,42 +427,104 @@ def train_draft(pair: Pair, job: DraftJob, log: Log = print) -> dict[str, Any]:
     generated = time.monotonic() - began
     d2t, t2d = _vocab(job, train, pair.target.config.vocab_size, log)
     head = new_head(pair, d2t, t2d, job.fit.seed, job.init_from_target)
-    log(f"training: {len(train)} sequences, {sum(len(r['ids']) - r['prompt_len'] for r in train)} response tokens, "
-        f"{job.fit.steps} steps of {job.fit.batch}, TTT depth {job.fit.ttt_steps}")
+    log(
+        f"training: {len(train)} sequences, {_response_tokens(train)} response tokens, "
+        f"{job.fit.steps} steps of {job.fit.batch}, TTT depth {job.fit.ttt_steps}"
+    )
     state = fit(head, train, target_rows(pair, t2d), job.fit, work / "checkpoint.pt", log)
     head.eval()
     accept = [chain_acceptance(head, held, d) for d in job.depths]
     export_head(head, head_config(pair, job.draft_vocab), job.out)
-    last = state["history"][-10:]
-    card = {
-        "pair": pair.spec.name, "target": pair.spec.target, "kind": "eagle3",
-        "prompts": {"file": job.prompts.name, "sha256": hashlib.sha256(job.prompts.read_bytes()).hexdigest(),
-                    "train": _sources(train_p), "heldout": _sources(held_p)},
-        "responses": {"decoding": "greedy, the target's own", "chat_template": job.chat, "max_new_tokens": job.new_tokens,
-                      "train_sequences": len(train), "train_response_tokens": sum(len(r["ids"]) - r["prompt_len"] for r in train),
-                      "heldout_sequences": len(held)},
-        "draft_vocab_size": job.draft_vocab, "init_from_target": job.init_from_target, "fit": asdict(job.fit),
-        "steps_done": state["step"], "final_loss": sum(h["loss"] for h in last) / max(len(last), 1),
-        "final_step_losses": [sum(h["step_losses"][j] for h in last) / len(last) for j in range(job.fit.ttt_steps)] if last else [],
-        "heldout_acceptance": accept,
-        "seconds": {"features_this_run": round(generated), "training_total": round(state["elapsed"]), "this_run": round(time.monotonic() - began)},
+    seconds = {
+        "features_this_run": round(generated),
+        "training_total": round(state["elapsed"]),
+        "this_run": round(time.monotonic() - began),
     }
+    card = _card(pair, job, (train_p, held_p), (train, held), state, accept, seconds)
     (job.out / "card.json").write_text(json.dumps(card, indent=2) + "\n")
     for a in accept:
         log(f"held-out greedy chain, depth {a['depth']}: {a['tokens_per_round']:.3f} tokens per round ({a['rounds']} rounds)")
     return card
 
 
-def train_draft_command(pair: str, out: Path, prompts: Path | None, num_prompts: int | None, new_tokens: int, gen_batch: int,
-                        draft_vocab: int, steps: int, batch: int, ttt_steps: int, lr: float, seed: int, chat_template: bool,
-                        device: str, dtype: str | None, command: str, log: Log = print) -> dict[str, Any]:
+def _response_tokens(records: list[dict[str, Any]]) -> int:
+    """Tokens the target generated (what the loss and the card count), over records."""
+    return sum(len(r["ids"]) - r["prompt_len"] for r in records)
+
+
+def _card(
+    pair: Pair, job: DraftJob, prompts: tuple[list, list], records: tuple[list, list], state: dict[str, Any],
+    accept: list[dict[str, Any]], seconds: dict[str, int],
+) -> dict[str, Any]:  # fmt: skip
+    """card.json: which prompts (rows per source, the file's hash), the responses, the settings,
+    the loss over the last 10 steps and the held-out acceptance."""
+    import hashlib
+
+    last = state["history"][-10:]
+    step_losses = [sum(h["step_losses"][j] for h in last) / len(last) for j in range(job.fit.ttt_steps)] if last else []
+    return {
+        "pair": pair.spec.name,
+        "target": pair.spec.target,
+        "kind": "eagle3",
+        "prompts": {
+            "file": job.prompts.name,
+            "sha256": hashlib.sha256(job.prompts.read_bytes()).hexdigest(),
+            "train": _sources(prompts[0]),
+            "heldout": _sources(prompts[1]),
+        },
+        "responses": {
+            "decoding": "greedy, the target's own",
+            "chat_template": job.chat,
+            "max_new_tokens": job.new_tokens,
+            "train_sequences": len(records[0]),
+            "train_response_tokens": _response_tokens(records[0]),
+            "heldout_sequences": len(records[1]),
+        },
+        "draft_vocab_size": job.draft_vocab,
+        "init_from_target": job.init_from_target,
+        "fit": asdict(job.fit),
+        "steps_done": state["step"],
+        "final_loss": sum(h["loss"] for h in last) / max(len(last), 1),
+        "final_step_losses": step_losses,
+        "heldout_acceptance": accept,
+        "seconds": seconds,
+    }
+
+
+def train_draft_command(
+    pair: str,
+    out: Path,
+    prompts: Path | None,
+    num_prompts: int | None,
+    new_tokens: int,
+    gen_batch: int,
+    draft_vocab: int,
+    steps: int,
+    batch: int,
+    ttt_steps: int,
+    lr: float,
+    seed: int,
+    chat_template: bool,
+    device: str,
+    dtype: str | None,
+    command: str,
+    log: Log = print,
+) -> dict[str, Any]:
     """`diversed-bench train-draft`: load the pair, train its head with these flags, return the
     card (which records ``command``, the line that made it)."""
     from bench.pairs import load_pair
 
     fit_settings = FitSettings(steps=steps, batch=batch, ttt_steps=ttt_steps, lr=lr, seed=seed)
-    job = DraftJob(prompts=prompts or PACKAGED_PROMPTS, out=out, limit=num_prompts, new_tokens=new_tokens,
-                   gen_batch=gen_batch, chat=chat_template, draft_vocab=draft_vocab, fit=fit_settings)
+    job = DraftJob(
+        prompts=prompts or PACKAGED_PROMPTS,
+        out=out,
+        limit=num_prompts,
+        new_tokens=new_tokens,
+        gen_batch=gen_batch,
+        chat=chat_template,
+        draft_vocab=draft_vocab,
+        fit=fit_settings,
+    )
     card = {**train_draft(load_pair(pair, device=device, dtype=dtype), job, log), "command": command}
     (out / "card.json").write_text(json.dumps(card, indent=2) + "\n")
     return card

@@ -31,7 +31,9 @@ from bench.eagle.heads import Attention, Eagle3Head, Eagle3Layer, rotary, rotate
 Batch = dict[str, Tensor]
 
 
-def ttt_attention(attn: Attention, x: Tensor, cache: list[tuple[Tensor, Tensor]], step: int, start: int) -> Tensor:
+def ttt_attention(
+    attn: Attention, x: Tensor, cache: list[tuple[Tensor, Tensor]], step: int, start: int
+) -> Tensor:
     """One step's attention: causal over step 0's keys, plus the keys of steps 1..step at the same
     position (appended to ``cache``); rope at position t + step. Step 0's ``x`` covers every
     position (all are keys) and queries from ``start`` on; later steps' ``x`` covers ``start`` on
@@ -88,7 +90,9 @@ def unroll(head: Eagle3Head, feats: Tensor, tokens: Tensor, steps: int, start: i
     return out
 
 
-def ttt_losses(head: Eagle3Head, batch: Batch, target_w: Tensor, steps: int) -> tuple[list[Tensor], list[float]]:
+def ttt_losses(
+    head: Eagle3Head, batch: Batch, target_w: Tensor, steps: int
+) -> tuple[list[Tensor], list[float]]:
     """Each step's loss and top-1 accuracy (the authors' ``plosses`` and ``acces``). ``target_w``
     [Vd, H] is the target's output layer at the draft ids: ``final @ target_w.T`` is
     ``target_head[..., t2d]``; position s of ``final``/``argmax``/``valid`` is about token s + 1."""
@@ -155,5 +159,10 @@ def chain_acceptance(head: Eagle3Head, records: list[dict[str, Any]], depth: int
             made = min(int(run[n - 1]), t_len - n - 1) + 1
             tokens, rounds, n = tokens + made, rounds + 1, n + made
     positions = sum(len(r["ids"]) - r["prompt_len"] - 1 for r in records)
-    return {"depth": depth, "tokens_per_round": tokens / max(rounds, 1), "rounds": rounds, "tokens": tokens,
-            "step_top1": [h / max(positions, 1) for h in hits]}
+    return {
+        "depth": depth,
+        "tokens_per_round": tokens / max(rounds, 1),
+        "rounds": rounds,
+        "tokens": tokens,
+        "step_top1": [h / max(positions, 1) for h in hits],
+    }
