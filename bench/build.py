@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from bench.decoding import SpeculativeDecoder
 from bench.distributions import Sampling
+from bench.drafters.eagle import with_pair_head
 from bench.engines import EagerEngine, EngineFactory
 from bench.errors import BenchError
 from torch import nn
@@ -51,7 +52,7 @@ def build_decoder(
         engine=engine,
         draft_policy=draft_policy,
         trace=trace,
-        drafter=drafter or "model",
+        drafter=with_pair_head(drafter or "model", pair.spec.eagle),
     )
 
 

@@ -328,6 +328,26 @@ def score(  # fmt: skip
     typer.echo(f"per-example scores: {out}")
 
 
+@app.command("train-draft")
+def train_draft(  # fmt: skip
+    out: o.DraftOut, pair: o.Pair = "smollm2", prompts: o.DraftPrompts = None, num_prompts: o.DraftNumPrompts = None,
+    new_tokens: o.DraftNewTokens = 128, gen_batch: o.DraftGenBatch = 16, draft_vocab: o.DraftVocab = 2048,
+    steps: o.DraftSteps = 200, batch: o.DraftBatch = 8, ttt_steps: o.DraftTTT = 7, lr: o.DraftLr = 1e-3,
+    seed: o.DraftSeed = 0, chat_template: o.DraftChat = True, device: o.Device = "cpu", dtype: o.Dtype = None,
+) -> None:
+    """Train an EAGLE-3 draft head for a pair offline, on the target's own greedy responses
+    (bench/learned/eagle.py); a re-run resumes every stage. Writes the head in the published
+    layout and card.json (data, steps, loss, held-out acceptance).
+
+    Example: diversed-bench train-draft --pair smollm2 --out heads/smollm2-eagle --num-prompts 120 --draft-vocab 1536 --steps 240 --batch 4 --ttt-steps 5
+    """
+    args = dict(locals())  # the flags as given, by name
+    from bench.learned.eagle import train_draft_command
+
+    card = train_draft_command(**args, command=shlex.join(["diversed-bench", *sys.argv[1:]]), log=typer.echo)
+    typer.echo(f"head written to {out}/ (card.json: {card['steps_done']} steps, final loss {card['final_loss']:.4f})")
+
+
 def main() -> None:
     """Entry point: user errors print one line, never a traceback."""
     try:

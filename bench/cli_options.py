@@ -255,3 +255,18 @@ def params(param: Optional[list[str]], **aliases: Optional[str]) -> dict[str, li
             raise BenchError(f"{name} given twice ({flag} and --param {name}=...); keep one")
         out[name] = split_list(text)
     return out
+
+
+# train-draft (bench.learned.eagle): an EAGLE-3 draft head trained offline.
+DraftOut = Annotated[Path, _opt("Folder of the head (config.json, model.safetensors, card.json); work/ in it holds the features and the checkpoint a re-run resumes from.")]
+DraftPrompts = Annotated[Optional[Path], _opt("Prompts file (lines {source, row, split: train|heldout, prompt}; scripts/eagle_prompts.py); default: the packaged one the smollm2 head was trained on.")]
+DraftNumPrompts = Annotated[Optional[int], _opt("Train on at most this many train prompts, the first of each source in turn (default: all).")]
+DraftNewTokens = Annotated[int, _opt("Tokens of the target's greedy response per prompt.")]
+DraftGenBatch = Annotated[int, _opt("Prompts per generate() batch.")]
+DraftVocab = Annotated[int, _opt("Draft vocabulary: the most frequent response tokens (d2t/t2d).")]
+DraftSteps = Annotated[int, _opt("Optimizer steps.")]
+DraftBatch = Annotated[int, _opt("Sequences per optimizer step.")]
+DraftTTT = Annotated[int, _opt("Training-time-test steps, weighted 0.8^j (the authors' 7).")]
+DraftLr = Annotated[float, _opt("AdamW peak learning rate (linear warm-up, linear decay to a tenth).")]
+DraftSeed = Annotated[int, _opt("Seed of the head's init and of the batch order.")]
+DraftChat = Annotated[bool, _opt("Wrap prompts in the target's chat template (--no-chat-template: the raw text).")]

@@ -30,7 +30,7 @@ from bench.context import Context
 from bench.distributions import Sampling, pick, process
 from bench.drafters import Draft, Drafter, check_draft_policy, make_drafter
 from bench.drafters.model import padded
-from bench.engines import EagerEngine, EngineFactory, to_device
+from bench.engines import EagerEngine, EngineFactory, ModelEngine, to_device
 from bench.errors import BenchError
 from bench.verifiers import Round, Verifier, verify
 from bench.verifiers.tree import TreeRound, check_tree_method, verify_tree
@@ -296,6 +296,7 @@ class SpeculativeDecoder:
                 greedy=self.greedy_draft,
                 hidden="hidden" in verifier.reads(),  # a target-only judge reads none of the draft's
                 method=verifier.name,
+                target=target,
                 reads=verifier.reads(),
                 device=self.device,
                 eos=self.eos,
@@ -309,7 +310,7 @@ class SpeculativeDecoder:
         if trees:  # refused before anything decodes, not at the first tree round
             self._check_trees()
         made = engine(target, widths, trees) if trees else engine(target, widths)  # type: ignore[call-arg]
-        self.engines = [made] + (self.drafter.engines if self.drafter else [])
+        self.engines = [self._keeping_states(made, target)] + (self.drafter.engines if self.drafter else [])
 
     @property
     def context(self) -> Context:
@@ -393,6 +394,7 @@ class SpeculativeDecoder:
         ids = padded([r.seq[:-1] for r in rows], self.device)
         for engine in self.engines:
             engine.step(ids, held, keep=1, hidden=False)
+        self._hand_states(rows, [list(range(h)) for h in held])
         for row in rows:
             row.stats.target_forwards += len(row.seq) > 1
             row.stats.draft_forwards += (len(self.engines) - 1) * (len(row.seq) > 1)
@@ -521,6 +523,7 @@ class SpeculativeDecoder:
         host = self._chain_host(_to_host(parts), ns, [idx for idx, _ in floats])  # the round's sync
         if self.drafter:
             self.drafter.observe(rows, ns, host.accepted)
+        self._hand_states(rows, [list(range(acc + 1)) for acc in host.accepted])
         return self._emit_all(rows, ns, host, weights)
 
     def _chain_host(self, got: dict[str, list[Any]], ns: list[int], groups: list[list[int]]) -> RoundHost:
@@ -562,6 +565,7 @@ class SpeculativeDecoder:
         }
         host = self._tree_host(_to_host(parts), ns)  # the round's sync
         target.commit(host.paths)
+        self._hand_states(rows, [[0] + [1 + j for j in path] for path in host.paths])
         if self.drafter:
             self.drafter.observe(rows, ns, host.accepted)
         return self._emit_all(rows, ns, host, {})
@@ -589,6 +593,21 @@ class SpeculativeDecoder:
             if self._emit(row, i, nb, host, weights.get(i)):
                 finished.add(i)
         return finished
+
+    def _keeping_states(self, made: ModelEngine, target: PreTrainedModel) -> ModelEngine:
+        """The target's engine, told to keep the layer states the drafter reads (EAGLE's), if any."""
+        layers = self.drafter.target_layers(target.config.get_text_config().num_hidden_layers) if self.drafter else ()
+        if layers:
+            made.keep_states(layers)
+        return made
+
+    def _hand_states(self, rows: list[_Row], kept: list[list[int]]) -> None:
+        """A drafter that reads the target's layer states (``Drafter.target_layers``) gets those of
+        the tokens each row's target cache kept in the step just run: ``kept[b]`` indexes that
+        step's tokens (a chain's root and accepted drafts, a tree's root and accepted path)."""
+        states = self.engines[0].states
+        if self.drafter and self.engines[0].states_at and states is not None:
+            self.drafter.take_states(rows, [states[b, idx] for b, idx in enumerate(kept)])
 
     def _check_trees(self) -> None:
         """A method, a weight head or a trace not defined on token trees is refused in one line."""

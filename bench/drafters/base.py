@@ -94,6 +94,18 @@ class Drafter(ABC):
         drafter whose drafts carry ``parents``; a chain drafter has none."""
         return ()
 
+    def target_layers(self, num_layers: int) -> tuple[int, ...]:
+        """The target's layer states it reads (transformers' ``hidden_states`` indices of a target
+        with ``num_layers`` layers): the loop then hands it those of every token the target's cache
+        keeps (``take_states``). None by default: a drafter that asks for none pays nothing."""
+        return ()
+
+    def take_states(self, rows: Sequence[DraftRow], states: Sequence[Tensor]) -> None:
+        """``states[b]`` [k, len(target_layers) * H]: the target's states at the ``k`` tokens row
+        b's target cache kept in the step just run (the prompt but its last token, then each
+        round's last token and accepted drafts, in order), so that after each round the drafter has
+        the states of every token of ``row.seq`` but the last."""
+
     def start(self, rows: int) -> None:
         """A new batch of ``rows`` rows begins."""
 

@@ -40,6 +40,11 @@ class ModelEngine(ABC):
 
     model: PreTrainedModel  # the model it steps
     lengths: list[int]
+    # The target's layer states a drafter reads (``Drafter.target_layers``): transformers'
+    # ``hidden_states`` indices, and their concatenation [B, T, len * H] at every token of the
+    # last step (``step``, ``tree_step``, the prompt's), None until a step kept them.
+    states_at: tuple[int, ...] = ()
+    states: Tensor | None = None
 
     @abstractmethod
     def start(self, rows: int, max_len: int) -> None:
@@ -64,6 +69,10 @@ class ModelEngine(ABC):
         """After ``tree_step``: row b keeps its root and the nodes ``paths[b]`` (a root-to-node path,
         node indices), their K/V moved into the slots right after the root; the rest is rolled back."""
         raise BenchError(f"{type(self).__name__} does not verify token trees; use --engine eager")
+
+    def keep_states(self, layers: tuple[int, ...]) -> None:
+        """From now on keep the states at ``layers`` of every step (an EAGLE drafter's features)."""
+        raise BenchError(f"{type(self).__name__} does not return the target's layer states, which the drafter reads; use --engine eager")
 
     def truncate(self, keep: Sequence[int]) -> None:
         """Roll rows back: row b holds at most ``keep[b]`` tokens from now on."""

@@ -339,6 +339,9 @@ class CompiledEngine(EagerEngine):
         self.lengths = [n + r for n, r in zip(self.lengths, real)]
         return logits[:count, :width]  # type: ignore[index]
 
+    def keep_states(self, layers: tuple[int, ...]) -> None:
+        raise BenchError("--engine compiled: its graphs return only the last layer's states, and the drafter reads others (--drafter eagle); use --engine eager")
+
     def select(self, rows: Sequence[int]) -> None:
         self.cache.compact(to_device(list(rows), self.model.device))
         self.lengths = [self.lengths[i] for i in rows]

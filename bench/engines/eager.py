@@ -128,7 +128,8 @@ class EagerEngine(ModelEngine):
         no mask to read, SDPA takes ``is_causal`` and skips the masked half of the scores: a long
         prompt's prefill is the one step where that counts (SmolLM2, 650 tokens, bf16: 637 ms with
         the 4-D mask, against 562 ms for transformers' own forward)."""
-        out = self.model(input_ids=ids, use_cache=True, logits_to_keep=keep, output_hidden_states=hidden)
+        out = self.model(input_ids=ids, use_cache=True, logits_to_keep=keep, output_hidden_states=hidden or bool(self.states_at))
+        self._keep(out.hidden_states)
         width = ids.shape[1]
         self.cache.place(torch.arange(width, device=ids.device).unsqueeze(0))
         self.cache.visible = width
@@ -151,8 +152,9 @@ class EagerEngine(ModelEngine):
             cache=self.cache,
             use_cache=True,
             logits_to_keep=keep,
-            output_hidden_states=hidden,
+            output_hidden_states=hidden or bool(self.states_at),
         )
+        self._keep(out.hidden_states)
         return out.logits, out.hidden_states[-1][:, -keep:] if hidden else None
 
     def tree_step(self, ids: Tensor, parents: Tensor, real: Sequence[int]) -> Tensor:
@@ -188,9 +190,20 @@ class EagerEngine(ModelEngine):
             cache=self.cache,
             use_cache=True,
             logits_to_keep=ids.shape[1],
-            output_hidden_states=hidden,
+            output_hidden_states=hidden or bool(self.states_at),
         )
+        self._keep(out.hidden_states)
         return out.logits, out.hidden_states[-1] if hidden else None
+
+    def keep_states(self, layers: tuple[int, ...]) -> None:
+        self.states_at = tuple(layers)
+
+    def _keep(self, hidden_states: tuple[Tensor, ...] | None) -> None:
+        """The step's states at ``states_at`` (transformers' ``hidden_states``: the embeddings,
+        then each layer's output, the last after the final norm), concatenated in that order."""
+        if self.states_at and hidden_states is not None:
+            device = hidden_states[self.states_at[0]].device  # layers spread over GPUs meet on one
+            self.states = torch.cat([hidden_states[i].to(device) for i in self.states_at], dim=-1)
 
     def commit(self, paths: Sequence[Sequence[int]]) -> None:
         moves = [

@@ -1,0 +1,179 @@
+"""EAGLE's learned draft head as a drafter (arXiv 2401.15077, 2406.16858, 2503.01840): the head
+(``bench.eagle.heads``) reads the target's layer states of every token the target kept
+(``Drafter.target_layers``/``take_states``) and drafts by feeding its own output state back, as
+the authors' ``topK_genrate`` does (SafeAILab/EAGLE ``eagle/model/cnets.py``).
+
+Its law q is the head's softmax over the draft vocabulary put into the target's vocabulary through
+``d2t``, zero on every target id the draft vocabulary lacks: a real distribution over the target's
+vocabulary, so every verifier reads it (``q_logits`` likewise, -1e9 off the draft vocabulary so a
+softmax gives exactly zero there and a mix of logits stays finite; ``hidden`` is what the head's
+lm_head reads). ``tree=1`` drafts EAGLE-2's dynamic tree (``bench.drafters.eagle_tree``).
+
+Each row keeps its own head cache (the positions the target confirmed; a round's drafting writes
+past it and is dropped, as ``stable_kv`` in ``cnets.py``) and is drafted alone, in batch order:
+a row's draws are the ones it makes decoded alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor
+from transformers import PreTrainedModel
+
+from bench.distributions import Sampling, pick, process
+from bench.drafters.base import Draft, Drafter, DraftRow
+from bench.eagle.heads import CacheKV, EagleHead, load_eagle_head
+from bench.errors import BenchError
+
+OFF_VOCAB = -1e9  # a q_logit off the draft vocabulary: exp underflows to exactly 0
+
+
+@dataclass
+class RowState:
+    """One row's head: its cache over the confirmed positions, the target states not yet read,
+    and the output at the last confirmed position (which predicts the row's next token)."""
+
+    cache: list[CacheKV] | None = None
+    fed: int = 0  # head positions in the cache: (state of target position i, token i + 1)
+    pending: list[Tensor] = field(default_factory=list)
+    last: Tensor | None = None  # [1, H]
+
+
+def with_pair_head(spec: str, pair_head: str | None) -> str:
+    """An ``eagle`` drafter spec without ``path`` gets the pair file's head (``eagle:`` field);
+    any other spec is returned as is."""
+    name, _, rest = spec.strip().partition(":")
+    if name != "eagle" or not pair_head or any(item.strip().startswith("path=") for item in rest.split(",")):
+        return spec
+    return f"eagle:path={pair_head}" + (f",{rest}" if rest.strip() else "")
+
+
+def head_folder(path: str) -> str:
+    """A head path as written in a pair file or on the command line: a folder (relative ones are
+    tried against the package, as ``bench/reference/...``), else a hub repo id."""
+    package = Path(__file__).resolve().parent.parent / path
+    return str(package) if path and not Path(path).is_absolute() and package.is_dir() else path
+
+
+@dataclass
+class EagleDrafter(Drafter):
+    """Drafts with an EAGLE-3 or EAGLE-1 head: a chain, or (``tree=1``) EAGLE-2's dynamic tree of
+    at most ``total`` nodes, ``depth`` levels, ``topk`` children per expanded node."""
+
+    name: ClassVar[str] = "eagle"
+    supplies: ClassVar[frozenset[str]] = frozenset({"q", "q_logits", "hidden"})
+    path: str = ""
+    tree: int = 0
+    topk: int = 4
+    depth: int = 5
+    total: int = 16
+
+    def __post_init__(self) -> None:
+        for key in ("topk", "depth", "total"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise BenchError(f"eagle: {key} must be an integer >= 1, got {value!r}")
+        if self.tree not in (0, 1):
+            raise BenchError(f"eagle: tree takes 0 (a chain) or 1 (EAGLE-2's dynamic tree), got {self.tree!r}")
+        self.rows: dict[int, RowState] = {}
+
+    def bind(self, target: PreTrainedModel | None, sampling: Sampling, greedy: bool) -> EagleDrafter:
+        """Load the head named by ``path`` for ``target`` (``build_decoder`` fills an empty path
+        from the pair file's ``eagle`` field)."""
+        if target is None:
+            raise BenchError("eagle: needs the target model (its layer states feed the head)")
+        if not self.path:
+            raise BenchError("eagle: no head for this pair; pass --drafter eagle:path=FOLDER_OR_REPO (docs/eagle.md lists the published ones)")
+        source = head_folder(self.path)
+        if self.path.startswith("reference/") and not Path(source).is_dir():
+            raise BenchError(f"eagle: the pair's head bench/{self.path} is not there; train it (docs/eagle.md, 'Training') or pass --drafter eagle:path=FOLDER")
+        self.head: EagleHead = load_eagle_head(source, target).to(target.device, target.dtype).eval()
+        self.device, self.sampling, self.greedy = target.device, sampling, greedy
+        self.vocab = target.config.get_text_config().vocab_size
+        return self
+
+    def target_layers(self, num_layers: int) -> tuple[int, ...]:
+        return self.head.target_layers(num_layers)
+
+    def target_widths(self, cap: int) -> tuple[int, ...]:
+        return (1,) if self.tree else (cap + 1,)
+
+    def tree_widths(self, cap: int) -> tuple[int, ...]:
+        return (1 + min(cap, self.total),) if self.tree else ()
+
+    def start(self, rows: int) -> None:
+        self.rows = {}
+
+    def take_states(self, rows: Sequence[DraftRow], states: Sequence[Tensor]) -> None:
+        for row, kept in zip(rows, states):
+            self.rows.setdefault(row.index, RowState()).pending.append(kept.to(self.device))
+
+    def catch_up(self, row: DraftRow) -> RowState:
+        """Feed the head the row's target states not read yet, each with the token after it."""
+        state = self.rows.setdefault(row.index, RowState())
+        if state.pending:
+            feats = torch.cat(state.pending).unsqueeze(0)
+            state.pending, n = [], feats.shape[1]
+            if n == 0:
+                return state
+            tokens = torch.tensor([row.seq[state.fed + 1 : state.fed + 1 + n]], dtype=torch.long, device=self.device)
+            if tokens.shape[1] != n:
+                raise RuntimeError(f"eagle: {n} target states for {tokens.shape[1]} tokens")  # the loop's contract broke
+            out, state.cache = self.head(feats, tokens, cache=state.cache)
+            state.fed, state.last = state.fed + n, out[:, -1]
+        return state
+
+    def law(self, out: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """At head outputs [..., H]: the draft-vocabulary logits, q and q_logits in the target's
+        vocabulary."""
+        logits = self.head.logits(out).float()
+        q = self.head.target_probs(process(logits, self.sampling))
+        wide = logits.new_full((*logits.shape[:-1], self.vocab), OFF_VOCAB)
+        ids = self.head.to_target(torch.arange(logits.shape[-1], device=logits.device)).expand_as(logits)
+        return logits, q, wide.scatter_(-1, ids, logits)
+
+    def draft(self, rows: Sequence[DraftRow], caps: Sequence[int]) -> Draft:
+        if self.tree:
+            from bench.drafters.eagle_tree import draft_tree
+
+            return draft_tree(self, rows, caps)
+        chains = [self.chain(row, cap) if cap else None for row, cap in zip(rows, caps)]
+        return stack_chains(chains, self.vocab, self.device)
+
+    def chain(self, row: DraftRow, cap: int) -> dict[str, Tensor] | None:
+        """Up to ``cap`` tokens for one row, one head step each; None before the head has a state."""
+        state = self.catch_up(row)
+        if state.last is None:
+            return None
+        h, cache, out = state.last, state.cache, {"tokens": [], "q": [], "q_logits": [], "hidden": []}
+        for step in range(cap):
+            logits, q, wide = self.law(h)
+            token = self.head.to_target(logits.argmax(-1)) if self.greedy else pick(q, [row.generator], False)
+            for key, value in zip(out, (token, q, wide, self.head.head_input(h))):
+                out[key].append(value)
+            if step + 1 < cap:
+                hs, cache = self.head(h.unsqueeze(1), token.view(1, 1), cache=cache)
+                h = hs[:, -1]
+        return {k: torch.cat(v) for k, v in out.items()}
+
+
+def stack_chains(chains: list[dict[str, Tensor] | None], vocab: int, device: Any) -> Draft:
+    """Rows' chains as one right-padded Draft (a row without a chain drafts none this round)."""
+    counts = [len(c["tokens"]) if c else 0 for c in chains]
+    width = max(counts)
+    sample = next((c for c in chains if c), None)
+    hidden_size = sample["hidden"].shape[-1] if sample else 1
+    dtype = sample["hidden"].dtype if sample else torch.float32
+    tokens = torch.zeros(len(chains), width, dtype=torch.long, device=device)
+    q = torch.zeros(len(chains), width, vocab, device=device)
+    q_logits = torch.full((len(chains), width, vocab), OFF_VOCAB, device=device)
+    hidden = torch.zeros(len(chains), width, hidden_size, dtype=dtype, device=device)
+    for b, (chain, k) in enumerate(zip(chains, counts)):
+        if chain:
+            tokens[b, :k], q[b, :k], q_logits[b, :k], hidden[b, :k] = chain["tokens"], chain["q"], chain["q_logits"], chain["hidden"]
+    return Draft(tokens=tokens, counts=counts, q=q, q_logits=q_logits, hidden=hidden)

@@ -1,0 +1,530 @@
+"""Training an EAGLE-3 draft head offline for any pair.
+
+Why it is shaped this way: the head must be trained on what it will be asked to predict, the
+target's own continuations, and with the authors' recipe so that the published loader reads it.
+The stages each leave a file in the output folder and are skipped when their file exists, so a
+killed run resumes where it stopped:
+
+1. ``responses.jsonl``: the target's greedy responses to the training prompts (chat template),
+   generated in batches with transformers' ``generate`` on the loaded target;
+2. ``vocab.pt``: the reduced draft vocabulary, the most frequent response tokens, as the authors'
+   ``d2t``/``t2d`` (SafeAILab/EAGLE eagle/traineagle3/cnets.py, ``Model.scandata``:
+   ``d2t[i] = used_tokens[i] - i`` over the sorted ids, ``t2d[v] = v in used_tokens``);
+3. ``features.pt``: one teacher-forced target pass per sequence: the hidden states entering
+   layers 2, L//2 and L-3 (the authors' modeling_llama_kv.py collects exactly those), the final
+   normed state (the target's logits restricted to the draft vocabulary are recomputed from it)
+   and the target's argmax over its whole vocabulary;
+4. ``checkpoint.pt``: training with training-time test (bench.learned.eagle_train), written
+   atomically every few steps; a resumed run says what it found;
+5. ``config.json`` + ``model.safetensors``: the head in the published EAGLE-3 layout, and
+   ``card.json`` with the data, steps, loss and held-out acceptance.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bench.errors import BenchError
+from bench.pairs import Pair
+
+Log = Callable[[str], None]
+PACKAGED_PROMPTS = Path(__file__).resolve().parents[1] / "reference" / "smollm2-eagle" / "prompts.jsonl"
+
+
+def atomic_save(obj: Any, path: Path) -> None:
+    """torch.save to a temporary file then os.replace: a kill mid-write never leaves half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def read_prompts(path: Path, split: str) -> list[dict[str, Any]]:
+    """The {source, row, split, prompt} lines of a prompts file (scripts/eagle_prompts.py) in one split."""
+    if not path.is_file():
+        raise BenchError(
+            f"prompts file {path} not found; pass --prompts FILE.jsonl (lines with a 'prompt' field)"
+        )
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    picked = [r for r in rows if r.get("split", "train") == split]
+    if not picked or any("prompt" not in r for r in picked):
+        raise BenchError(
+            f"prompts file {path}: no '{split}' lines with a 'prompt' field; write it with scripts/eagle_prompts.py"
+        )
+    return picked
+
+
+def take_evenly(prompts: list[dict[str, Any]], limit: int | None) -> list[dict[str, Any]]:
+    """At most ``limit`` prompts, the first ones of each source in turn (file order within a
+    source), so a smaller run keeps the mix of sources and its card can name the rows."""
+    if limit is None or limit >= len(prompts):
+        return prompts
+    by_source: dict[str, list[dict[str, Any]]] = {}
+    for p in prompts:
+        by_source.setdefault(p.get("source", ""), []).append(p)
+    picked: list[dict[str, Any]] = []
+    for i in range(len(prompts)):
+        picked += [rows[i] for rows in by_source.values() if i < len(rows)][: limit - len(picked)]
+        if len(picked) == limit:
+            break
+    return sorted(picked, key=prompts.index)
+
+
+def prompt_ids(pair: Pair, prompt: str, chat: bool) -> list[int]:
+    """A prompt's ids as the harness encodes them (bench.build.encode_prompt)."""
+    from bench.pairs import encode_prompt
+
+    return encode_prompt(pair, prompt, chat_template=chat)
+
+
+def _cut_at_eos(ids: list[int], eos: set[int]) -> list[int]:
+    """A generated row up to and including its first EOS (generate pads the rest)."""
+    ends = [i for i, tok in enumerate(ids) if tok in eos]
+    return ids[: ends[0] + 1] if ends else ids
+
+
+def feature_layers(num_layers: int) -> tuple[int, int, int]:
+    """transformers' ``hidden_states`` indices EAGLE-3 fuses: the inputs of layers 2, L//2, L-3
+    (the authors' modeling_llama_kv.py appends ``hidden_states`` before those layers run)."""
+    return (2, num_layers // 2, num_layers - 3)
+
+
+def _rows(
+    gen: Any, width: int, encoded: list[list[int]], eos: set[int], layers: tuple[int, ...]
+) -> list[dict[str, Any]]:
+    """One record per row of a generate() batch: the sequence, the fused features and final
+    (normed) states at every position but the last, and the target's argmax after each position.
+
+    The generation pass is the teacher-forced pass: every position's states come from the target
+    reading its own tokens, so no second forward is run. Left padding is cut off."""
+    steps = [torch.cat([step[i] for step in gen.hidden_states], dim=1) for i in (*layers, -1)]
+    argmax = torch.stack([logits.argmax(-1) for logits in gen.logits], dim=1)  # [B, new]
+    out = []
+    for b, e in enumerate(encoded):
+        response = _cut_at_eos(gen.sequences[b, width:].tolist(), eos)
+        pad, n = width - len(e), len(e) + len(response)
+        feats = torch.cat([h[b, pad : pad + n - 1] for h in steps[:3]], dim=-1)
+        # the prompt's positions hold the next prompt token (training masks them out)
+        arg = torch.cat([torch.tensor(e[1:]), argmax[b, : len(response)]])
+        out.append(
+            {
+                "prompt_len": len(e),
+                "ids": torch.tensor(e + response),
+                "feats": feats.clone(),
+                "final": steps[3][b, pad : pad + n - 1].clone(),
+                "argmax": arg,
+            }
+        )
+    return out
+
+
+@torch.no_grad()
+def generate_features(
+    pair: Pair, prompts: list[dict[str, Any]], folder: Path, new_tokens: int, batch: int, chat: bool, log: Log
+) -> list[dict[str, Any]]:
+    """The target's greedy responses with their features, one shard file per batch in ``folder``
+    (written atomically; a rerun loads the shards it finds and generates the rest).
+
+    Prompts are sorted by length so a batch wastes little left padding."""
+    folder.mkdir(parents=True, exist_ok=True)
+    done: dict[int, dict[str, Any]] = {}
+    for shard in sorted(folder.glob("shard_*.pt")):
+        done.update(torch.load(shard, weights_only=False))
+    if done:
+        log(f"features: found {len(done)} of {len(prompts)} sequences already generated in {folder}")
+    todo = sorted((i for i in range(len(prompts)) if i not in done), key=lambda i: len(prompts[i]["prompt"]))
+    eos, pad = set(pair.eos_token_ids), pair.eos_token_ids[0]
+    layers = feature_layers(pair.target.config.num_hidden_layers)
+    start, made = time.monotonic(), 0
+    for b in range(0, len(todo), batch):
+        chunk = todo[b : b + batch]
+        encoded = [prompt_ids(pair, prompts[i]["prompt"], chat) for i in chunk]
+        width = max(map(len, encoded))
+        ids = torch.tensor([[pad] * (width - len(e)) + e for e in encoded], device=pair.device)
+        mask = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in encoded], device=pair.device)
+        gen = pair.target.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            max_new_tokens=new_tokens,
+            do_sample=False,
+            pad_token_id=pad,
+            eos_token_id=sorted(eos),
+            output_hidden_states=True,
+            output_logits=True,
+            return_dict_in_generate=True,
+        )
+        shard = dict(zip(chunk, _rows(gen, width, encoded, eos, layers), strict=True))
+        atomic_save(shard, folder / f"shard_{min(chunk):05d}_{len(done):05d}.pt")
+        done.update(shard)
+        made += len(chunk)
+        rate = made / (time.monotonic() - start)
+        log(
+            f"features: {len(done)}/{len(prompts)} sequences, {rate:.3f} prompts/s, ETA {(len(todo) - made) / rate:.0f} s"
+        )
+    return [done[i] for i in range(len(prompts))]
+
+
+def draft_vocab(
+    records: list[dict[str, Any]], size: int, vocab: int, log: Log
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``d2t``, ``t2d`` of the ``size`` most frequent response tokens, in the authors' convention
+    (cnets.py ``scandata``: ``used_tokens`` sorted, ``d2t[i] = used_tokens[i] - i``,
+    ``t2d[v] = v in used_tokens``); ties broken by the smaller id. Fewer distinct tokens than
+    ``size`` is refused: the head's size would not be the one asked for."""
+    counts = Counter(tok for r in records for tok in r["ids"][r["prompt_len"] :].tolist())
+    if len(counts) < size:
+        raise BenchError(
+            f"draft vocabulary: the responses hold {len(counts)} distinct tokens, fewer than {size}; pass --draft-vocab {len(counts)} or more prompts"
+        )
+    top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:size]
+    used = sorted(tok for tok, _ in top)
+    share = sum(c for _, c in top) / sum(counts.values())
+    log(f"draft vocabulary: top {size} of {len(counts)} response tokens cover {share:.2%} of them")
+    d2t = torch.tensor(used) - torch.arange(size)
+    t2d = torch.zeros(vocab, dtype=torch.bool)
+    t2d[torch.tensor(used)] = True
+    return d2t, t2d
+
+
+def head_config(pair: Pair, draft_vocab_size: int) -> dict[str, Any]:
+    """config.json of the head in the published EAGLE-3 layout: the target's shapes, one layer,
+    ``draft_vocab_size``, and the rope base the head trains with (the target's: the authors'
+    decoding code reads ``rope_theta`` from the head's config, see bench.eagle.heads)."""
+    c = pair.target.config
+    rope = getattr(c, "rope_parameters", None) or {}
+    theta = float(rope.get("rope_theta", getattr(c, "rope_theta", 10000.0)))
+    return {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "model_type": "llama",
+        "num_hidden_layers": 1,
+        "hidden_size": c.hidden_size,
+        "intermediate_size": c.intermediate_size,
+        "num_attention_heads": c.num_attention_heads,
+        "num_key_value_heads": c.num_key_value_heads,
+        "hidden_act": c.hidden_act,
+        "rms_norm_eps": c.rms_norm_eps,
+        "rope_theta": theta,
+        "max_position_embeddings": c.max_position_embeddings,
+        "vocab_size": c.vocab_size,
+        "draft_vocab_size": draft_vocab_size,
+        "tie_word_embeddings": False,
+        "bos_token_id": c.bos_token_id,
+        "eos_token_id": c.eos_token_id,
+        "pad_token_id": c.pad_token_id,
+        "torch_dtype": "float16",
+    }
+
+
+def new_head(pair: Pair, d2t: torch.Tensor, t2d: torch.Tensor, seed: int, from_target: bool) -> Any:
+    """A fresh head on the target's frozen embedding. ``from_target`` starts ``lm_head`` at the
+    target's output rows of the draft ids and ``norm`` at its final norm (the authors start them
+    at random; with a CPU's few hundred steps this start matters), ``fc`` and ``midlayer`` at
+    torch's defaults under ``seed``."""
+    from bench.eagle.heads import Eagle3Head, HeadConfig
+
+    torch.manual_seed(seed)
+    head = Eagle3Head(HeadConfig.from_dict(head_config(pair, len(d2t))))
+    head.d2t.copy_(d2t)
+    head.t2d.copy_(t2d)
+    head.embed_tokens.weight.data = pair.target.get_input_embeddings().weight.detach().float().clone()
+    head.embed_tokens.weight.requires_grad_(False)
+    if from_target:
+        head.lm_head.weight.data = target_rows(pair, t2d).clone()
+        head.norm.weight.data = pair.target.model.norm.weight.detach().float().clone()
+    return head
+
+
+def target_rows(pair: Pair, t2d: torch.Tensor) -> torch.Tensor:
+    """The target's output layer at the draft ids [Vd, H], in draft order (ids ascending)."""
+    return pair.target.get_output_embeddings().weight.detach().float()[t2d]
+
+
+def export_head(head: Any, config: dict[str, Any], folder: Path) -> Path:
+    """config.json + model.safetensors in the published layout: fp16 weights, d2t (int64) and t2d
+    (bool); no ``embed_tokens`` (EAGLE-3 reads the target's)."""
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    state = {
+        k: (v.half() if v.is_floating_point() else v).contiguous()
+        for k, v in head.state_dict().items()
+        if k != "embed_tokens.weight"
+    }
+    tmp = folder / "model.safetensors.tmp"
+    save_file(state, str(tmp), metadata={"format": "pt"})
+    os.replace(tmp, folder / "model.safetensors")
+    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    return folder / "model.safetensors"
+
+
+@dataclass(frozen=True)
+class FitSettings:
+    """What changes the trained head: steps, sequences per step, TTT depth (the authors' 7), AdamW
+    (the authors' betas 0.9/0.95 and clipping 0.5; a CPU run needs a larger rate than their 5e-5
+    over 800k steps) with linear warm-up then linear decay, and the seed of the init and order."""
+
+    steps: int = 200
+    batch: int = 8
+    ttt_steps: int = 7
+    lr: float = 1e-3
+    warmup: int = 10
+    clip: float = 0.5
+    seed: int = 0
+    log_every: int = 10
+    save_every: int = 10
+
+
+def batch_indices(step: int, batch: int, n: int, seed: int) -> list[int]:
+    """The records of optimizer step ``step``: a fresh permutation per epoch from ``seed`` + epoch,
+    so any step's batch is known without replaying the ones before (a resumed run sees the same)."""
+    out = []
+    for pos in range(step * batch, (step + 1) * batch):
+        epoch, k = divmod(pos, n)
+        out.append(int(torch.randperm(n, generator=torch.Generator().manual_seed(seed + epoch))[k]))
+    return out
+
+
+def _schedule(s: FitSettings) -> Callable[[int], float]:
+    """The learning-rate factor at step k: linear warm-up over ``warmup`` steps, then linear decay
+    to a tenth at the last step."""
+    return lambda k: (
+        (k + 1) / s.warmup if k < s.warmup else 1.0 - 0.9 * (k - s.warmup) / max(s.steps - s.warmup, 1)
+    )
+
+
+def _resume(path: Path, head: Any, opt: Any, sched: Any, s: FitSettings, log: Log) -> dict[str, Any]:
+    """The checkpoint's progress, loaded into head/optimizer/schedule; fresh when there is none.
+    A checkpoint made with other settings is refused (it would silently mix two runs)."""
+    if not path.is_file():
+        return {"step": 0, "history": [], "elapsed": 0.0}
+    ck = torch.load(path, weights_only=False)
+    if ck["settings"] != asdict(s):
+        raise BenchError(
+            f"{path} was made with other settings ({ck['settings']}); use another --out or delete it"
+        )
+    head.load_state_dict(ck["head"], strict=False)
+    opt.load_state_dict(ck["optim"])
+    sched.load_state_dict(ck["sched"])
+    last = ck["history"][-1]["loss"] if ck["history"] else float("nan")
+    log(
+        f"resumed: {path} holds step {ck['step']}/{s.steps} (loss {last:.4f}, {ck['elapsed']:.0f} s trained); continuing"
+    )
+    return {k: ck[k] for k in ("step", "history", "elapsed")}
+
+
+def fit(
+    head: Any, records: list[dict[str, Any]], target_w: torch.Tensor, s: FitSettings, ckpt: Path, log: Log
+) -> dict[str, Any]:
+    """Train ``head`` for ``s.steps`` optimizer steps (the 0.8^j-weighted TTT loss), checkpointing
+    atomically every ``s.save_every`` steps and logging step, loss, step-0 accuracy, positions/s
+    and time left every ``s.log_every``. Returns the progress (step, history, elapsed)."""
+    from bench.learned.eagle_ttt import collate, ttt_losses, weighted
+
+    params = [p for p in head.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=s.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, _schedule(s))
+    state = _resume(ckpt, head, opt, sched, s, log)
+    began, positions, run_start = time.monotonic(), 0, state["step"]
+    for step in range(state["step"], s.steps):
+        batch = collate([records[i] for i in batch_indices(step, s.batch, len(records), s.seed)])
+        losses, accs = ttt_losses(head, batch, target_w, s.ttt_steps)
+        loss = weighted(losses)
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, s.clip)
+        opt.step()
+        sched.step()
+        positions += batch["tokens"].numel()
+        value, step_losses = float(loss.detach()), [float(x.detach()) for x in losses]
+        state["history"].append({"step": step + 1, "loss": value, "step_losses": step_losses, "acc": accs})
+        state["step"] = step + 1
+        spent = time.monotonic() - began
+        if (step + 1) % s.log_every == 0 or step + 1 == s.steps:
+            eta = spent / (step + 1 - run_start) * (s.steps - step - 1)
+            log(
+                f"step {step + 1}/{s.steps}  loss {value:.4f}  acc0 {accs[0]:.3f}  {positions / spent:.0f} positions/s  ETA {eta:.0f} s"
+            )
+        if (step + 1) % s.save_every == 0 or step + 1 == s.steps:
+            trained = {k: v for k, v in head.state_dict().items() if k != "embed_tokens.weight"}
+            atomic_save(
+                {
+                    **state,
+                    "elapsed": state["elapsed"] + spent,
+                    "settings": asdict(s),
+                    "head": trained,
+                    "optim": opt.state_dict(),
+                    "sched": sched.state_dict(),
+                },
+                ckpt,
+            )
+    state["elapsed"] += time.monotonic() - began
+    return state
+
+
+@dataclass(frozen=True)
+class DraftJob:
+    """One offline training of a pair's EAGLE-3 head: the prompts file (scripts/eagle_prompts.py),
+    how many of its train prompts, the responses' length and batch, the draft vocabulary size,
+    the fit and the chain depths whose held-out acceptance the card reports."""
+
+    prompts: Path
+    out: Path
+    limit: int | None = None
+    new_tokens: int = 128
+    gen_batch: int = 16
+    chat: bool = True
+    draft_vocab: int = 2048
+    init_from_target: bool = True
+    fit: FitSettings = FitSettings()
+    depths: tuple[int, ...] = (3, 5, 7)
+
+
+def _vocab(
+    job: DraftJob, records: list[dict[str, Any]], vocab: int, log: Log
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The draft vocabulary, cached in work/vocab.pt (a resumed run keeps the one it trained with)."""
+    path = job.out / "work" / "vocab.pt"
+    if path.is_file():
+        cached = torch.load(path, weights_only=True)
+        if len(cached["d2t"]) == job.draft_vocab:
+            return cached["d2t"], cached["t2d"]
+        raise BenchError(
+            f"{path} holds a {len(cached['d2t'])}-token vocabulary, not {job.draft_vocab}; use another --out"
+        )
+    d2t, t2d = draft_vocab(records, job.draft_vocab, vocab, log)
+    atomic_save({"d2t": d2t, "t2d": t2d}, path)
+    return d2t, t2d
+
+
+def _sources(prompts: list[dict[str, Any]]) -> dict[str, str]:
+    """Which rows of which source a list of prompts holds, as ``source: first..last (n rows)``."""
+    rows: dict[str, list[int]] = {}
+    for p in prompts:
+        rows.setdefault(p.get("source", "prompts"), []).append(int(p.get("row", 0)))
+    return {k: f"rows {min(v)}..{max(v)} ({len(v)})" for k, v in rows.items()}
+
+
+def train_draft(pair: Pair, job: DraftJob, log: Log = print) -> dict[str, Any]:
+    """Every stage of the module docstring, each resumed from its file; writes the head and its
+    card into ``job.out`` and returns the card."""
+    from bench.learned.eagle_ttt import chain_acceptance
+
+    work, began = job.out / "work", time.monotonic()
+    train_p = take_evenly(read_prompts(job.prompts, "train"), job.limit)
+    held_p = read_prompts(job.prompts, "heldout")
+    gen = (job.new_tokens, job.gen_batch, job.chat, log)
+    held = generate_features(pair, held_p, work / "features_heldout", *gen)
+    train = generate_features(pair, train_p, work / "features_train", *gen)
+    generated = time.monotonic() - began
+    d2t, t2d = _vocab(job, train, pair.target.config.vocab_size, log)
+    head = new_head(pair, d2t, t2d, job.fit.seed, job.init_from_target)
+    log(
+        f"training: {len(train)} sequences, {_response_tokens(train)} response tokens, "
+        f"{job.fit.steps} steps of {job.fit.batch}, TTT depth {job.fit.ttt_steps}"
+    )
+    state = fit(head, train, target_rows(pair, t2d), job.fit, work / "checkpoint.pt", log)
+    head.eval()
+    accept = [chain_acceptance(head, held, d) for d in job.depths]
+    export_head(head, head_config(pair, job.draft_vocab), job.out)
+    seconds = {
+        "features_this_run": round(generated),
+        "training_total": round(state["elapsed"]),
+        "this_run": round(time.monotonic() - began),
+    }
+    card = _card(pair, job, (train_p, held_p), (train, held), state, accept, seconds)
+    (job.out / "card.json").write_text(json.dumps(card, indent=2) + "\n")
+    for a in accept:
+        log(f"held-out greedy chain, depth {a['depth']}: {a['tokens_per_round']:.3f} tokens per round ({a['rounds']} rounds)")
+    return card
+
+
+def _response_tokens(records: list[dict[str, Any]]) -> int:
+    """Tokens the target generated (what the loss and the card count), over records."""
+    return sum(len(r["ids"]) - r["prompt_len"] for r in records)
+
+
+def _card(
+    pair: Pair, job: DraftJob, prompts: tuple[list, list], records: tuple[list, list], state: dict[str, Any],
+    accept: list[dict[str, Any]], seconds: dict[str, int],
+) -> dict[str, Any]:  # fmt: skip
+    """card.json: which prompts (rows per source, the file's hash), the responses, the settings,
+    the loss over the last 10 steps and the held-out acceptance."""
+    import hashlib
+
+    last = state["history"][-10:]
+    step_losses = [sum(h["step_losses"][j] for h in last) / len(last) for j in range(job.fit.ttt_steps)] if last else []
+    return {
+        "pair": pair.spec.name,
+        "target": pair.spec.target,
+        "kind": "eagle3",
+        "prompts": {
+            "file": job.prompts.name,
+            "sha256": hashlib.sha256(job.prompts.read_bytes()).hexdigest(),
+            "train": _sources(prompts[0]),
+            "heldout": _sources(prompts[1]),
+        },
+        "responses": {
+            "decoding": "greedy, the target's own",
+            "chat_template": job.chat,
+            "max_new_tokens": job.new_tokens,
+            "train_sequences": len(records[0]),
+            "train_response_tokens": _response_tokens(records[0]),
+            "heldout_sequences": len(records[1]),
+        },
+        "draft_vocab_size": job.draft_vocab,
+        "init_from_target": job.init_from_target,
+        "fit": asdict(job.fit),
+        "steps_done": state["step"],
+        "final_loss": sum(h["loss"] for h in last) / max(len(last), 1),
+        "final_step_losses": step_losses,
+        "heldout_acceptance": accept,
+        "seconds": seconds,
+    }
+
+
+def train_draft_command(
+    pair: str,
+    out: Path,
+    prompts: Path | None,
+    num_prompts: int | None,
+    new_tokens: int,
+    gen_batch: int,
+    draft_vocab: int,
+    steps: int,
+    batch: int,
+    ttt_steps: int,
+    lr: float,
+    seed: int,
+    chat_template: bool,
+    device: str,
+    dtype: str | None,
+    command: str,
+    log: Log = print,
+) -> dict[str, Any]:
+    """`diversed-bench train-draft`: load the pair, train its head with these flags, return the
+    card (which records ``command``, the line that made it)."""
+    from bench.pairs import load_pair
+
+    fit_settings = FitSettings(steps=steps, batch=batch, ttt_steps=ttt_steps, lr=lr, seed=seed)
+    job = DraftJob(
+        prompts=prompts or PACKAGED_PROMPTS,
+        out=out,
+        limit=num_prompts,
+        new_tokens=new_tokens,
+        gen_batch=gen_batch,
+        chat=chat_template,
+        draft_vocab=draft_vocab,
+        fit=fit_settings,
+    )
+    card = {**train_draft(load_pair(pair, device=device, dtype=dtype), job, log), "command": command}
+    (out / "card.json").write_text(json.dumps(card, indent=2) + "\n")
+    return card

@@ -1,0 +1,248 @@
+"""Training an EAGLE-3 head offline (bench.learned.eagle, bench.learned.eagle_ttt) on the tiny pair:
+the features are the target's teacher-forced states, the reduced vocabulary maps both ways, the
+unrolled training step is what the decoding head computes, the loss falls, a killed run resumes to
+the same tensors as an uninterrupted one, and the exported head loads through the published-layout
+loader (bench.eagle) with the trained logits."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from bench.eagle.heads import Eagle3Head, HeadConfig, load_eagle_head
+from bench.errors import BenchError
+from bench.learned.eagle import (
+    DraftJob,
+    FitSettings,
+    draft_vocab,
+    export_head,
+    fit,
+    generate_features,
+    head_config,
+    new_head,
+    target_rows,
+    train_draft,
+)
+from bench.learned.eagle_ttt import chain_acceptance, collate, unroll
+
+PROMPTS = [f"question {i}: what is {i} plus {3 * i}?" for i in range(8)]
+
+
+@pytest.fixture(scope="module")
+def records(tiny_pair, one_thread, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("features")
+    return generate_features(
+        tiny_pair, [{"prompt": p} for p in PROMPTS], folder, 12, 4, False, lambda _: None
+    )
+
+
+def test_features_are_the_teacher_forced_pass(tiny_pair, records):
+    """The states kept from generation equal one forward over the finished sequence."""
+    layers = tiny_pair.target.config.num_hidden_layers
+    for r in records[:3]:
+        out = tiny_pair.target(r["ids"][None], output_hidden_states=True)
+        n = len(r["ids"]) - 1
+        fused = torch.cat([out.hidden_states[i][0, :n] for i in (2, layers // 2, layers - 3)], dim=-1)
+        torch.testing.assert_close(r["feats"], fused, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(r["final"], out.hidden_states[-1][0, :n], atol=1e-5, rtol=1e-5)
+        p = r["prompt_len"]
+        assert torch.equal(r["argmax"][p - 1 :], out.logits[0, p - 1 : n].argmax(-1))
+
+
+def test_reduced_vocab_round_trips(records):
+    """d2t[i] = target id - i over the sorted ids; t2d marks exactly them; draft -> target ->
+    draft is the identity, and the most frequent response tokens are in."""
+    d2t, t2d = draft_vocab(records, 16, 512, lambda _: None)
+    target = torch.arange(16) + d2t
+    assert torch.all(target[1:] > target[:-1]) and int(t2d.sum()) == 16
+    assert torch.equal(torch.nonzero(t2d).flatten(), target)
+    back = torch.cumsum(t2d.long(), 0) - 1  # target id -> draft id, where t2d holds it
+    assert torch.equal(back[target], torch.arange(16))
+    counts = torch.bincount(torch.cat([r["ids"][r["prompt_len"] :] for r in records]), minlength=512)
+    assert t2d[counts.argmax()]
+    with pytest.raises(BenchError, match="distinct tokens"):
+        draft_vocab(records, 511, 512, lambda _: None)
+
+
+def test_unrolled_steps_are_the_decoding_chain():
+    """Step 0 of the unroll is the decoding head over the sequence; step j at position t is the
+    head fed its own output j times after position t (cache of step 0's keys), as it drafts; an
+    unroll from a later position computes the same logits there."""
+    torch.manual_seed(0)
+    cfg = HeadConfig(
+        hidden_size=32,
+        intermediate_size=48,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=64,
+        draft_vocab_size=16,
+        rope_theta=1000.0,
+    )
+    head = Eagle3Head(cfg).eval()
+    for p in head.parameters():
+        p.data.normal_(0, 0.2)
+    feats, tokens = torch.randn(1, 9, 96), torch.randint(0, 64, (1, 9))
+    steps = unroll(head, feats, tokens, 3)
+    out, _ = head(feats, tokens)
+    torch.testing.assert_close(steps[0], head.logits(out), atol=1e-5, rtol=1e-5)
+    t = 5
+    _, cache = head(feats[:, : t + 1], tokens[:, : t + 1])
+    hidden = out[:, t : t + 1]
+    for j in (1, 2):
+        hidden, cache = head(hidden, tokens[:, t + j : t + j + 1], cache=cache)
+        torch.testing.assert_close(steps[j][0, t], head.logits(hidden)[0, 0], atol=1e-5, rtol=1e-5)
+    for j, sliced in enumerate(unroll(head, feats, tokens, 3, start=4)):  # positions 4 on only
+        torch.testing.assert_close(sliced, steps[j][:, 4:], atol=1e-5, rtol=1e-5)
+
+
+def _fit(pair, records, folder: Path, steps: int, kill_at: int | None = None):
+    """A fresh head trained into ``folder``; ``kill_at`` raises inside the log at that step, after
+    the checkpoint before it was written, as a kill would stop it."""
+    d2t, t2d = draft_vocab(records, 32, pair.target.config.vocab_size, lambda _: None)
+    head = new_head(pair, d2t, t2d, 0, True)
+    settings = FitSettings(steps=steps, batch=3, ttt_steps=3, lr=3e-3, warmup=2, log_every=1, save_every=2)
+    lines: list[str] = []
+
+    def log(line: str) -> None:
+        lines.append(line)
+        if kill_at is not None and line.startswith(f"step {kill_at}/"):
+            raise KeyboardInterrupt
+
+    state = fit(head, records, target_rows(pair, t2d), settings, folder / "checkpoint.pt", log)
+    return head, state, lines
+
+
+def test_loss_falls_and_a_killed_run_resumes_exactly(tiny_pair, records, tmp_path):
+    whole, state, _ = _fit(tiny_pair, records, tmp_path / "whole", 8)
+    losses = [h["loss"] for h in state["history"]]
+    assert sum(losses[-2:]) < sum(losses[:2])
+    with pytest.raises(KeyboardInterrupt):
+        _fit(tiny_pair, records, tmp_path / "killed", 8, kill_at=5)
+    resumed, state2, lines = _fit(tiny_pair, records, tmp_path / "killed", 8)
+    assert lines[0].startswith("resumed:") and "step 4/8" in lines[0]
+    assert [h["loss"] for h in state2["history"]] == losses
+    for (name, a), b in zip(whole.state_dict().items(), resumed.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
+
+
+def test_exported_head_loads_in_the_published_layout(tiny_pair, records, tmp_path):
+    """config.json + model.safetensors read back through bench.eagle's loader give the trained
+    head's draft logits (fp16 weights), and the counting of chain acceptance runs on it."""
+    head, _, _ = _fit(tiny_pair, records, tmp_path, 2)
+    config = head_config(tiny_pair, 32)
+    export_head(head, config, tmp_path / "head")
+    loaded = load_eagle_head(tmp_path / "head", tiny_pair.target).float()
+    assert json.loads((tmp_path / "head" / "config.json").read_text())["draft_vocab_size"] == 32
+    assert torch.equal(loaded.d2t, head.d2t) and torch.equal(loaded.t2d, head.t2d)
+    batch = collate(records[:2])
+    a, b = (
+        unroll(head, batch["feats"], batch["tokens"], 2),
+        unroll(loaded, batch["feats"], batch["tokens"], 2),
+    )
+    torch.testing.assert_close(a[1], b[1], atol=2e-2, rtol=2e-2)
+    result = chain_acceptance(loaded, records, 3)
+    assert result["rounds"] > 0 and 1.0 <= result["tokens_per_round"] <= 4.0
+
+
+def test_train_draft_writes_head_and_card(tiny_pair, tmp_path):
+    """The whole recipe end to end from a prompts file: head, card with the data and acceptance."""
+    lines = [{"prompt": p, "split": "train", "source": "s", "row": i} for i, p in enumerate(PROMPTS)]
+    lines += [{"prompt": "held out: 5 plus 7", "split": "heldout", "source": "s", "row": 99}]
+    (tmp_path / "p.jsonl").write_text("\n".join(map(json.dumps, lines)))
+    job = DraftJob(
+        prompts=tmp_path / "p.jsonl",
+        out=tmp_path / "out",
+        new_tokens=8,
+        gen_batch=4,
+        chat=False,
+        draft_vocab=24,
+        fit=FitSettings(steps=2, batch=2, ttt_steps=2, log_every=1),
+        depths=(2,),
+    )
+    card = train_draft(tiny_pair, job, log=lambda _: None)
+    assert card["prompts"]["train"] == {"s": "rows 0..7 (8)"} and card["steps_done"] == 2
+    assert (tmp_path / "out" / "model.safetensors").is_file() and (tmp_path / "out" / "card.json").is_file()
+    assert card["heldout_acceptance"][0]["depth"] == 2
+
+
+def test_cli_train_draft(tmp_path):
+    """`diversed-bench train-draft` end to end on the tiny pair: the head, a card naming the
+    command, and a re-run that resumes instead of training again."""
+    from typer.testing import CliRunner
+
+    from bench.cli import app
+
+    lines = [{"prompt": p, "split": "train", "source": "s", "row": i} for i, p in enumerate(PROMPTS[:4])]
+    lines += [{"prompt": "held out: 2 plus 2", "split": "heldout", "source": "s", "row": 9}]
+    (tmp_path / "p.jsonl").write_text("\n".join(map(json.dumps, lines)))
+    args = [
+        "train-draft",
+        "--pair",
+        "tiny",
+        "--out",
+        str(tmp_path / "h"),
+        "--prompts",
+        str(tmp_path / "p.jsonl"),
+        "--no-chat-template",
+        "--new-tokens",
+        "6",
+        "--draft-vocab",
+        "8",
+        "--steps",
+        "2",
+        "--batch",
+        "2",
+        "--ttt-steps",
+        "2",
+    ]
+    first = CliRunner().invoke(app, args)
+    assert first.exit_code == 0, first.output
+    card = json.loads((tmp_path / "h" / "card.json").read_text())
+    assert card["command"].startswith("diversed-bench") and card["draft_vocab_size"] == 8
+    again = CliRunner().invoke(app, args)
+    assert "found 4 of 4 sequences" in again.output and "resumed:" in again.output
+
+
+def test_shipped_smollm2_head_is_the_published_layout_and_its_card_matches():
+    """bench/reference/smollm2-eagle: the EAGLE-3 keys exactly, fp16 weights, a vocabulary mapping
+    of the configured size, under 15 MB, and a card naming the shipped prompts file by its hash
+    with disjoint train and held-out rows."""
+    import hashlib
+
+    from safetensors.torch import load_file
+
+    from bench.learned.eagle import PACKAGED_PROMPTS
+
+    folder = PACKAGED_PROMPTS.parent
+    config = json.loads((folder / "config.json").read_text())
+    state = load_file(str(folder / "model.safetensors"))
+    layer = {
+        f"midlayer.{k}.weight"
+        for k in (
+            "self_attn.q_proj",
+            "self_attn.k_proj",
+            "self_attn.v_proj",
+            "self_attn.o_proj",
+            "mlp.gate_proj",
+            "mlp.up_proj",
+            "mlp.down_proj",
+            "hidden_norm",
+            "input_layernorm",
+            "post_attention_layernorm",
+        )
+    }
+    assert set(state) == layer | {"fc.weight", "norm.weight", "lm_head.weight", "d2t", "t2d"}
+    assert all(v.dtype == torch.float16 for k, v in state.items() if k not in ("d2t", "t2d"))
+    size = config["draft_vocab_size"]
+    assert state["lm_head.weight"].shape == (size, config["hidden_size"]) and int(state["t2d"].sum()) == size
+    assert torch.equal(torch.arange(size) + state["d2t"], torch.nonzero(state["t2d"]).flatten())
+    assert (folder / "model.safetensors").stat().st_size < 15e6
+    card = json.loads((folder / "card.json").read_text())
+    assert card["prompts"]["sha256"] == hashlib.sha256(PACKAGED_PROMPTS.read_bytes()).hexdigest()
+    rows = [json.loads(line) for line in PACKAGED_PROMPTS.read_text().splitlines()]
+    train = {(r["source"], r["row"]) for r in rows if r["split"] == "train"}
+    held = {(r["source"], r["row"]) for r in rows if r["split"] == "heldout"}
+    assert train and held and not train & held and card["draft_vocab_size"] == size
