@@ -108,18 +108,19 @@ def configs_from_grid(
     candidates: Sequence[str] = (),
     heads: Sequence[str] = (),
     params: Mapping[str, Sequence[Any]] | None = None,
-    settings: RunSettings = RunSettings(),
+    settings: RunSettings | Mapping[str, Any] = RunSettings(),
     calibrate: bool | None = None,
 ) -> tuple[list[RunConfig], int | None]:
     """A grid's configurations, and its example limit.
 
     ``candidates`` (with their ``heads``) join a template grid's methods, and ``params`` (from
     --param and its aliases) go to the candidates; with a grid that names its methods, they go to
-    the grid's methods unless the grid sets them. ``settings`` (given on the command line) apply
-    where the grid leaves them open and are refused where it sets them. ``calibrate``
-    (--calibrate/--no-calibrate) overrides the grid's ``calibrate`` key."""
+    the grid's methods unless the grid sets them. ``settings`` (given on the command line; a
+    RunSettings, or a mapping of its names) apply where the grid leaves them open and are refused
+    where it sets them. ``calibrate`` (--calibrate/--no-calibrate) overrides the grid's ``calibrate``
+    key."""
     g = load_grid(name_or_path)
-    params = dict(params or {})
+    params, settings = dict(params or {}), RunSettings.of(settings)
     template = "tasks" not in g or "pairs" not in g
     _check_given(name_or_path, g, template, tasks, pairs, candidates, heads, params, settings)
     shared = settings.over(RunSettings.of({k: g[k] for k in SHARED_KEYS if k in g}, f"grid {name_or_path}"))
