@@ -27,6 +27,7 @@ from transformers import PreTrainedModel
 
 from bench.distributions import Sampling, pick, process
 from bench.drafters.base import Draft, Drafter, DraftRow
+from bench.drafters.eagle_tree import draft_tree
 from bench.eagle.heads import CacheKV, EagleHead, load_eagle_head
 from bench.errors import BenchError
 
@@ -139,8 +140,6 @@ class EagleDrafter(Drafter):
 
     def draft(self, rows: Sequence[DraftRow], caps: Sequence[int]) -> Draft:
         if self.tree:
-            from bench.drafters.eagle_tree import draft_tree
-
             return draft_tree(self, rows, caps)
         chains = [self.chain(row, cap) if cap else None for row, cap in zip(rows, caps)]
         return stack_chains(chains, self.vocab, self.device)

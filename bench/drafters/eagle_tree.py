@@ -22,18 +22,29 @@ otherwise zeroes x and renormalises: exactly EAGLE's q-free rule (``evaluate_pos
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
 
 from bench.drafters.base import Draft, DraftRow
-
-if TYPE_CHECKING:
-    from bench.drafters.eagle import EagleDrafter
+from bench.eagle.heads import EagleHead
 
 
-def draft_tree(drafter: EagleDrafter, rows: Sequence[DraftRow], caps: Sequence[int]) -> Draft:
+class TreeSource(Protocol):
+    """What growing a tree reads of the EAGLE drafter (bench/drafters/eagle.py): its head, its
+    budget, and a row's head state caught up with the target's confirmed positions."""
+
+    head: EagleHead
+    device: torch.device
+    topk: int
+    depth: int
+    total: int
+
+    def catch_up(self, row: DraftRow) -> Any: ...
+
+
+def draft_tree(drafter: TreeSource, rows: Sequence[DraftRow], caps: Sequence[int]) -> Draft:
     """Each row's tree of at most min(cap, total) nodes, right-padded (padding: parent -1)."""
     trees = [grow(drafter, row, min(cap, drafter.total)) if cap else ([], []) for row, cap in zip(rows, caps)]
     width = max(len(tokens) for tokens, _ in trees)
@@ -46,7 +57,7 @@ def draft_tree(drafter: EagleDrafter, rows: Sequence[DraftRow], caps: Sequence[i
     return Draft(tokens=tokens, counts=[len(ids) for ids, _ in trees], parents=parents)
 
 
-def grow(drafter: EagleDrafter, row: DraftRow, budget: int) -> tuple[list[Tensor], list[int]]:
+def grow(drafter: TreeSource, row: DraftRow, budget: int) -> tuple[list[Tensor], list[int]]:
     """One row's tree: (node tokens in the target's vocabulary, node parents), topological."""
     state = drafter.catch_up(row)
     if state.last is None or budget < 1:
