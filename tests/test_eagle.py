@@ -29,6 +29,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from bench.decoding import SpeculativeDecoder
 from bench.distributions import Sampling
 from bench.drafters import make_drafter, parse_drafter
+from bench.drafters import canonical_drafter
 from bench.drafters.eagle import EagleDrafter, with_pair_head
 from bench.eagle import Eagle1Head, Eagle3Head, load_eagle_head
 from bench.engines import CompiledEngine, EagerEngine
@@ -247,6 +248,11 @@ def test_pair_registry_names_the_heads():
     assert with_pair_head("eagle:tree=1", "reference/x") == "eagle:path=reference/x,tree=1"
     assert with_pair_head("eagle:path=/h", "reference/x") == "eagle:path=/h"
     assert with_pair_head("lookup", "reference/x") == "lookup"
+    # A run's configuration records its canonical spec, every parameter written out, the path empty:
+    # that is no path, so `run --drafter eagle` decodes with the pair's head too.
+    canonical = canonical_drafter("eagle:tree=1")
+    assert "path=," in canonical
+    assert with_pair_head(canonical, "reference/x").startswith("eagle:path=reference/x,")
     assert parse_drafter("eagle")[1] == {"path": "", "tree": 0, "topk": 4, "depth": 5, "total": 16}
     with pytest.raises(BenchError, match="tree takes"):
         parse_drafter("eagle:tree=2")

@@ -49,9 +49,12 @@ def with_pair_head(spec: str, pair_head: str | None) -> str:
     """An ``eagle`` drafter spec without ``path`` gets the pair file's head (``eagle:`` field);
     any other spec is returned as is."""
     name, _, rest = spec.strip().partition(":")
-    if name != "eagle" or not pair_head or any(item.strip().startswith("path=") for item in rest.split(",")):
+    items = [item.strip() for item in rest.split(",") if item.strip()]
+    given = [item for item in items if item.startswith("path=")]
+    if name != "eagle" or not pair_head or any(item != "path=" for item in given):
         return spec
-    return f"eagle:path={pair_head}" + (f",{rest}" if rest.strip() else "")
+    # An empty path (a configuration's canonical spec, every parameter written out) is no path.
+    return ",".join([f"eagle:path={pair_head}", *(item for item in items if item != "path=")])
 
 
 def head_folder(path: str) -> str:
