@@ -224,10 +224,16 @@ def train(  # fmt: skip
 
     Example: diversed-bench train --task gsm8k --pair llama3 --algorithm reinforce++
     """
-    args = dict(locals())  # the flags as given (None: the recipe's default); each to api.train by name
     from bench import api
 
-    folder = api.train(**args, log=typer.echo)
+    # The recipe's flags (None: the recipe's own default); a recipe refuses one it does not take.
+    folder = api.train(
+        task=task, pair=pair, method=method, data=data, output_dir=output_dir, device=device, dtype=dtype,
+        engine=engine, verbose=verbose, log=typer.echo, algorithm=algorithm, lr=lr, batch_size=batch_size,
+        epochs=epochs, num_prompts=num_prompts, reg_weight=reg_weight, temperature=temperature,
+        rollout_tokens=rollout_tokens, chat_template=chat_template, seed=seed, truncate_prompt=truncate_prompt,
+        draft_temperature=draft_temperature, drafter=drafter,
+    )  # fmt: skip
     typer.echo(f"head written to {folder}/ ; use it with: diversed-bench run --method {method} --head {folder}")
 
 
@@ -341,10 +347,14 @@ def train_draft(  # fmt: skip
 
     Example: diversed-bench train-draft --pair smollm2 --out heads/smollm2-eagle --num-prompts 120 --draft-vocab 1536 --steps 240 --batch 4 --ttt-steps 5
     """
-    args = dict(locals())  # the flags as given, by name
     from bench.learned.eagle import train_draft_command
 
-    card = train_draft_command(**args, command=shlex.join(["diversed-bench", *sys.argv[1:]]), log=typer.echo)
+    card = train_draft_command(
+        out=out, pair=pair, prompts=prompts, num_prompts=num_prompts, new_tokens=new_tokens, gen_batch=gen_batch,
+        draft_vocab=draft_vocab, steps=steps, batch=batch, ttt_steps=ttt_steps, lr=lr, seed=seed,
+        chat_template=chat_template, device=device, dtype=dtype,
+        command=shlex.join(["diversed-bench", *sys.argv[1:]]), log=typer.echo,
+    )  # fmt: skip
     typer.echo(f"head written to {out}/ (card.json: {card['steps_done']} steps, final loss {card['final_loss']:.4f})")
 
 
