@@ -264,10 +264,11 @@ def expand_methods(
             f"--param {', '.join(stray)}: no selected method takes it; their parameters: "
             f"{', '.join(sorted(known)) or 'none'}"
         )
-    heads = list(heads)
+    routed = _heads_by_method(heads, methods)
     out: list[tuple[str, dict[str, Any], str | None]] = []
     for m in methods:
         cls = verifier_class(m)
+        own = routed.get(cls.name, routed.get("", []))
         kinds = typing.get_type_hints(cls)
         values = {
             f.name: list(params[f.name])
@@ -286,12 +287,26 @@ def expand_methods(
         for combo in combos:
             # validate every value before any model loads (a calibrated one at its path's end)
             make_verifier(m, **{**combo, **(path.values(path.top) if path and CALIBRATED in combo.values() else {})})
-            if cls.needs_hidden and not heads:
+            if cls.needs_hidden and not own:
                 if not learns(m, combo):
                     raise BenchError(f"{cls.name}: reads a head and trains none of its own; pass --head PATH")
                 out.append((m, combo, None))  # its cached head, trained if missing (bench.learned.cache)
             else:
-                out += [(m, combo, h) for h in heads] if cls.needs_hidden else [(m, combo, None)]
+                out += [(m, combo, h) for h in own] if cls.needs_hidden else [(m, combo, None)]
+    return out
+
+
+def _heads_by_method(heads: Iterable[str], methods: Sequence[str]) -> dict[str, list[str]]:
+    """``--head`` values by the method they are for: ``METHOD=PATH`` (METHOD one of the selected
+    methods) gives that method its own head, so two learned methods in one run each read theirs;
+    any other value is a path for every method that reads a head and was given none of its own
+    (key "")."""
+    names = {m: verifier_class(m).name for m in methods} | {verifier_class(m).name: verifier_class(m).name for m in methods}
+    out: dict[str, list[str]] = {}
+    for head in heads:
+        method, sep, path = head.partition("=")
+        key = names.get(method, "") if sep else ""
+        out.setdefault(key, []).append(path if key else head)
     return out
 
 

@@ -283,6 +283,15 @@ def test_param_option_reaches_every_rule():
     ]
 
 
+def test_each_learned_method_reads_its_own_head():
+    """``--head METHOD=PATH`` routes a head to one method: DIVERSED and a judge in one run each read
+    theirs (a plain path still goes to every head-reading method without one of its own)."""
+    both = expand_methods(["diversed", "autojudge"], heads=["diversed=h/div", "autojudge=h/aj"])
+    assert both == [("diversed", {}, "h/div"), ("autojudge", {}, "h/aj")]
+    mixed = expand_methods(["diversed", "judge"], heads=["diversed=h/div", "h/any", "odd=name"])
+    assert mixed == [("diversed", {}, "h/div"), ("judge", {}, "h/any"), ("judge", {}, "odd=name")]
+
+
 @pytest.mark.parametrize(
     "methods,params,needle",
     [
