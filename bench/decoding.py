@@ -498,6 +498,8 @@ class SpeculativeDecoder:
         Returns the rows that finished."""
         caps = [min(self.draft_len, r.budget - len(r.out) - 1) for r in rows]
         draft = self.drafter.draft(rows, caps) if self.drafter and max(caps) > 0 else None
+        for row, ran in zip(rows, draft.forwards if draft and draft.forwards else ()):
+            row.stats.draft_forwards += ran  # what the drafter reports it ran (Draft.forwards)
         last = to_device([[r.seq[-1]] for r in rows], self.device)
         if draft is not None and draft.parents is not None:
             return self._tree_round(rows, draft, last)
@@ -772,8 +774,6 @@ class SpeculativeDecoder:
             row.stats.record_round(counted, kept, *host.sums.get(i, ([], [])))
         row.stats.target_logprob_sum += sum(host.logp[i][: len(new) if eos_at is None else eos_at + 1])
         row.stats.target_forwards += 1
-        steps = host.depth[i] if host.depth is not None else nb  # a tree drafter steps once per level
-        row.stats.draft_forwards += steps if self.drafter and self.drafter.engines else 0
         if weights is not None:
             row.weights.append(weights[: min(kept + 1, counted)])
         if eos_at is not None:
