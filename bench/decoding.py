@@ -311,6 +311,9 @@ class SpeculativeDecoder:
             self._check_trees()
         made = engine(target, widths, trees) if trees else engine(target, widths)  # type: ignore[call-arg]
         self.engines = [self._keeping_states(made, target)] + (self.drafter.engines if self.drafter else [])
+        # The drafter reads the target's layer states (EAGLE's): only then does the loop hand them
+        # over, so any other drafter's rounds build no index lists for them.
+        self.reads_states = bool(self.engines[0].states_at)
 
     @property
     def context(self) -> Context:
@@ -394,7 +397,8 @@ class SpeculativeDecoder:
         ids = padded([r.seq[:-1] for r in rows], self.device)
         for engine in self.engines:
             engine.step(ids, held, keep=1, hidden=False)
-        self._hand_states(rows, [list(range(h)) for h in held])
+        if self.reads_states:
+            self._hand_states(rows, [list(range(h)) for h in held])
         for row in rows:
             row.stats.target_forwards += len(row.seq) > 1
             row.stats.draft_forwards += (len(self.engines) - 1) * (len(row.seq) > 1)
@@ -525,7 +529,8 @@ class SpeculativeDecoder:
         host = self._chain_host(_to_host(parts), ns, [idx for idx, _ in floats])  # the round's sync
         if self.drafter:
             self.drafter.observe(rows, ns, host.accepted)
-        self._hand_states(rows, [list(range(acc + 1)) for acc in host.accepted])
+        if self.reads_states:
+            self._hand_states(rows, [list(range(acc + 1)) for acc in host.accepted])
         return self._emit_all(rows, ns, host, weights)
 
     def _chain_host(self, got: dict[str, list[Any]], ns: list[int], groups: list[list[int]]) -> RoundHost:
@@ -567,7 +572,8 @@ class SpeculativeDecoder:
         }
         host = self._tree_host(_to_host(parts), ns)  # the round's sync
         target.commit(host.paths)
-        self._hand_states(rows, [[0] + [1 + j for j in path] for path in host.paths])
+        if self.reads_states:
+            self._hand_states(rows, [[0] + [1 + j for j in path] for path in host.paths])
         if self.drafter:
             self.drafter.observe(rows, ns, host.accepted)
         return self._emit_all(rows, ns, host, {})
@@ -606,10 +612,11 @@ class SpeculativeDecoder:
     def _hand_states(self, rows: list[_Row], kept: list[list[int]]) -> None:
         """A drafter that reads the target's layer states (``Drafter.target_layers``) gets those of
         the tokens each row's target cache kept in the step just run: ``kept[b]`` indexes that
-        step's tokens (a chain's root and accepted drafts, a tree's root and accepted path)."""
-        states = self.engines[0].states
-        if self.drafter and self.engines[0].states_at and states is not None:
-            self.drafter.take_states(rows, [states[b, idx] for b, idx in enumerate(kept)])
+        step's tokens (a chain's root and accepted drafts, a tree's root and accepted path).
+        Called only where ``reads_states``."""
+        states, drafter = self.engines[0].states, self.drafter
+        assert states is not None and drafter is not None  # the engine keeps states for a drafter only
+        drafter.take_states(rows, [states[b, idx] for b, idx in enumerate(kept)])
 
     def _check_trees(self) -> None:
         """A method, a weight head or a trace not defined on token trees is refused in one line."""

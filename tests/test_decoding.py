@@ -154,6 +154,20 @@ def test_draft_model_and_deterministic_forward_counts_are_unchanged(tiny_pair, s
     out = sd.generate_batch(batch, 19, [0, 1, 2, 3])
     assert [g.stats.draft_forwards for g in out] == FORWARDS_BEFORE_DRAFTERS_REPORTED[(spec, n, temperature)]
 
+
+@pytest.mark.parametrize("spec", ["model", "model_tree", "lookup", "lookup_tree"])
+def test_a_drafter_that_reads_no_target_states_pays_nothing_for_them(tiny_pair, monkeypatch, spec):
+    """Only a drafter that reads the target's layer states (EAGLE's) is handed them: for any other,
+    neither the prefill nor a round builds their index lists or reads the engine's states."""
+
+    def refuse(*args):
+        raise AssertionError("the loop handed states to a drafter that reads none")
+
+    monkeypatch.setattr(SpeculativeDecoder, "_hand_states", refuse)
+    sd = SpeculativeDecoder(tiny_pair.target, tiny_pair.draft, make_verifier("sd"), draft_len=4, drafter=spec)
+    out = sd.generate_batch(prompts(tiny_pair.tokenizer, 2), 8, [0, 1])
+    assert [len(g.token_ids) for g in out] == [8, 8]
+
 def test_eos_ends_generation(tiny_pair):
     eos = tiny_pair.tokenizer.eos_token_id
     ar = decoder(tiny_pair, "ar", sampling=Sampling(1.0))
