@@ -311,9 +311,6 @@ class SpeculativeDecoder:
             self._check_trees()
         made = engine(target, widths, trees) if trees else engine(target, widths)  # type: ignore[call-arg]
         self.engines = [self._keeping_states(made, target)] + (self.drafter.engines if self.drafter else [])
-        # The drafter reads the target's layer states (EAGLE's): only then does the loop hand them
-        # over, so any other drafter's rounds build no index lists for them.
-        self.reads_states = bool(self.engines[0].states_at)
 
     @property
     def context(self) -> Context:
@@ -603,8 +600,11 @@ class SpeculativeDecoder:
         return finished
 
     def _keeping_states(self, made: ModelEngine, target: PreTrainedModel) -> ModelEngine:
-        """The target's engine, told to keep the layer states the drafter reads (EAGLE's), if any."""
+        """The target's engine, told to keep the layer states the drafter reads (EAGLE's), if any.
+        Only then does the loop hand them over (``reads_states``): any other drafter's rounds build
+        no index lists for them."""
         layers = self.drafter.target_layers(target.config.get_text_config().num_hidden_layers) if self.drafter else ()
+        self.reads_states = bool(layers)
         if layers:
             made.keep_states(layers)
         return made
