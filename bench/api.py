@@ -366,7 +366,8 @@ def speed(
 ) -> tuple[str, list[Path]]:
     """Time the harness against transformers' generate() and assisted generation (greedy, on the
     shipped CNN/DM fixture articles); return the markdown and the files written. With a lookup
-    drafter, time it against ``ar`` and transformers' prompt lookup instead (``_speed_lookup``)."""
+    drafter, time it against ``ar`` and transformers' prompt lookup instead (``_speed_lookup``); with
+    an EAGLE one, its head's steps against the target's and the bound beside sd (``_speed_eagle``)."""
     from bench.engines import make_engine
     from bench.pairs import load_pair
     from bench.speed.report import write
@@ -376,8 +377,9 @@ def speed(
     factories = {name: make_engine(name, verbose, log) for name in engines}
     if not factories:
         raise BenchError("--engine takes eager, compiled or eager,compiled")
-    if drafter != "model":
-        return _speed_lookup(
+    if drafter != "model":  # a task's prompts: an EAGLE head's steps, or lookup drafts
+        on_task = _speed_eagle if drafter.partition(":")[0].strip() == "eagle" else _speed_lookup
+        return on_task(
             pair=pair, draft_lens=draft_lens, methods=methods, prompts=prompts, max_new_tokens=max_new_tokens,
             repeats=repeats, device=device, dtype=dtype, engines=factories, output_dir=output_dir,
             command=command, log=log, drafter=drafter, chat_template=chat_template, params=params or {},
@@ -428,18 +430,12 @@ def _speed_lookup(
     from bench.speed.fidelity import Judge
     from bench.speed.lookup import measure_lookup
     from bench.speed.report import write
-    from bench.tasks import Task, resolve_task
 
     if len(engines) != 1:
         raise BenchError("speed --drafter lookup times one engine: give one --engine")
     (engine,) = engines
     runs = _lookup_runs(methods, params, task, pair, drafter, temperature)
-    source = Task(resolve_task(task), data, num_fewshot=num_fewshot)
-    examples = source.examples(prompts, categories=source.category_members(category) if category else None)
-    if not examples:
-        raise BenchError(f"task {task} ({data}) has no example in category group {category}")
-    if any(e.follow_ups for e in examples):
-        log("speed: multi-turn examples are timed on their first turn only")
+    source, examples = _speed_examples(task, data, num_fewshot, prompts, category, log)
     loaded = load_pair(pair, device=device, dtype=dtype)
     encoded = [encode_prompt(loaded, e.prompt, chat_template) for e in examples]
     result = measure_lookup(loaded, Judge(loaded, source, examples, encoded), list(draft_lens), max_new_tokens,
@@ -448,6 +444,53 @@ def _speed_lookup(
                   category=category)  # fmt: skip
     return write("speed_lookup", result, output_dir, command)
 
+
+
+def _speed_examples(
+    task: str, data: str, num_fewshot: int | None, prompts: int, category: str | None, log: Log
+) -> tuple[Any, list[Any]]:
+    """The task's source and its first ``prompts`` examples (of ``category``'s group when given)
+    that a ``speed`` on a task's prompts times."""
+    from bench.tasks import Task, resolve_task
+
+    source = Task(resolve_task(task), data, num_fewshot=num_fewshot)
+    examples = source.examples(prompts, categories=source.category_members(category) if category else None)
+    if not examples:
+        raise BenchError(f"task {task} ({data}) has no example in category group {category}")
+    if any(e.follow_ups for e in examples):
+        log("speed: multi-turn examples are timed on their first turn only")
+    return source, examples
+
+
+def _speed_eagle(
+    *, pair: str, draft_lens: Sequence[int], methods: Sequence[str], prompts: int, max_new_tokens: int,
+    repeats: int, device: str, dtype: str | None, engines: Mapping[str, Any], output_dir: Path | str,
+    command: str, log: Log, drafter: str, chat_template: bool, params: Mapping[str, Sequence[Any]],
+    temperature: float, task: str, data: str, num_fewshot: int | None, category: str | None,
+) -> tuple[str, list[Path]]:  # fmt: skip
+    """``speed --drafter eagle``: the head's chain steps timed against the target's on the task's
+    first prompt, and lossless ``sd`` on its drafts against ``ar`` (``bench.speed.eagle``)."""
+    from bench.distributions import Sampling
+    from bench.drafters import canonical_drafter, parse_drafter
+    from bench.pairs import encode_prompt, load_pair
+    from bench.speed.eagle import measure_eagle
+    from bench.speed.report import write
+
+    if len(engines) != 1:
+        raise BenchError("speed --drafter eagle times one engine: give --engine eager")
+    if list(methods) != ["sd"] or params:
+        raise BenchError("speed --drafter eagle times lossless sd (the head's cost is the same under every rule): give --method sd and no --param")
+    if parse_drafter(drafter)[1]["tree"]:
+        raise BenchError("speed --drafter eagle times the head's chain steps; tree=1 is not timed here (run `run --drafter eagle:tree=1` with --timing-repeats)")
+    _, examples = _speed_examples(task, data, num_fewshot, prompts, category, log)
+    loaded = load_pair(pair, device=device, dtype=dtype)
+    encoded = [encode_prompt(loaded, e.prompt, chat_template) for e in examples]
+    (factory,) = engines.values()
+    result = measure_eagle(loaded, encoded, list(draft_lens), max_new_tokens, repeats, canonical_drafter(drafter),
+                           factory, Sampling(temperature), log=log)  # fmt: skip
+    result.update(engine=next(iter(engines)), chat_template=chat_template, task=task, data=data,
+                  num_fewshot=num_fewshot, category=category)  # fmt: skip
+    return write("speed_eagle", result, output_dir, command)
 
 def throughput(
     *,

@@ -253,11 +253,15 @@ def speed(  # fmt: skip
     ideal speedup S(alpha, N, c); checks that greedy outputs agree. With --throughput, time batched
     decoding instead, checking that every batch size gives batch 1's outputs. With --drafter lookup,
     time lookup drafts (--method: sd and any rule defined on them) against ar and transformers'
-    prompt lookup, and the target's step cost per width 1 .. N + 1.
+    prompt lookup, and the target's step cost per width 1 .. N + 1. With --drafter eagle, time the
+    EAGLE head's chain steps (a head step, the catch-up) against a target step and the verify step,
+    and the bound they give beside sd's measured speedup over ar (docs/speed.md).
 
     Example: diversed-bench speed --pair smollm2 --engine compiled --drafter lookup --draft-len 10 --method sd,relaxed --param relaxed_topk=10 --param relaxed_delta=0.2
 
     Example: diversed-bench speed --pair tiny --draft-len 3,5 --repeats 5
+
+    Example: diversed-bench speed --pair smollm2 --drafter eagle --method sd --draft-len 5 --chat-template --prompts 1
 
     Example: diversed-bench speed --throughput --pair tiny --draft-len 5 --batch-sizes 1,4,16,64
     """

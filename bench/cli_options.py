@@ -67,7 +67,9 @@ DrafterOpt = Annotated[
         "What drafts: model (the pair's draft model, default), lookup[:ngram=2,min_ngram=1,match=first|recent,"
         "schedule=constant|heuristic] (prompt lookup, no model; N is --draft-len), lookup_tree[:matches=4,...] "
         "(lookups merged into a token tree), suffix[:mode=chain|tree,...] (SuffixDecoding) or "
-        "model_tree[:depth=4,topk=2,branch=1] (the draft model's static token tree; nodes capped by --draft-len). See `list`."
+        "model_tree[:depth=4,topk=2,branch=1] (the draft model's static token tree; nodes capped by --draft-len) or "
+        "eagle[:path=FOLDER_OR_REPO,tree=0|1,...] (an EAGLE head, the pair's by default; `speed --drafter eagle` times its "
+        "steps). See `list`."
     ),
 ]
 Drafters = Annotated[
@@ -179,13 +181,13 @@ TrainSeed = Annotated[Optional[int], _opt("Seeds the prompts drawn and every rol
 SpeedPair = Annotated[str, _opt("Pair name or YAML (llama3-shapes: real 8B/1B shapes, random weights).")]
 DraftLens = Annotated[str, _opt("Draft lengths to measure, comma-separated.")]
 SpeedMethods = Annotated[str, _opt("sd, or sd,ensemble to also time the static ensemble.")]
-SpeedTask = Annotated[str, _opt("With --drafter lookup: the task whose prompts are timed (as `run` renders them).")]
-SpeedData = Annotated[str, _opt("With --drafter lookup: the task's data, fixture (default), hub or a local path.")]
+SpeedTask = Annotated[str, _opt("With --drafter lookup or eagle: the task whose prompts are timed (as `run` renders them).")]
+SpeedData = Annotated[str, _opt("With --drafter lookup or eagle: the task's data, fixture (default), hub or a local path.")]
 SpeedCategory = Annotated[
     Optional[str],
-    _opt("With --drafter lookup: time only this category group of the task (spec_bench: summarization, ...)."),
+    _opt("With --drafter lookup or eagle: time only this category group of the task (spec_bench: summarization, ...)."),
 ]
-SpeedTemperature = Annotated[float, _opt("With --drafter lookup: 0 = greedy (outputs compared), else sampled.")]
+SpeedTemperature = Annotated[float, _opt("With --drafter lookup or eagle: 0 = greedy (outputs compared), else sampled.")]
 SpeedWeight = Annotated[float, _opt("Weight for the ensemble comparison.")]
 SpeedPrompts = Annotated[int, _opt("Number of prompts (fixture CNNDM articles).")]
 SpeedBudget = Annotated[int, _opt("Token budget of each completion.")]

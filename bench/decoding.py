@@ -394,7 +394,8 @@ class SpeculativeDecoder:
         ids = padded([r.seq[:-1] for r in rows], self.device)
         for engine in self.engines:
             engine.step(ids, held, keep=1, hidden=False)
-        self._hand_states(rows, [list(range(h)) for h in held])
+        if self.reads_states:
+            self._hand_states(rows, [list(range(h)) for h in held])
         for row in rows:
             row.stats.target_forwards += len(row.seq) > 1
             row.stats.draft_forwards += (len(self.engines) - 1) * (len(row.seq) > 1)
@@ -498,6 +499,8 @@ class SpeculativeDecoder:
         Returns the rows that finished."""
         caps = [min(self.draft_len, r.budget - len(r.out) - 1) for r in rows]
         draft = self.drafter.draft(rows, caps) if self.drafter and max(caps) > 0 else None
+        for row, ran in zip(rows, draft.forwards if draft and draft.forwards else ()):
+            row.stats.draft_forwards += ran  # what the drafter reports it ran (Draft.forwards)
         last = to_device([[r.seq[-1]] for r in rows], self.device)
         if draft is not None and draft.parents is not None:
             return self._tree_round(rows, draft, last)
@@ -523,7 +526,8 @@ class SpeculativeDecoder:
         host = self._chain_host(_to_host(parts), ns, [idx for idx, _ in floats])  # the round's sync
         if self.drafter:
             self.drafter.observe(rows, ns, host.accepted)
-        self._hand_states(rows, [list(range(acc + 1)) for acc in host.accepted])
+        if self.reads_states:
+            self._hand_states(rows, [list(range(acc + 1)) for acc in host.accepted])
         return self._emit_all(rows, ns, host, weights)
 
     def _chain_host(self, got: dict[str, list[Any]], ns: list[int], groups: list[list[int]]) -> RoundHost:
@@ -565,7 +569,8 @@ class SpeculativeDecoder:
         }
         host = self._tree_host(_to_host(parts), ns)  # the round's sync
         target.commit(host.paths)
-        self._hand_states(rows, [[0] + [1 + j for j in path] for path in host.paths])
+        if self.reads_states:
+            self._hand_states(rows, [[0] + [1 + j for j in path] for path in host.paths])
         if self.drafter:
             self.drafter.observe(rows, ns, host.accepted)
         return self._emit_all(rows, ns, host, {})
@@ -595,8 +600,11 @@ class SpeculativeDecoder:
         return finished
 
     def _keeping_states(self, made: ModelEngine, target: PreTrainedModel) -> ModelEngine:
-        """The target's engine, told to keep the layer states the drafter reads (EAGLE's), if any."""
+        """The target's engine, told to keep the layer states the drafter reads (EAGLE's), if any.
+        Only then does the loop hand them over (``reads_states``): any other drafter's rounds build
+        no index lists for them."""
         layers = self.drafter.target_layers(target.config.get_text_config().num_hidden_layers) if self.drafter else ()
+        self.reads_states = bool(layers)
         if layers:
             made.keep_states(layers)
         return made
@@ -604,10 +612,11 @@ class SpeculativeDecoder:
     def _hand_states(self, rows: list[_Row], kept: list[list[int]]) -> None:
         """A drafter that reads the target's layer states (``Drafter.target_layers``) gets those of
         the tokens each row's target cache kept in the step just run: ``kept[b]`` indexes that
-        step's tokens (a chain's root and accepted drafts, a tree's root and accepted path)."""
-        states = self.engines[0].states
-        if self.drafter and self.engines[0].states_at and states is not None:
-            self.drafter.take_states(rows, [states[b, idx] for b, idx in enumerate(kept)])
+        step's tokens (a chain's root and accepted drafts, a tree's root and accepted path).
+        Called only where ``reads_states``."""
+        states, drafter = self.engines[0].states, self.drafter
+        assert states is not None and drafter is not None  # the engine keeps states for a drafter only
+        drafter.take_states(rows, [states[b, idx] for b, idx in enumerate(kept)])
 
     def _check_trees(self) -> None:
         """A method, a weight head or a trace not defined on token trees is refused in one line."""
@@ -772,8 +781,6 @@ class SpeculativeDecoder:
             row.stats.record_round(counted, kept, *host.sums.get(i, ([], [])))
         row.stats.target_logprob_sum += sum(host.logp[i][: len(new) if eos_at is None else eos_at + 1])
         row.stats.target_forwards += 1
-        steps = host.depth[i] if host.depth is not None else nb  # a tree drafter steps once per level
-        row.stats.draft_forwards += steps if self.drafter and self.drafter.engines else 0
         if weights is not None:
             row.weights.append(weights[: min(kept + 1, counted)])
         if eos_at is not None:

@@ -130,6 +130,44 @@ def test_budget_is_never_overshot_and_counters_add_up(tiny_pair):
         assert s.draft_forwards == s.drafted_tokens + 1
 
 
+
+# Each row's draft_forwards (a prompt with nothing to prefill last), recorded before drafters
+# reported their own forwards (Draft.forwards): moving the count into the drafters changed none.
+FORWARDS_BEFORE_DRAFTERS_REPORTED = {
+    ("model", 4, 0.0): [18, 27, 41, 40],
+    ("model", 4, 1.0): [19, 26, 24, 17],
+    ("model_tree:depth=3,topk=2,branch=2", 6, 0.0): [14, 16, 15, 17],
+    ("model_tree:depth=3,topk=2,branch=2", 6, 1.0): [14, 14, 13, 12],
+    ("lookup", 4, 0.0): [0, 0, 0, 0],
+    ("lookup_tree", 6, 0.0): [0, 0, 0, 0],
+    ("suffix", 4, 1.0): [0, 0, 0, 0],
+}
+
+
+@pytest.mark.parametrize("spec,n,temperature", list(FORWARDS_BEFORE_DRAFTERS_REPORTED))
+def test_draft_model_and_deterministic_forward_counts_are_unchanged(tiny_pair, spec, n, temperature):
+    """A draft model's chain counts a forward per drafted token (a tree: per level) plus its
+    prefill; a deterministic drafter none."""
+    sd = SpeculativeDecoder(tiny_pair.target, tiny_pair.draft, make_verifier("sd"), draft_len=n,
+                            sampling=Sampling(temperature), drafter=spec)  # fmt: skip
+    batch = prompts(tiny_pair.tokenizer, 3) + [[tiny_pair.tokenizer.bos_token_id]]
+    out = sd.generate_batch(batch, 19, [0, 1, 2, 3])
+    assert [g.stats.draft_forwards for g in out] == FORWARDS_BEFORE_DRAFTERS_REPORTED[(spec, n, temperature)]
+
+
+@pytest.mark.parametrize("spec", ["model", "model_tree", "lookup", "lookup_tree"])
+def test_a_drafter_that_reads_no_target_states_pays_nothing_for_them(tiny_pair, monkeypatch, spec):
+    """Only a drafter that reads the target's layer states (EAGLE's) is handed them: for any other,
+    neither the prefill nor a round builds their index lists or reads the engine's states."""
+
+    def refuse(*args):
+        raise AssertionError("the loop handed states to a drafter that reads none")
+
+    monkeypatch.setattr(SpeculativeDecoder, "_hand_states", refuse)
+    sd = SpeculativeDecoder(tiny_pair.target, tiny_pair.draft, make_verifier("sd"), draft_len=4, drafter=spec)
+    out = sd.generate_batch(prompts(tiny_pair.tokenizer, 2), 8, [0, 1])
+    assert [len(g.token_ids) for g in out] == [8, 8]
+
 def test_eos_ends_generation(tiny_pair):
     eos = tiny_pair.tokenizer.eos_token_id
     ar = decoder(tiny_pair, "ar", sampling=Sampling(1.0))

@@ -194,6 +194,60 @@ def test_the_head_reads_the_target_states_of_every_kept_token(tmp_path, tree):
         torch.testing.assert_close(state.cache[0][0], cache[0][0], rtol=1e-4, atol=1e-5)
 
 
+
+def counting(head):
+    """Count ``head``'s forwards in ``calls[0]``."""
+    calls, forward = [0], head.forward
+
+    def counted(*args, **kwargs):
+        calls[0] += 1
+        return forward(*args, **kwargs)
+
+    head.forward = counted
+    return calls
+
+
+def test_a_round_counts_the_catch_up_and_a_head_forward_per_chain_token_after_the_first(tmp_path):
+    """docs/results-schema.md's draft_forwards for EAGLE, round by round on a tiny head: the
+    catch-up over the states confirmed since the last round (none, none counted), then cap - 1
+    chain steps (the first token is read off the catch-up's output); a tree: a forward per level
+    after the root's children."""
+    target = small_target()
+    folder = write_eagle_head(tmp_path / "h", target.config, "eagle3", draft_vocab=120)
+    drafter = EagleDrafter(path=str(folder)).bind(target, Sampling(0.0), True)
+    calls = counting(drafter.head)
+    seq = [1, 5, 7, 9, 11, 3, 8, 2, 6, 4]
+    states = features(target, torch.tensor([seq]), drafter.target_layers(6))[0]
+    row = types.SimpleNamespace(index=0, seq=seq[:6], generator=torch.Generator())
+    drafter.start(1)
+    drafter.take_states([row], [states[:5]])  # the prompt's (as the loop's prefill hands them)
+    rounds = []
+    for kept, cap in ((0, 5), (3, 5), (0, 3), (1, 1)):
+        if kept:  # the last round kept `kept` tokens: their states, and the row moves on
+            drafter.take_states([row], [states[len(row.seq) - 1 : len(row.seq) - 1 + kept]])
+            row.seq = seq[: len(row.seq) + kept]
+        before = calls[0]
+        draft = drafter.draft([row], [cap])
+        rounds.append((draft.forwards, calls[0] - before, draft.counts))
+    assert rounds == [([5], 5, [5]), ([5], 5, [5]), ([2], 2, [3]), ([1], 1, [1])]
+    tree = EagleDrafter(path=str(folder), tree=1, topk=2, depth=3, total=5).bind(target, Sampling(0.0), True)
+    tree.start(1)
+    tree.take_states([row], [states[: len(row.seq) - 1]])
+    assert tree.draft([row], [5]).forwards == [3]  # catch-up, then levels 2 and 3
+
+
+@pytest.mark.parametrize("tree", [0, 1])
+def test_draft_forwards_count_every_head_forward(tmp_path, tree):
+    """Batched rows (one with no state before its first round), sampled: each row's draft_forwards
+    adds up to the head forwards the decode ran; a draft model's prefill has no EAGLE
+    counterpart (the prompt's catch-up is the first round's)."""
+    target = small_target(vocab=12)
+    folder = write_eagle_head(tmp_path / "h", target.config, "eagle3", draft_vocab=8)
+    sd = decoder(target, "sd", f"eagle:path={folder},tree={tree},topk=2,depth=3,total=5", Sampling(1.0), draft_len=5)
+    calls = counting(sd.drafter.head)
+    out = sd.generate_batch([[1, 5, 7, 9, 11, 3], [4, 2], [7]], 16, [0, 1, 2])
+    assert sum(g.stats.draft_forwards for g in out) == calls[0] > 0
+
 def test_q_is_the_draft_softmax_put_into_the_target_vocabulary(tmp_path):
     target = small_target()
     folder = write_eagle_head(tmp_path / "h", target.config, "eagle3", draft_vocab=120)

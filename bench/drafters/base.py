@@ -57,6 +57,10 @@ class Draft:
     q_logits: Tensor | None = None
     hidden: Tensor | None = None
     parents: Tensor | None = None  # [B, n] long: node j's parent, an earlier node index (0..j-1), or -1 for a child of the root (the row's last emitted token); None: a chain (parents[j] = j - 1). Nodes in topological order; row b's nodes j >= counts[b] are padding (parent -1), never verified.
+    # Row b's draft forwards this round (docs/results-schema.md, ``draft_forwards``): the drafter
+    # reports what it ran and the loop adds it to the row's counters. None: it ran no model (a
+    # deterministic drafter's draft is free).
+    forwards: list[int] | None = None
 
 
 def packed(drafts: Sequence[tuple[list[int], list[int]]], device: torch.device) -> Draft:

@@ -43,6 +43,7 @@ class RowState:
     fed: int = 0  # head positions in the cache: (state of target position i, token i + 1)
     pending: list[Tensor] = field(default_factory=list)
     last: Tensor | None = None  # [1, H]
+    ran: int = 0  # head forwards run for the row in the round being drafted (Draft.forwards)
 
 
 def with_pair_head(spec: str, pair_head: str | None) -> str:
@@ -129,7 +130,7 @@ class EagleDrafter(Drafter):
             if tokens.shape[1] != n:
                 raise RuntimeError(f"eagle: {n} target states for {tokens.shape[1]} tokens")  # the loop's contract broke
             out, state.cache = self.head(feats, tokens, cache=state.cache)
-            state.fed, state.last = state.fed + n, out[:, -1]
+            state.fed, state.last, state.ran = state.fed + n, out[:, -1], state.ran + 1
         return state
 
     def law(self, out: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -142,10 +143,17 @@ class EagleDrafter(Drafter):
         return logits, q, wide.scatter_(-1, ids, logits)
 
     def draft(self, rows: Sequence[DraftRow], caps: Sequence[int]) -> Draft:
+        """The rows' chains (or trees), with the head forwards each row ran: the catch-up over
+        the states the target confirmed since its last round (when there are any), then one per
+        chain token after the first, or one per tree level after the root's children."""
+        for row in rows:
+            self.rows.setdefault(row.index, RowState()).ran = 0
         if self.tree:
-            return draft_tree(self, rows, caps)
-        chains = [self.chain(row, cap) if cap else None for row, cap in zip(rows, caps)]
-        return stack_chains(chains, self.vocab, self.device)
+            made = draft_tree(self, rows, caps)
+        else:
+            made = stack_chains([self.chain(row, cap) if cap else None for row, cap in zip(rows, caps)], self.vocab, self.device)
+        made.forwards = [self.rows[row.index].ran for row in rows]
+        return made
 
     def chain(self, row: DraftRow, cap: int) -> dict[str, Tensor] | None:
         """Up to ``cap`` tokens for one row, one head step each; None before the head has a state."""
@@ -154,14 +162,26 @@ class EagleDrafter(Drafter):
             return None
         h, cache, out = state.last, state.cache, {"tokens": [], "q": [], "q_logits": [], "hidden": []}
         for step in range(cap):
-            logits, q, wide = self.law(h)
-            token = self.head.to_target(logits.argmax(-1)) if self.greedy else pick(q, [row.generator], False)
-            for key, value in zip(out, (token, q, wide, self.head.head_input(h))):
+            drawn = self.propose(h, row.generator)
+            for key, value in zip(out, drawn):
                 out[key].append(value)
             if step + 1 < cap:
-                hs, cache = self.head(h.unsqueeze(1), token.view(1, 1), cache=cache)
-                h = hs[:, -1]
+                h, cache = self.advance(h, drawn[0], cache)
+                state.ran += 1
         return {k: torch.cat(v) for k, v in out.items()}
+
+    def propose(self, h: Tensor, generator: torch.Generator) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """A chain's token at head output ``h`` [1, H]: (token in the target's vocabulary, q,
+        q_logits, hidden), the head's argmax when greedy, else a draw from q."""
+        logits, q, wide = self.law(h)
+        token = self.head.to_target(logits.argmax(-1)) if self.greedy else pick(q, [generator], False)
+        return token, q, wide, self.head.head_input(h)
+
+    def advance(self, h: Tensor, token: Tensor, cache: list[CacheKV] | None) -> tuple[Tensor, list[CacheKV]]:
+        """One head forward: the output ``h`` fed back with the token drafted from it; the next
+        output [1, H] and the cache grown by one position (a new list: ``cache`` is left as is)."""
+        hs, cache = self.head(h.unsqueeze(1), token.view(1, 1), cache=cache)
+        return hs[:, -1], cache
 
 
 def stack_chains(chains: list[dict[str, Tensor] | None], vocab: int, device: Any) -> Draft:

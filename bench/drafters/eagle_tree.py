@@ -76,6 +76,7 @@ def grow(drafter: TreeSource, row: DraftRow, budget: int) -> tuple[list[Tensor],
         mask, ancestry = tree_mask(ancestry, parent_entry, state.fed, hidden.dtype)
         positions = torch.full((1, k), state.fed + level - 1, device=logp.device)
         out, cache = head(hidden.unsqueeze(0), tokens.unsqueeze(0), positions=positions, cache=cache, mask=mask)
+        state.ran += 1  # one head forward per level, over its k frontier nodes together
         child = head.logits(out[0]).float().log_softmax(-1).topk(k)
         cu = (child.values + torch.cat(scores)[frontier].unsqueeze(1)).flatten()
         first = sum(len(s) for s in scores)

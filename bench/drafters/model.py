@@ -83,4 +83,5 @@ class ModelDrafter(Drafter):
             q=torch.stack(qs, dim=1) if qs else process(logits, self.sampling),
             q_logits=logits,
             hidden=torch.stack(states, dim=1) if hidden else None,
+            forwards=list(caps),  # one step per drafted token (the batch steps max(caps) times)
         )

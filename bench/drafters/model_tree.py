@@ -111,6 +111,8 @@ class ModelTree(Drafter):
             counts=counts,
             q=q if self.greedy else without_earlier_siblings(q, ids, parents),
             parents=parents,
+            # One step per level of the row's tree (its first counts[b] nodes, level by level).
+            forwards=[sum(level[0] < c for level in self.levels) for c in counts],
         )
 
     def _children(self, logits: Tensor, k: int, generators: list[torch.Generator | None]) -> list[Tensor]:

@@ -303,6 +303,74 @@ def lookup_plot(result: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+
+STEP_NAMES = {
+    "target": "target step (`ar`'s)",
+    "verify": "verify step",
+    "head_step": "head step (law + one head forward)",
+    "catch_up": "catch-up (head forward over the confirmed states + law)",
+}
+
+
+def _head_steps(r: dict[str, Any]) -> list[str]:
+    """The step-cost table of ``speed --drafter eagle``: a row per step, its share of the width-1
+    target step and of each N's verify step."""
+    lens = [row["draft_len"] for row in r["rows"]]
+    lines = [
+        "| step | tokens | ms | / target step | " + " | ".join(f"/ verify step (N={n})" for n in lens) + " |",
+        "|---|---|---|---|" + "---|" * len(lens),
+    ]
+    for x in r["steps"]:
+        shares = " | ".join(f"{x['per_verify'][str(n)]:.3f}" for n in lens)
+        lines.append(f"| {STEP_NAMES[x['step']]} | {x['tokens']} | {x['ms']:.3f} | {x['per_target']:.3f} | {shares} |")
+    return lines
+
+
+def eagle_markdown(result: dict[str, Any], command: str) -> str:
+    """The ``speed --drafter eagle`` page: the head's step costs against the target's, then per N
+    the bound they give beside the measured speedup, and how to read both."""
+    r = result
+    sampled = f"temperature {r['temperature']:g}" if r["temperature"] else "greedy"
+    lines = [
+        f"# EAGLE head step cost: pair {r['pair']} on {r['device']} ({r['dtype']}, CPU threads: {r['threads']})",
+        "",
+        f"Command: `{command}`",
+        "",
+        f"Drafter `{r['drafter']}` (head `{r['head']}`). Step costs after the first prompt ({r['prompt_tokens']} "
+        f"tokens): medians of {r['passes']} round-robin passes, each calling every step once, back to back, so each "
+        f"share is taken within a pass. Decodes: {r['prompts']} prompts x {r['max_new_tokens']} new tokens, {sampled}, "
+        f"`ar` and `sd` back to back in each of {r['repeats']} repeats (medians; range in brackets); setup "
+        f"{r['setup_s']:.0f} s.",
+        "",
+    ]
+    lines += _head_steps(r)
+    lines += [
+        "",
+        "| N | tokens/fwd | draft fwd/round | accept rate % | verify cost | draft cost/round | bound | rounds' speedup "
+        "| speedup | efficiency | equal ar | tokens/fwd to break even |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for x in r["rows"]:
+        lo, hi = x["speedup_range"]
+        lines.append(
+            f"| {x['draft_len']} | {x['tokens_per_forward']:.2f} | {x['draft_forwards_per_round']:.2f} | "
+            f"{100 * x['acceptance_rate']:.1f} | {x['verify_cost']:.3f} | {x['draft_cost']:.3f} | {x['bound']:.2f} | "
+            f"{x['decode_speedup']:.2f} | {x['speedup']:.2f} [{lo:.2f}, {hi:.2f}] | {x['efficiency']:.2f} | "
+            f"{'n/a' if x['equals_ar'] is None else x['equals_ar']} | {x['break_even_tokens']:.2f} |"
+        )
+    lines += [
+        "",
+        "Costs are in width-1 target steps. A chain round of k tokens runs the catch-up (its first token) and k - 1 "
+        "head steps: k draft forwards, as `draft_forwards` counts them. verify cost: the verify step (N + 1 tokens); "
+        "draft cost/round: the catch-up of T states (T = tokens/fwd rounded, within 1 .. N + 1) plus (F - 1) head "
+        "steps, F = draft fwd/round counted in the same decodes; bound = T / (verify cost + draft cost/round), the "
+        "speedup over `ar` if the loop's own work (verifying, the round's host read) were free; rounds' speedup: "
+        "`ar` time / `sd` time without the prompts' prefill (the head's catch-up over the prompt is in the first "
+        "round); efficiency = rounds' speedup / bound; tokens/fwd to break even: verify cost + draft cost/round.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 Render = Callable[[dict[str, Any], str], str]
 Plot = Callable[[dict[str, Any], Path], None]
 
@@ -311,6 +379,7 @@ OUTPUTS: dict[str, tuple[Render, Plot | None]] = {
     "speed": (steps_markdown, steps_plot),
     "speed_lookup": (lookup_markdown, lookup_plot),
     "speed_throughput": (throughput_markdown, None),
+    "speed_eagle": (eagle_markdown, None),
 }
 
 
