@@ -306,10 +306,10 @@ class Trainer:
         return out
 
     def prompts(self, batches: list[list[Example]]) -> dict[str, tuple[list[int], int]]:
-        """Every training prompt's ids and dropped-token count, checked against both models'
-        context before the first rollout (a rollout feeds both)."""
-        draft = self.pair.draft if isinstance(self.drafts, ModelDrafts) else None  # an EAGLE head reads no draft model
-        tok, context = self.pair.tokenizer, Context.of(self.pair.target, draft)
+        """Every training prompt's ids and dropped-token count, checked against the context of every
+        model a rollout feeds (the target, and the draft model unless an EAGLE head drafts) before
+        the first rollout."""
+        tok, context = self.pair.tokenizer, Context.of(self.pair.target, self.drafts.model)
         return {
             e.example_id: fit_prompt(
                 encode_prompt(self.pair, e.prompt, self.cfg.chat_template),

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
+from transformers import PreTrainedModel
 
 from bench.distributions import Sampling, process
 from bench.drafters import parse_drafter
@@ -43,6 +44,7 @@ class RolloutDrafts(ABC):
     """What a rollout reads of the draft at each step; ``open`` starts a batch of rollouts."""
 
     width: int  # the hidden state's size: the weight head's draft_hidden
+    model: PreTrainedModel | None  # the draft model it feeds, whose context a prompt must fit
 
     @abstractmethod
     def open(self, factory: EngineFactory, target: ModelEngine, prompts: list[list[int]]) -> list[ModelEngine]:
@@ -63,7 +65,7 @@ class ModelDrafts(RolloutDrafts):
     """The pair's draft model, a token a step (DIVERSED's own training: the authors' setting)."""
 
     def __init__(self, pair: Pair) -> None:
-        self.pair, self.width = pair, hidden_size(pair.draft)
+        self.pair, self.width, self.model = pair, hidden_size(pair.draft), pair.draft
 
     def open(self, factory: EngineFactory, target: ModelEngine, prompts: list[list[int]]) -> list[ModelEngine]:
         self.engine = factory(self.pair.draft, (1,))
@@ -94,7 +96,7 @@ class EagleDrafts(RolloutDrafts):
     def __init__(self, pair: Pair, spec: str, temperature: float) -> None:
         params = parse_drafter(with_pair_head(spec, pair.spec.eagle))[1]
         self.drafter = EagleDrafter(**params).bind(pair.target, Sampling(temperature), greedy=False)
-        self.width = self.drafter.head.config.hidden_size
+        self.width, self.model = self.drafter.head.config.hidden_size, None
         self.layers = self.drafter.target_layers(pair.target.config.get_text_config().num_hidden_layers)
 
     def open(self, factory: EngineFactory, target: ModelEngine, prompts: list[list[int]]) -> list[ModelEngine]:
