@@ -46,27 +46,38 @@ def decoding_law(pair, folder, seq: list[int]) -> tuple[torch.Tensor, torch.Tens
     return chain["q"][0], chain["hidden"][0], process(out.logits[0, -1], Sampling(1.0))
 
 
-def test_eagle_rollouts_read_the_q_and_hidden_states_decoding_hands(tiny_pair, eagle):
-    """Two prompts of different lengths, a row ending early or not: at every step, the rollout's
-    q(y), TV(p, q) and h_draft are those of EagleDrafter decoding the same tokens."""
+def check_rollouts(pair, spec: str, path: str, prompts: list[list[int]], tokens: int) -> list:
+    """At every step of the rollouts on ``spec``'s drafts, the rollout's q(y), TV(p, q) and h_draft
+    are those of EagleDrafter (the head at ``path``) decoding the same tokens."""
     torch.manual_seed(0)
-    head = WeightHead(64, 64)
+    draft_hidden, target_hidden = EagleDrafts(pair, spec, 1.0).width, pair.hidden_sizes[1]
+    head = WeightHead(draft_hidden, target_hidden).to(pair.device)
     torch.nn.init.normal_(head.linear.weight, std=0.05)  # w varies: the policy mixes the two laws
-    drafts = EagleDrafts(tiny_pair, f"eagle:path={eagle}", 1.0)
-    prompts = [[1, 17, 250, 3, 99, 41], [7, 300, 12]]
-    gens = [torch.Generator().manual_seed(s) for s in (3, 4)]
-    out = rollouts(tiny_pair, head, prompts, 6, 1.0, gens, drafts=drafts)
-    checked = 0
+    gens = [torch.Generator().manual_seed(3 + b) for b in range(len(prompts))]
+    out = rollouts(pair, head, prompts, tokens, 1.0, gens, drafts=EagleDrafts(pair, spec, 1.0))
     for prompt, r in zip(prompts, out):
         for t, token in enumerate(r.tokens):
-            q, hidden, p = decoding_law(tiny_pair, eagle, prompt + r.tokens[:t])
+            q, hidden, p = decoding_law(pair, path, prompt + r.tokens[:t])
             torch.testing.assert_close(r.q_y[t], q[token], rtol=1e-4, atol=1e-6)
             torch.testing.assert_close(r.tv[t], tv(p, q), rtol=1e-4, atol=1e-5)
-            torch.testing.assert_close(r.h_draft[t], hidden.float(), rtol=1e-4, atol=1e-5)
-            checked += 1
-    assert checked >= 8 and out[0].tv.min() > 0.05  # q is not p: the head's own law was read
-    model_drafts = rollouts(tiny_pair, head, prompts, 6, 1.0, [torch.Generator().manual_seed(s) for s in (3, 4)])
-    assert not torch.equal(model_drafts[0].h_draft[0], out[0].h_draft[0])
+            torch.testing.assert_close(r.h_draft[t], hidden.float(), rtol=1e-4, atol=1e-4)
+    return out
+
+
+def test_eagle_rollouts_read_the_q_and_hidden_states_decoding_hands(tiny_pair, eagle):
+    """Two prompts of different lengths, batched: every step reads what decoding reads."""
+    prompts = [[1, 17, 250, 3, 99, 41], [7, 300, 12]]
+    out = check_rollouts(tiny_pair, f"eagle:path={eagle}", str(eagle), prompts, 6)
+    assert sum(len(r.tokens) for r in out) >= 8 and out[0].tv.min() > 0.05  # q is not p: the head's own law
+    model = rollouts(tiny_pair, WeightHead(64, 64), prompts, 6, 1.0, [torch.Generator().manual_seed(s) for s in (3, 4)])
+    assert not torch.equal(model[0].h_draft[0], out[0].h_draft[0])
+
+
+def test_eagle_rollouts_on_smollm2_read_its_shipped_head_as_decoding_does(smollm2):
+    """The pair's own head (``--drafter eagle``, bench/reference/smollm2-eagle), fp32."""
+    prompts = [smollm2.tokenizer(text).input_ids for text in ("The capital of France is", "Write one sentence about rain:")]
+    out = check_rollouts(smollm2, "eagle", "reference/smollm2-eagle", prompts, 4)
+    assert all(len(r.tokens) == 4 for r in out)
 
 
 def test_train_on_eagle_drafts_names_them_and_run_refuses_another_drafter(tmp_path, tiny_pair, eagle):
