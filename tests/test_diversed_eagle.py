@@ -90,7 +90,7 @@ def test_train_on_eagle_drafts_names_them_and_run_refuses_another_drafter(tmp_pa
             "--output-dir", str(tmp_path / "head")]  # fmt: skip
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
-    assert "the target and the EAGLE head" in result.output
+    assert "the target and the EAGLE head" in result.output and f"--drafter {spec} --head" in result.output
     card = json.loads((tmp_path / "head" / "card.json").read_text())
     assert card["drafter"] == spec and card["training"]["drafter"] == spec and card["trained"]
     with pytest.raises(BenchError, match="trained on --drafter eagle drafts, and this run drafts with model"):

@@ -29,6 +29,7 @@ from torch import Tensor
 from bench.atomic import write_atomic
 from bench.context import Context, check_truncation, fit_prompt
 from bench.distributions import Sampling, process, sample, tv
+from bench.drafters.eagle import with_pair_head
 from bench.engines import EagerEngine, EngineFactory, ModelEngine
 from bench.errors import BenchError
 from bench.head import WeightHead, save_head
@@ -427,7 +428,8 @@ class Trainer:
             self.output,
             {
                 "pair": self.pair.spec.name,
-                "drafter": self.cfg.drafter,  # whose q and hidden states it read: run refuses another kind
+                # whose q and hidden states it read (the pair's EAGLE head named): run refuses another kind
+                "drafter": with_pair_head(self.cfg.drafter, self.pair.spec.eagle),
                 "task": self.task.name,
                 "data": self.data,
                 "steps": self.step,
