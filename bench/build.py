@@ -3,11 +3,14 @@ for ``run``, ``generate``, ``speed`` and the lm-eval backend alike."""
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING
 
 from bench.decoding import SpeculativeDecoder
 from bench.distributions import Sampling
-from bench.drafters.eagle import with_pair_head
+from bench.drafters import parse_drafter
+from bench.drafters.eagle import head_folder, with_pair_head
+from bench.eagle.heads import resolve_head
 from bench.engines import EagerEngine, EngineFactory
 from bench.errors import BenchError
 from torch import nn
@@ -40,7 +43,7 @@ def build_decoder(
     if head is not None and not verifier.needs_hidden:
         raise BenchError(f"{verifier.name}: reads no weight head; drop the head or use --method diversed")
     if isinstance(head, str) or (head is None and verifier.needs_hidden):
-        head = required_head(head, method, pair.spec.name, pair.hidden_sizes, pair.device)
+        head = pair_head(head, method, pair, drafter)
     return SpeculativeDecoder(
         pair.target,
         pair.draft,
@@ -54,6 +57,18 @@ def build_decoder(
         trace=trace,
         drafter=with_pair_head(drafter or "model", pair.spec.eagle),
     )
+
+
+def pair_head(path: str | None, method: str, pair: Pair, drafter: str | None) -> nn.Module:
+    """The head at ``path`` for this pair and drafter: a weight head must have been trained on the
+    drafter's kind of states (the card's ``drafter``) and reads the draft's at its width, an EAGLE
+    head's own (its config.json) under ``--drafter eagle``."""
+    name, params = parse_drafter(with_pair_head(drafter or "model", pair.spec.eagle))
+    sizes = pair.hidden_sizes
+    if name == "eagle" and params["path"]:  # no path: the drafter refuses in one line when it binds
+        config = json.loads((resolve_head(head_folder(params["path"])) / "config.json").read_text())
+        sizes = (int(config["hidden_size"]), sizes[1])
+    return required_head(path, method, pair.spec.name, sizes, pair.device, drafter=name)
 
 
 def decoder_for(

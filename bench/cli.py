@@ -234,7 +234,8 @@ def train(  # fmt: skip
         rollout_tokens=rollout_tokens, chat_template=chat_template, seed=seed, truncate_prompt=truncate_prompt,
         draft_temperature=draft_temperature, drafter=drafter,
     )  # fmt: skip
-    typer.echo(f"head written to {folder}/ ; use it with: diversed-bench run --method {method} --head {folder}")
+    drafts = f" --drafter {drafter}" if drafter and drafter != "model" else ""  # a head reads its drafter's states
+    typer.echo(f"head written to {folder}/ ; use it with: diversed-bench run --method {method}{drafts} --head {folder}")
 
 
 @app.command()

@@ -153,9 +153,13 @@ def head_folder(path: str) -> Path:
     return Path(path)
 
 
-def load_head(path: str, pair_name: str, hidden_sizes: tuple[int, int]) -> tuple[nn.Module, dict[str, Any]]:
+def load_head(
+    path: str, pair_name: str, hidden_sizes: tuple[int, int], drafter: str | None = None
+) -> tuple[nn.Module, dict[str, Any]]:
     """A trained head for this pair (DIVERSED's weight head, or a judge's when its card says so),
-    or ``init`` for a fresh weight head (w = 0.5 everywhere)."""
+    or ``init`` for a fresh weight head (w = 0.5 everywhere). ``drafter``: the kind of drafter the
+    run decodes with (``model``, ``eagle``); a weight head trained on another kind's states is
+    refused (None: not checked)."""
     if path == "init":
         return WeightHead(*hidden_sizes), {"pair": pair_name, "trained": False}
     from safetensors.torch import load_file
@@ -175,6 +179,8 @@ def load_head(path: str, pair_name: str, hidden_sizes: tuple[int, int]) -> tuple
             f"no head at {folder} (expected {HEAD_FILE} and {CARD_FILE}); train one with "
             f"`diversed-bench train --task TASK --pair {pair_name} --output-dir {folder}`"
         )
+    if drafter is not None:  # first: the other drafter's widths would fail the pair check confusingly
+        check_drafter(folder, json.loads(card_file.read_text()), drafter)
     card = _checked_card(folder, pair_name, hidden_sizes)
     head = WeightHead(*hidden_sizes)
     head.load_state_dict(load_file(str(folder / HEAD_FILE)))
@@ -192,10 +198,33 @@ def _checked_card(folder: Path, pair_name: str, hidden_sizes: tuple[int, int]) -
     return card
 
 
+def trained_drafter(card: dict[str, Any]) -> str:
+    """The kind of drafter (``model``, ``eagle``) whose q and hidden states a weight head was
+    trained on; heads from before the card recorded it were all trained on the draft model's."""
+    return str(card.get("drafter", "model")).partition(":")[0]
+
+
+def check_drafter(folder: Path, card: dict[str, Any], drafter: str) -> None:
+    """Refuse a weight head trained on another drafter's states: on smollm2 the draft model's and
+    the EAGLE head's hidden states are both 576 wide, so nothing else would catch the mix-up."""
+    trained = trained_drafter(card)
+    if trained != drafter:
+        raise BenchError(
+            f"head {folder} was trained on --drafter {trained} drafts, and this run drafts with {drafter}: "
+            f"pass --drafter {trained}, or train a head with `diversed-bench train --drafter {drafter}`"
+        )
+
+
 def required_head(
-    path: str | None, method: str, pair_name: str, hidden_sizes: tuple[int, int], device: torch.device
+    path: str | None,
+    method: str,
+    pair_name: str,
+    hidden_sizes: tuple[int, int],
+    device: torch.device,
+    drafter: str | None = None,
 ) -> nn.Module:
-    """The head a head-reading method runs with; never a silent default when none is given."""
+    """The head a head-reading method runs with; never a silent default when none is given.
+    ``drafter``: the run's drafter kind, which a weight head must have been trained on."""
     if path is None:
         raise BenchError(f"{method}: needs --head PATH (or --head init for an untrained w = 0.5 head)")
-    return load_head(path, pair_name, hidden_sizes)[0].to(device)
+    return load_head(path, pair_name, hidden_sizes, drafter)[0].to(device)

@@ -30,9 +30,8 @@ from bench.context import fit_prompt
 from bench.decoding import DecodeStats, Generation, SpeculativeDecoder
 from bench.distributions import Sampling
 from bench.errors import BenchError
-from bench.head import required_head
 from bench.pairs import chat_text, encode_prompt, load_pair
-from bench.build import build_decoder
+from bench.build import build_decoder, pair_head
 from bench.config import RunConfig, example_seed
 from bench.engines import ENGINES, make_engine
 from bench.records import fixed_columns, row, write_manifest
@@ -188,7 +187,7 @@ class DiversedLM(LM):
         self.pair = load_pair(self.pair_name, device=self.device_name, dtype=dtype)
         self.tokenizer = self.pair.tokenizer
         self.head = (
-            required_head(self.head_path, self.method, self.pair.spec.name, self.pair.hidden_sizes, self.pair.device)
+            pair_head(self.head_path, self.method, self.pair, self.drafter)
             if self.verifier.needs_hidden
             else None
         )

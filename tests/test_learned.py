@@ -229,7 +229,7 @@ def test_a_judge_for_lookup_drafts_mines_where_lookup_proposes(ref):
     ):  # fmt: skip
         with pytest.raises(BenchError, match=match):
             ClassifierRecipe(**{"miner": "selfjudge", "features": "target", "drafter": "lookup", **bad})
-    with pytest.raises(BenchError, match="drafter model only"):
+    with pytest.raises(BenchError, match="trains on --drafter model or eagle"):
         recipe_of("diversed").configure(drafter="lookup")
 
 

@@ -53,6 +53,11 @@ class Recipe(ABC):
     def settings(self) -> dict[str, Any]:
         """Every setting that changes the head, as plain data."""
 
+    def takes(self) -> set[str]:
+        """The settings it takes, those a grid fills from a configuration (``drafter``,
+        ``draft_temperature``) included even where ``settings`` leaves a default out."""
+        return set(self.settings())
+
     @abstractmethod
     def configure(self, **settings: Any) -> Recipe:
         """This recipe with `train`'s flags applied; a flag it does not take is refused."""

@@ -61,7 +61,7 @@ def provide_heads(
 def _drafts(recipe: Recipe, cfg: RunConfig) -> dict[str, Any]:
     """A judge is asked about the drafts its configuration decodes with: it mines those (the draft
     model's at the decoding temperature, or lookup's)."""
-    known = recipe.settings()
+    known = recipe.takes()
     name, params = parse_drafter(cfg.drafter)
     # A lookup tree's first tokens are lookup's matches: its judge mines lookup's proposals.
     lookup = {k: params[k] for k in ("ngram", "min_ngram", "match")} if name == "lookup_tree" else None

@@ -29,10 +29,12 @@ from torch import Tensor
 from bench.atomic import write_atomic
 from bench.context import Context, check_truncation, fit_prompt
 from bench.distributions import Sampling, process, sample, tv
+from bench.drafters.eagle import with_pair_head
 from bench.engines import EagerEngine, EngineFactory, ModelEngine
 from bench.errors import BenchError
 from bench.head import WeightHead, save_head
 from bench.learned import Recipe, TrainJob
+from bench.learned.rollout_drafts import ModelDrafts, RolloutDrafts, drafter_setting, rollout_drafts
 from bench.pairs import Pair, encode_prompt
 from bench.tasks import Example, Task
 
@@ -57,8 +59,10 @@ class TrainConfig:
     seed: int = 0
     truncate_prompt: str = "none"  # none: refuse prompt + rollout past a model's context; left: cut
     chat_template: bool = False  # prompts as the user turn of the pair's chat template, as `run` does
+    drafter: str = "model"  # whose q and hidden states: the draft model's, or eagle:path=P (an EAGLE head's)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "drafter", drafter_setting(self.drafter))
         if self.algorithm not in ALGORITHMS:
             raise BenchError(f"--algorithm must be one of {', '.join(ALGORITHMS)}, got {self.algorithm!r}")
         if self.lr <= 0 or min(self.batch_size, self.epochs, self.num_prompts, self.rollout_tokens) < 1:
@@ -104,12 +108,16 @@ def rollouts(
     temperature: float,
     generators: list[torch.Generator],
     factory: EngineFactory = EagerEngine,
+    drafts: RolloutDrafts | None = None,
 ) -> list[Rollout]:
-    """Sample from the ensemble policy for a batch of prompts, one token a step, both models on the
-    decoding loop's engines. Row b draws from ``generators[b]`` only, so its rollout does not
-    depend on the other rows; rows ending on EOS leave the batch."""
+    """Sample from the ensemble policy for a batch of prompts, one token a step, the target on the
+    decoding loop's engine and the draft side ``drafts`` (the pair's draft model by default, or an
+    EAGLE head). Row b draws from ``generators[b]`` only, so its rollout does not depend on the
+    other rows; rows ending on EOS leave the batch."""
     sampling = Sampling(temperature)
-    engines = [factory(pair.target, (1,)), factory(pair.draft, (1,))]  # the prompt, then a token a step
+    drafts = drafts or ModelDrafts(pair)
+    engines = [factory(pair.target, (1,))]  # the prompt, then a token a step
+    engines += drafts.open(factory, engines[0], prompts)
     longest = max(map(len, prompts)) + max_tokens + 1
     for engine in engines:
         engine.start(len(prompts), longest)
@@ -119,10 +127,11 @@ def rollouts(
     alive = list(range(len(prompts)))
     feed = [list(p) for p in prompts]
     for _ in range(max_tokens):
-        y, values = policy_step(pair, head, engines, feed, sampling, [generators[b] for b in alive])
+        y, values = policy_step(pair, head, engines, feed, sampling, [generators[b] for b in alive], drafts, alive)
         for j, b in enumerate(alive):
             for key, value in values.items():
                 cols[b][key].append(value[j])
+        drafts.confirm(alive, y.tolist())
         alive = survivors(engines, alive, tokens, y.tolist(), eos)
         if not alive:
             break
@@ -137,17 +146,20 @@ def policy_step(
     feed: list[list[int]],
     sampling: Sampling,
     generators: list[torch.Generator],
+    drafts: RolloutDrafts,
+    alive: list[int],
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """One token of every live row drawn from pi = w p + (1 - w) q (``feed``: each row's tokens
-    not yet in the engines), and what the loss keeps of that step, per ``ROLLOUT_KEYS``."""
+    """One token of every live row (``alive``, the batch's rows still going) drawn from
+    pi = w p + (1 - w) q (``feed``: each row's tokens not yet in the engines), and what the loss
+    keeps of that step, per ``ROLLOUT_KEYS``."""
     ids = torch.tensor([f + [0] * (max(map(len, feed)) - len(f)) for f in feed], device=pair.device)
     rows = torch.arange(len(feed), device=pair.device)
     last = torch.tensor([len(f) - 1 for f in feed], device=pair.device)
     real = [len(f) for f in feed]
     p_logits, ht = engines[0].step(ids, real, keep=ids.shape[1], hidden=True)
-    q_logits, hd = engines[1].step(ids, real, keep=ids.shape[1], hidden=True)
-    p, q = process(p_logits[rows, last], sampling), process(q_logits[rows, last], sampling)
-    h_t, h_d = ht[rows, last], hd[rows, last]  # type: ignore[index]
+    q, h_d = drafts.law(engines[0], ids, real, alive, sampling)
+    p = process(p_logits[rows, last], sampling)
+    h_t = ht[rows, last]  # type: ignore[index]
     w = head(h_d, h_t).unsqueeze(-1)
     pi = w * p + (1 - w) * q
     y = sample(pi, generators)
@@ -253,7 +265,8 @@ class Trainer:
         self.log = log
         self.engine = engine
         self.rouge = task.spec.metric == "rouge"
-        self.head = WeightHead(*pair.hidden_sizes).to(pair.device)
+        self.drafts = rollout_drafts(pair, cfg.drafter, cfg.temperature)
+        self.head = WeightHead(self.drafts.width, pair.hidden_sizes[1]).to(pair.device)
         self.opt = torch.optim.AdamW(self.head.parameters(), lr=cfg.lr)
         self.step, self.baseline, self.history = 0, None, []
         self.ckpt = output / "checkpoint.pt"
@@ -294,9 +307,10 @@ class Trainer:
         return out
 
     def prompts(self, batches: list[list[Example]]) -> dict[str, tuple[list[int], int]]:
-        """Every training prompt's ids and dropped-token count, checked against both models'
-        context before the first rollout (a rollout feeds both)."""
-        tok, context = self.pair.tokenizer, Context.of(self.pair.target, self.pair.draft)
+        """Every training prompt's ids and dropped-token count, checked against the context of every
+        model a rollout feeds (the target, and the draft model unless an EAGLE head drafts) before
+        the first rollout."""
+        tok, context = self.pair.tokenizer, Context.of(self.pair.target, self.drafts.model)
         return {
             e.example_id: fit_prompt(
                 encode_prompt(self.pair, e.prompt, self.cfg.chat_template),
@@ -326,6 +340,7 @@ class Trainer:
                 self.cfg.temperature,
                 self.generators(step, len(batch)),
                 self.engine,
+                self.drafts,
             )
             reward_t = self.rewards(batch, sampled)
             loss = self.learn(sampled, reward_t)
@@ -413,6 +428,8 @@ class Trainer:
             self.output,
             {
                 "pair": self.pair.spec.name,
+                # whose q and hidden states it read (the pair's EAGLE head named): run refuses another kind
+                "drafter": with_pair_head(self.cfg.drafter, self.pair.spec.eagle),
                 "task": self.task.name,
                 "data": self.data,
                 "steps": self.step,
@@ -446,11 +463,17 @@ class ReinforceRecipe(Recipe):
         return cls(TrainConfig(**settings))
 
     def settings(self) -> dict[str, Any]:
-        return asdict(self.config)
+        """The config; the drafter only when it is not the draft model, so that every head trained
+        before EAGLE drafts existed keeps its cache key."""
+        settings = asdict(self.config)
+        if settings["drafter"] == "model":
+            del settings["drafter"]
+        return settings
+
+    def takes(self) -> set[str]:
+        return {f.name for f in fields(TrainConfig)}
 
     def configure(self, **settings: Any) -> ReinforceRecipe:
-        if settings.pop("drafter", "model") != "model":
-            raise BenchError("DIVERSED's head mixes the draft model's distribution with the target's: it trains on --drafter model only")
         unknown = set(settings) - {f.name for f in fields(TrainConfig)}
         if unknown:
             raise BenchError(f"the reinforce recipe takes no {sorted(unknown)}")
@@ -464,7 +487,8 @@ class ReinforceRecipe(Recipe):
         c = self.config
         return (
             f"{self.steps(job)} REINFORCE steps of {c.batch_size} rollouts of up to {c.rollout_tokens} tokens "
-            "(both models, a token a step); the first step's time gives the estimate"
+            f"({'the target and the EAGLE head' if c.drafter != 'model' else 'both models'}, a token a step); "
+            "the first step's time gives the estimate"
         )
 
     def train(self, job: TrainJob) -> dict[str, Any]:

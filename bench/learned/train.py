@@ -34,7 +34,8 @@ def train_head(
 ) -> Path:
     """Train ``method``'s head on ``task``'s train split, ``settings`` (`train`'s flags; None: not
     given, the recipe's own default) applied to its recipe; resumes from the folder's checkpoint.
-    The folder defaults to heads/TASK-PAIR for DIVERSED and to the head cache for other methods.
+    The folder defaults to heads/TASK-PAIR (heads/TASK-PAIR-eagle on EAGLE drafts) for DIVERSED
+    and to the head cache for other methods.
     Returns the head's folder."""
     recipe = recipe_of(method, dict(params or {}))
     if recipe is None:
@@ -57,8 +58,9 @@ def train_head(
     name = verifier_class(method).name
     if output_dir:
         folder = Path(output_dir)
-    elif name == "diversed":
-        folder = Path("heads") / f"{spec.name}-{loaded.spec.name}"
+    elif name == "diversed":  # a head on EAGLE drafts gets its own folder: it reads other states
+        drafts = recipe.settings().get("drafter", "model").partition(":")[0]
+        folder = Path("heads") / "-".join([spec.name, loaded.spec.name] + ([drafts] if drafts != "model" else []))
     else:
         folder = cached_folder(head_key(method, recipe, task, pair, source))
     job = TrainJob(loaded, train_task, source, folder, log, factory)

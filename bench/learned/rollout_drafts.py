@@ -1,0 +1,136 @@
+"""The draft side of DIVERSED's training rollouts (bench.learned.reinforce), one token a step: the
+law q and the hidden state h_draft the weight head reads beside the target's p and state.
+
+``ModelDrafts``: the pair's draft model stepped beside the target on the decoding loop's engines.
+``EagleDrafts``: an EAGLE head fed the target's layer states as the decoding loop feeds it, through
+``bench.drafters.eagle.EagleDrafter`` itself (``take_states``, ``catch_up``, ``law``, ``head_input``):
+each target position's states with the token after it, the head's output at the last fed position
+giving q for the next token; so a head trained here reads the q and hidden states that `run
+--drafter eagle` hands it at the first drafted token of a round.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+from transformers import PreTrainedModel
+
+from bench.distributions import Sampling, process
+from bench.drafters import parse_drafter
+from bench.drafters.eagle import EagleDrafter, with_pair_head
+from bench.engines import EngineFactory, ModelEngine
+from bench.errors import BenchError
+from bench.pairs import Pair, hidden_size
+
+# The drafters a DIVERSED head trains on: those that supply q and hidden states on chains.
+TRAINED_ON = ("model", "eagle")
+
+
+def drafter_setting(spec: str) -> str:
+    """A recipe's drafter as it keys the head: ``model``, or ``eagle:path=P`` (P empty: the pair's
+    head); a chain's other parameters (tree, topk, ...) change nothing a rollout reads."""
+    name, params = parse_drafter(spec)
+    if name not in TRAINED_ON:
+        raise BenchError(
+            f"DIVERSED's head reads the draft's q and hidden states: it trains on --drafter model or eagle, not {name}"
+        )
+    return "model" if name == "model" else f"eagle:path={params['path']}"
+
+
+class RolloutDrafts(ABC):
+    """What a rollout reads of the draft at each step; ``open`` starts a batch of rollouts."""
+
+    width: int  # the hidden state's size: the weight head's draft_hidden
+    model: PreTrainedModel | None  # the draft model it feeds, whose context a prompt must fit
+
+    @abstractmethod
+    def open(self, factory: EngineFactory, target: ModelEngine, prompts: list[list[int]]) -> list[ModelEngine]:
+        """Start a batch; returns the engines it steps (cut to the live rows with the target's)."""
+
+    @abstractmethod
+    def law(
+        self, target: ModelEngine, ids: Tensor, real: list[int], alive: list[int], sampling: Sampling
+    ) -> tuple[Tensor, Tensor]:
+        """q [B, V] and h_draft [B, H] of every live row's next token, after the target's step
+        on ``ids`` (each row's tokens not yet read, ``real[j]`` of them for live row ``alive[j]``)."""
+
+    def confirm(self, alive: list[int], sampled: list[int]) -> None:
+        """The live rows' sampled tokens, before the rows that ended leave."""
+
+
+class ModelDrafts(RolloutDrafts):
+    """The pair's draft model, a token a step (DIVERSED's own training: the authors' setting)."""
+
+    def __init__(self, pair: Pair) -> None:
+        self.pair, self.width, self.model = pair, hidden_size(pair.draft), pair.draft
+
+    def open(self, factory: EngineFactory, target: ModelEngine, prompts: list[list[int]]) -> list[ModelEngine]:
+        self.engine = factory(self.pair.draft, (1,))
+        return [self.engine]
+
+    def law(
+        self, target: ModelEngine, ids: Tensor, real: list[int], alive: list[int], sampling: Sampling
+    ) -> tuple[Tensor, Tensor]:
+        rows = torch.arange(len(real), device=ids.device)
+        last = torch.tensor([n - 1 for n in real], device=ids.device)
+        q_logits, hd = self.engine.step(ids, real, keep=ids.shape[1], hidden=True)
+        return process(q_logits[rows, last], sampling), hd[rows, last]  # type: ignore[index]
+
+
+@dataclass
+class _Row:
+    """A rollout row as EagleDrafter reads it (``DraftRow``): the tokens so far."""
+
+    index: int
+    seq: list[int]
+    out: list[int] = field(default_factory=list)
+    generator: torch.Generator | None = None  # the drafter draws nothing here
+
+
+class EagleDrafts(RolloutDrafts):
+    """An EAGLE head reading the target's layer states; its q and hidden as decoding reads them."""
+
+    def __init__(self, pair: Pair, spec: str, temperature: float) -> None:
+        params = parse_drafter(with_pair_head(spec, pair.spec.eagle))[1]
+        self.drafter = EagleDrafter(**params).bind(pair.target, Sampling(temperature), greedy=False)
+        self.width, self.model = self.drafter.head.config.hidden_size, None
+        self.layers = self.drafter.target_layers(pair.target.config.get_text_config().num_hidden_layers)
+
+    def open(self, factory: EngineFactory, target: ModelEngine, prompts: list[list[int]]) -> list[ModelEngine]:
+        target.keep_states(self.layers)
+        self.drafter.start(len(prompts))
+        self.rows = [_Row(b, list(p)) for b, p in enumerate(prompts)]
+        self.held: dict[int, Tensor] = {}
+        return []
+
+    def law(
+        self, target: ModelEngine, ids: Tensor, real: list[int], alive: list[int], sampling: Sampling
+    ) -> tuple[Tensor, Tensor]:
+        """Every read position's states but the last go to the head now (the token after each is
+        known); the last one's wait for the token sampled at it (``confirm``)."""
+        states = target.states
+        assert states is not None  # keep_states made the target's step keep them
+        qs, hs = [], []
+        for j, b in enumerate(alive):
+            row, kept = self.rows[b], states[j, : real[j]]
+            self.drafter.take_states([row], [kept[:-1]])
+            self.held[b] = kept[-1:]
+            state = self.drafter.catch_up(row)
+            if state.last is None:
+                raise BenchError("eagle: a training prompt of one token gives the EAGLE head no state to draft from; use longer prompts")
+            qs.append(self.drafter.law(state.last)[1])
+            hs.append(self.drafter.head.head_input(state.last))
+        return torch.cat(qs), torch.cat(hs)
+
+    def confirm(self, alive: list[int], sampled: list[int]) -> None:
+        for b, token in zip(alive, sampled):
+            self.rows[b].seq.append(token)
+            self.drafter.take_states([self.rows[b]], [self.held.pop(b)])
+
+
+def rollout_drafts(pair: Pair, drafter: str, temperature: float) -> RolloutDrafts:
+    """The draft side of a recipe's rollouts (``drafter``: its ``drafter_setting``)."""
+    return ModelDrafts(pair) if drafter == "model" else EagleDrafts(pair, drafter, temperature)
