@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The paper's figure on a real LLM (docs/real-pair.md "The paper's figure with EAGLE drafts"): smollm2 with
+# its EAGLE head at temperature 1 on XSum, quality (ROUGE-2, log p per token) against normalised time for
+# ar, lossless sd, lossy SD, SpecCascade, the static ensemble swept, DIVERSED trained here on EAGLE drafts
+# and AutoJudge mined here on EAGLE drafts; then `compare --candidate diversed` on the run.
+#   scripts/smollm2_eagle_figure.sh OUT     (EXAMPLES, TIMING, PROMPTS, QUESTIONS set the sizes)
+# Heads train on XSum rows 0-99 of the shared slice (DATA/xsum_test.jsonl), the run judges rows 100-199: disjoint.
+# The task is XSum 0-shot in the chat template. Needs `diversed-bench fetch smollm2`; run it on quiet cores.
+set -euo pipefail
+out=${1:-results/eagle-xsum}; data=${DATA:-../shared/data}
+examples=${EXAMPLES:-30}; timing=${TIMING:-10}; prompts=${PROMPTS:-48}; questions=${QUESTIONS:-32}
+mkdir -p "$out/data"
+python - "$data/xsum_test.jsonl" "$out/data" <<'PY'
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+for split, part in (("train", rows[:100]), ("test", rows[100:200])):
+    with open(f"{sys.argv[2]}/{split}.jsonl", "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in part)
+PY
+task=$(python -c "from bench.registry import find; print(find('tasks', 'xsum'))")
+sed 's/^num_fewshot: 2/num_fewshot: 0/' "$task" > "$out/data/xsum.yaml"
+common=(--pair smollm2 --drafter eagle --task "$out/data/xsum.yaml" --data "$out/data" --chat-template --dtype bfloat16)
+# DIVERSED's head by REINFORCE on rollouts from pi = w p + (1 - w) q, q the EAGLE head's law; AutoJudge's
+# by mining the EAGLE head's proposals. Re-running resumes or skips what is trained.
+diversed-bench train --method diversed "${common[@]}" --num-prompts "$prompts" --batch-size 8 --epochs 1 \
+    --rollout-tokens 48 --output-dir "$out/heads/diversed"
+diversed-bench train --method autojudge "${common[@]}" --num-prompts "$questions" --output-dir "$out/heads/autojudge"
+diversed-bench run "${common[@]}" --method ar,sd,lossy,cascade,ensemble,diversed,autojudge \
+    --param lenience=0.5 --param cascade_alpha=0.5 --param target_weight=0.3,0.6,0.9 \
+    --head "diversed=$out/heads/diversed,autojudge=$out/heads/autojudge" --temperature 1 --draft-len 5 \
+    --max-new-tokens 64 --limit "$examples" --timing-examples "$timing" --timing-repeats 2 --output-dir "$out/results"
+diversed-bench compare "$out/results" --candidate diversed
