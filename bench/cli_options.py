@@ -164,7 +164,7 @@ DraftTemperature = Annotated[
 ]
 TrainDrafter = Annotated[
     Optional[str],
-    _opt("Judges: whose proposals are mined, model (the draft model's, default) or lookup[:ngram=2,...] (prompt lookup's; target features). --grid baselines mines its configuration's drafter."),
+    _opt("Judges: whose proposals are mined, model (the draft model's, default), lookup[:ngram=2,...] (prompt lookup's; target features) or eagle[:path=FOLDER] (an EAGLE head's chains; no path: the pair's head). --grid baselines mines its configuration's drafter."),
 ]
 RegWeight = Annotated[Optional[float], _opt("Weight of the expected-acceptance regulariser (default 0.01).")]
 RolloutTemperature = Annotated[Optional[float], _opt("Rollout temperature (> 0; default 1).")]
