@@ -127,6 +127,14 @@ def test_eagle_specs_are_canonical_chains(eagle):
     assert ClassifierRecipe(drafter="eagle", draft_temperature=1.0).drafter == "eagle:depth=5,path=,topk=4,total=16,tree=0"
     with pytest.raises(BenchError, match="chain drafts only"):
         ClassifierRecipe(drafter=eagle + ",tree=1")
+    # --grid baselines: a configuration decoding EAGLE chains mines them at its temperature.
+    from bench.config import RunConfig
+    from bench.learned.cache import _drafts
+    from bench.learned.recipes import recipe_of
+
+    cfg = RunConfig(task="arith", pair="smollm2", method="autojudge", drafter="eagle:topk=2", temperature=1.0)
+    recipe = recipe_of("autojudge").configure(**_drafts(recipe_of("autojudge"), cfg))
+    assert (recipe.drafter, recipe.draft_temperature) == ("eagle:depth=5,path=,topk=4,total=16,tree=0", 1.0)
 
 
 def test_train_autojudge_on_eagle_drafts_end_to_end_and_the_drafter_guard(ref, eagle, tmp_path):
