@@ -137,30 +137,31 @@ def test_eagle_specs_are_canonical_chains(eagle):
     assert (recipe.drafter, recipe.draft_temperature) == ("eagle:depth=5,path=,topk=4,total=16,tree=0", 1.0)
 
 
-def test_train_autojudge_on_eagle_drafts_end_to_end_and_the_drafter_guard(ref, eagle, tmp_path):
-    """`train --method autojudge --drafter eagle:path=...` writes a draft+target judge whose card
-    names the drafter and the EAGLE head; it decodes with those drafts, and `run` refuses it in
-    one line with the draft model's or with another EAGLE head's."""
+@pytest.mark.parametrize("method, features", [("autojudge", "draft+target"), ("selfjudge", "target")])
+def test_train_a_judge_on_eagle_drafts_end_to_end_and_the_drafter_guard(ref, eagle, tmp_path, method, features):
+    """`train --method autojudge|selfjudge --drafter eagle:path=...` writes a judge (AutoJudge's
+    reads the EAGLE state) whose card names the drafter and the EAGLE head; it decodes with those
+    drafts, and `run` refuses it in one line with the draft model's or another EAGLE head's."""
     from typer.testing import CliRunner
 
     from bench.cli import app
     from tests.conftest import cli_error
 
     out = tmp_path / "judge"
-    args = ["train", "--method", "autojudge", "--drafter", eagle, "--task", "arith", "--pair", "ref", "--device", "cpu",
+    args = ["train", "--method", method, "--drafter", eagle, "--task", "arith", "--pair", "ref", "--device", "cpu",
             "--num-prompts", "12", "--draft-temperature", "1", "--output-dir", str(out)]  # fmt: skip
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     card = json.loads((out / "card.json").read_text())
     path = eagle.partition("=")[2]
     assert card["recipe"]["drafter"] == f"eagle:depth=5,path={path},topk=4,total=16,tree=0" and card["eagle_head"] == path
-    assert (card["features"], card["draft_hidden"], card["target_hidden"]) == ("draft+target", 96, 96)
+    assert (card["features"], card["draft_hidden"], card["target_hidden"]) == (features, 96, 96)
     prompt = ref.tokenizer("Q: 123 + 456 = ?").input_ids
-    decoder = build_decoder(ref, "autojudge", {"tau": 0.5}, head=str(out), sampling=Sampling(1.0), drafter=eagle)
+    decoder = build_decoder(ref, method, {"tau": 0.5}, head=str(out), sampling=Sampling(1.0), drafter=eagle)
     assert isinstance(decoder.drafter, EagleDrafter) and decoder.generate(prompt, 16).stats.drafted_tokens > 0
     other = write_eagle_head(tmp_path / "other", ref.target.config, "eagle3", draft_vocab=200, seed=2)
     for drafter in ("model", f"eagle:path={other}"):
-        message = cli_error("run", "--method", "autojudge", "--head", str(out), "--pair", "ref", "--task", "arith",
+        message = cli_error("run", "--method", method, "--head", str(out), "--pair", "ref", "--task", "arith",
                             "--drafter", drafter, "--limit", "1", "--device", "cpu", "--output-dir", str(tmp_path / "r"))  # fmt: skip
         assert "was trained on the drafts of eagle" in message and "decode it with --drafter eagle:path=" in message
 
