@@ -4,6 +4,7 @@ for ``run``, ``generate``, ``speed`` and the lm-eval backend alike."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bench.decoding import SpeculativeDecoder
@@ -15,7 +16,7 @@ from bench.engines import EagerEngine, EngineFactory
 from bench.errors import BenchError
 from torch import nn
 
-from bench.head import required_head
+from bench.head import JudgeHead, required_head
 from bench.pairs import Pair
 from bench.verifiers import Verifier, make_verifier
 
@@ -44,6 +45,9 @@ def build_decoder(
         raise BenchError(f"{verifier.name}: reads no weight head; drop the head or use --method diversed")
     if isinstance(head, str) or (head is None and verifier.needs_hidden):
         head = pair_head(head, method, pair, drafter)
+    drafter = with_pair_head(drafter or "model", pair.spec.eagle)
+    if isinstance(head, JudgeHead):
+        check_judge_drafts(head, drafter, pair.spec.eagle)
     return SpeculativeDecoder(
         pair.target,
         pair.draft,
@@ -55,7 +59,7 @@ def build_decoder(
         engine=engine,
         draft_policy=draft_policy,
         trace=trace,
-        drafter=with_pair_head(drafter or "model", pair.spec.eagle),
+        drafter=drafter,
     )
 
 
@@ -69,6 +73,34 @@ def pair_head(path: str | None, method: str, pair: Pair, drafter: str | None) ->
         config = json.loads((resolve_head(head_folder(params["path"])) / "config.json").read_text())
         sizes = (int(config["hidden_size"]), sizes[1])
     return required_head(path, method, pair.spec.name, sizes, pair.device, drafter=name)
+
+
+# The drafters a judge trained on a drafter's proposals is asked about: lookup's head serves the
+# model-free drafters too (their first tokens are lookup-like matches).
+SERVES = {"model": ("model",), "lookup": ("lookup", "lookup_tree", "suffix"), "eagle": ("eagle",)}
+
+
+def check_judge_drafts(head: JudgeHead, drafter: str, pair_head: str | None) -> None:
+    """A judge head is asked only about drafts like those it was trained on (its card's drafter):
+    the draft model's, model-free ones, or one EAGLE head's. Its p(important) is fitted to which
+    tokens that drafter proposes and, for draft+target, to its states: another drafter's are
+    refused in one line. A head built by hand (``drafter`` None) claims none and is not checked."""
+    if head.drafter is None:
+        return
+    (was, trained), (now, params) = parse_drafter(with_pair_head(head.drafter, pair_head)), parse_drafter(drafter)
+    other_eagle = was == now == "eagle" and _resolved(trained["path"]) != _resolved(params["path"])
+    if now not in SERVES.get(was, (was,)) or other_eagle:
+        raise BenchError(
+            f"this judge head was trained on the drafts of {with_pair_head(head.drafter, pair_head)}, not of {drafter}: "
+            f"decode it with --drafter {was if was != 'eagle' else 'eagle:path=' + trained['path']}, or train one "
+            f"with `diversed-bench train --method autojudge|selfjudge --drafter {now}`"
+        )
+
+
+def _resolved(path: str) -> str:
+    """An EAGLE head path as the drafter loads it (a folder, resolved; else a hub id)."""
+    folder = head_folder(path)
+    return str(Path(folder).resolve()) if Path(folder).is_dir() else folder
 
 
 def decoder_for(

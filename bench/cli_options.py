@@ -166,7 +166,7 @@ DraftTemperature = Annotated[
 ]
 TrainDrafter = Annotated[
     Optional[str],
-    _opt("Judges: whose proposals are mined, model (the draft model's, default) or lookup[:ngram=2,...] (prompt lookup's; target features). DIVERSED: whose q and hidden states the head reads, model (default) or eagle[:path=FOLDER] (the pair's EAGLE head by default). --grid baselines uses its configuration's drafter."),
+    _opt("Whose drafts the head learns from: model (the draft model's, default); eagle[:path=FOLDER] (an EAGLE head's chains, its q and states; no path: the pair's head), for DIVERSED and the judges; lookup[:ngram=2,...] (prompt lookup's; judges with target features). --grid baselines uses its configuration's drafter."),
 ]
 RegWeight = Annotated[Optional[float], _opt("Weight of the expected-acceptance regulariser (default 0.01).")]
 RolloutTemperature = Annotated[Optional[float], _opt("Rollout temperature (> 0; default 1).")]

@@ -92,6 +92,9 @@ class JudgeHead(nn.Module):
         self.register_buffer("weight", torch.zeros(width))
         self.register_buffer("bias", torch.zeros(()))
         self.register_buffer("ranks", torch.zeros(0))
+        # Whose drafts it was trained on (its card's recipe; a drafter spec): a decoder asks it about
+        # those only (bench.build). None: a head built by hand, which claims none.
+        self.drafter: str | None = None
 
     def forward(self, h_draft: Tensor | None, h_target: Tensor) -> Tensor:
         x = feature_vector(self.features, h_draft, h_target)
@@ -124,8 +127,14 @@ class JudgeHead(nn.Module):
         state = load_file(str(folder / JUDGE_FILE))
         head.ranks = torch.zeros_like(state.get("ranks", head.ranks))
         head.load_state_dict(state)
+        head.drafter = mined_drafter(card)
         return head
 
+
+def mined_drafter(card: dict[str, Any]) -> str:
+    """The drafter a judge head's proposals were mined from (heads trained before the setting
+    existed mined the draft model's)."""
+    return str(card.get("recipe", {}).get("drafter", "model"))
 
 
 def save_head(head: WeightHead, folder: Path, card: dict[str, Any]) -> None:
@@ -189,6 +198,10 @@ def load_head(
 
 def _checked_card(folder: Path, pair_name: str, hidden_sizes: tuple[int, int]) -> dict[str, Any]:
     card = json.loads((folder / CARD_FILE).read_text())
+    if card.get("head") == "judge" and mined_drafter(card).startswith("eagle"):
+        # Its draft state is the EAGLE head's, whatever the draft model's width: the decoder holds
+        # it to that same EAGLE head (bench.build), so only the target's width is the pair's.
+        hidden_sizes = (card.get("draft_hidden"), hidden_sizes[1])
     if card.get("pair") != pair_name or (card.get("draft_hidden"), card.get("target_hidden")) != hidden_sizes:
         raise BenchError(
             f"head {folder} was trained for pair {card.get('pair')} "

@@ -48,8 +48,9 @@ class ClassifierRecipe(Recipe):
     # 0 mines the draft's argmax, as the authors do; a sampling decoder's judge is asked about the
     # draft's samples, so ``--grid baselines`` mines at the temperature it decodes at.
     draft_temperature: float = 0.0
-    # Whose proposals are mined: the draft model's, or prompt lookup's (a spec, lookup[:ngram=...]),
-    # the tokens a target-only judge serving lookup drafts is asked about.
+    # Whose proposals are mined: the draft model's, prompt lookup's (a spec, lookup[:ngram=...]),
+    # the tokens a target-only judge serving lookup drafts is asked about, or an EAGLE head's
+    # (eagle[:path=...]; no path: the pair's head), the first token of each of its chains.
     drafter: str = "model"
     seed: int = 0
     val_share: float = 0.1
@@ -64,15 +65,22 @@ class ClassifierRecipe(Recipe):
             raise BenchError(f"the classifier recipe needs >= 2 questions (a validation split), got {self.questions}")
 
     def _check_drafter(self) -> None:
+        """Refuse drafts a judge cannot be trained on; write the spec canonically (it keys the head).
+        An EAGLE judge reads chains (a judge is defined on chain drafts only), and a chain's first
+        token is the head's choice after the prefix whatever ``topk``/``depth``/``total`` (they
+        shape trees): they are written at their defaults, one head per EAGLE head."""
         from bench.drafters import canonical_drafter, parse_drafter
 
-        name = parse_drafter(self.drafter)[0]
-        if name not in ("model", "lookup"):
-            raise BenchError(f"judges mine the proposals of the draft model or of lookup, not {name}: train with --drafter lookup "
-                             "(its head serves lookup_tree and suffix drafts too)")  # fmt: skip
+        name, params = parse_drafter(self.drafter)
+        if name not in ("model", "lookup", "eagle"):
+            raise BenchError(f"judges mine the proposals of the draft model, of lookup or of an EAGLE head, not {name}: train "
+                             "with --drafter lookup (its head serves lookup_tree and suffix drafts too)")  # fmt: skip
         if name == "lookup" and (self.features != "target" or self.draft_temperature):
             raise BenchError("lookup drafts have no model behind them: mine them with target features and --draft-temperature 0")
-        object.__setattr__(self, "drafter", canonical_drafter(self.drafter))
+        if name == "eagle" and params["tree"]:
+            raise BenchError("a judge verifies chain drafts only: train it (and decode) with --drafter eagle (tree=0), not EAGLE-2's tree")
+        spec = f"eagle:path={params['path']}" if name == "eagle" else self.drafter
+        object.__setattr__(self, "drafter", canonical_drafter(spec))
 
     def settings(self) -> dict[str, Any]:
         return asdict(self)
@@ -120,18 +128,28 @@ class ClassifierRecipe(Recipe):
         y, val, labelling = self.labels(job, state)
         style = SELFJUDGE if self.miner == "selfjudge" else AUTOJUDGE
         fit = fit_judge(x, y, group, self.seed, self.val_share, style, val)
-        head = JudgeHead(self.features, *job.pair.hidden_sizes)
+        width, drafts = self.drafts(job)
+        head = JudgeHead(self.features, width, job.pair.hidden_sizes[1])
         head.mean.copy_(fit.mean), head.scale.copy_(fit.scale), head.weight.copy_(fit.weight)
         head.bias.fill_(fit.bias)
         head.ranks = fit.val_scores
         share = float(y.float().mean())
         card = {
             "pair": job.pair.spec.name, "task": job.task.name, "data": job.data, "recipe": self.settings(),
-            "labels": len(y), "important_share": share, "C": fit.C, "val_auc": fit.val_auc, "trained": True, **labelling,
+            "labels": len(y), "important_share": share, "C": fit.C, "val_auc": fit.val_auc, "trained": True, **labelling, **drafts,
         }  # fmt: skip
         head.save(job.folder, card)
         job.log(f"fit: {len(y)} labels ({share:.1%} important), C {fit.C:.3g}, validation ROC-AUC {fit.val_auc:.3f}")
         return card
+
+    def drafts(self, job: TrainJob) -> tuple[int, dict[str, Any]]:
+        """The width of the draft state a draft+target head reads (the EAGLE head's ``head_input``
+        for EAGLE drafts, else the draft model's) and, for EAGLE drafts, the card's line naming
+        the head they came from."""
+        if not self.drafter.startswith("eagle"):
+            return job.pair.hidden_sizes[0], {}
+        drafter = PairOracle(job.pair).eagle(self.drafter)
+        return drafter.head.config.hidden_size, {"eagle_head": drafter.path}
 
     def labels(self, job: TrainJob, state: dict[str, list[Any]]) -> tuple[Tensor, Tensor, dict[str, Any]]:
         """The labels, the validation questions' mask, and for SelfJudge the tau its swaps are
@@ -166,6 +184,7 @@ class ClassifierRecipe(Recipe):
         if state.get("settings", self.settings()) != self.settings():
             raise BenchError(f"{store} was mined with other settings; use another --output-dir or delete it")
         examples, oracle = self.examples(job), PairOracle(job.pair)
+        eagle = oracle.eagle(self.drafter, self.draft_temperature) if self.drafter.startswith("eagle") else None
         tau = selfjudge.published_tau(job.task.name, job.pair.spec.target)
         todo = [(q, e) for q, e in enumerate(examples) if e.example_id not in state["done"]]
         if state["done"]:
@@ -180,7 +199,7 @@ class ClassifierRecipe(Recipe):
             for (q, example), labels in zip(batch, run_many(oracle, miners)):
                 if self.satisfied(state, tau):
                     break
-                xs = token_features(job.pair, self.features, [(m.context, m.token) for m in labels])
+                xs = token_features(job.pair, self.features, [(m.context, m.token) for m in labels], eagle)
                 state["x"] += xs
                 state["y"] += [-1 if m.important is None else int(m.important) for m in labels]
                 state["score"] += [float("nan") if m.score is None else m.score for m in labels]

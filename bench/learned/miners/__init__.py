@@ -38,8 +38,9 @@ class Greedy:
 class Drafted:
     """The drafter's proposal after every prefix of ``ids`` (entry i would follow ids[: i + 1], -1
     where it proposes nothing). ``drafter`` ``model``: the draft model's argmax at temperature 0,
-    else a sample at ``temperature`` drawn with its own ``seed``; a ``lookup`` spec: the first token
-    prompt lookup drafts there."""
+    else a sample at ``temperature`` drawn with its own ``seed``; an ``eagle`` spec: likewise the
+    EAGLE head's first drafted token there (none after the first token); a ``lookup`` spec: the
+    first token prompt lookup drafts there."""
 
     ids: list[int]
     temperature: float = 0.0

@@ -25,7 +25,7 @@ def mine(
 ) -> Steps:  # fmt: skip
     """The labels of one question; ``temperature`` > 0 mines the draft's samples instead of its
     argmax (the tokens a sampling decoder's judge is asked about), each draw seeded from ``seed``;
-    ``drafter`` a lookup spec mines prompt lookup's proposals instead."""
+    ``drafter`` a lookup or eagle spec mines that drafter's proposals instead."""
     (reference,) = yield [Greedy(prompt, max_new)]
     seq, labels, start, draws = list(reference), [], 0, 0
     while True:
