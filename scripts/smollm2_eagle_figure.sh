@@ -18,7 +18,7 @@ for split, part in (("train", rows[:100]), ("test", rows[100:200])):
         f.writelines(json.dumps(r) + "\n" for r in part)
 PY
 task=$(python -c "from bench.registry import find; print(find('tasks', 'xsum'))")
-sed 's/^num_fewshot: 2/num_fewshot: 0/' "$task" > "$out/data/xsum.yaml"
+sed -e "s/^num_fewshot: 2/num_fewshot: 0/" -e "s/^max_new_tokens: 128/max_new_tokens: 64/" "$task" > "$out/data/xsum.yaml"
 common=(--pair smollm2 --drafter eagle --task "$out/data/xsum.yaml" --data "$out/data" --chat-template --dtype bfloat16)
 # DIVERSED's head by REINFORCE on rollouts from pi = w p + (1 - w) q, q the EAGLE head's law; AutoJudge's
 # by mining the EAGLE head's proposals. Re-running resumes or skips what is trained.
