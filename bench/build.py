@@ -9,14 +9,14 @@ from typing import TYPE_CHECKING
 
 from bench.decoding import SpeculativeDecoder
 from bench.distributions import Sampling
-from bench.drafters import parse_drafter
+from bench.drafters import check_reads, parse_drafter
 from bench.drafters.eagle import head_folder, with_pair_head
 from bench.eagle.heads import resolve_head
 from bench.engines import EagerEngine, EngineFactory
 from bench.errors import BenchError
 from torch import nn
 
-from bench.head import JudgeHead, required_head
+from bench.head import read_card, required_head, trained_on
 from bench.pairs import Pair
 from bench.verifiers import Verifier, make_verifier
 
@@ -43,11 +43,12 @@ def build_decoder(
     verifier: Verifier = make_verifier(method, **(params or {}))
     if head is not None and not verifier.needs_hidden:
         raise BenchError(f"{verifier.name}: reads no weight head; drop the head or use --method diversed")
+    check_reads(verifier.name, verifier.reads(), drafter)  # before the head: what the drafts lack comes first
     if isinstance(head, str) or (head is None and verifier.needs_hidden):
         head = pair_head(head, method, pair, drafter)
+    elif head is not None:
+        check_drafts(getattr(head, "drafter", None), drafter, pair, method)
     drafter = with_pair_head(drafter or "model", pair.spec.eagle)
-    if isinstance(head, JudgeHead):
-        check_judge_drafts(head, drafter, pair.spec.eagle)
     return SpeculativeDecoder(
         pair.target,
         pair.draft,
@@ -64,36 +65,41 @@ def build_decoder(
 
 
 def pair_head(path: str | None, method: str, pair: Pair, drafter: str | None) -> nn.Module:
-    """The head at ``path`` for this pair and drafter: a weight head must have been trained on the
-    drafter's kind of states (the card's ``drafter``) and reads the draft's at its width, an EAGLE
-    head's own (its config.json) under ``--drafter eagle``."""
+    """The head at ``path`` for this pair and drafter: trained on this drafter's drafts (its card,
+    checked first: another drafter's widths would fail the width check confusingly), reading the
+    draft's state at its width, an EAGLE head's own (its config.json) under ``--drafter eagle``."""
+    card = read_card(path) if path else None
+    if card is not None:
+        check_drafts(trained_on(card), drafter, pair, method)
     name, params = parse_drafter(with_pair_head(drafter or "model", pair.spec.eagle))
     sizes = pair.hidden_sizes
     if name == "eagle" and params["path"]:  # no path: the drafter refuses in one line when it binds
         config = json.loads((resolve_head(head_folder(params["path"])) / "config.json").read_text())
         sizes = (int(config["hidden_size"]), sizes[1])
-    return required_head(path, method, pair.spec.name, sizes, pair.device, drafter=name)
+    return required_head(path, method, pair.spec.name, sizes, pair.device)
 
 
-# The drafters a judge trained on a drafter's proposals is asked about: lookup's head serves the
-# model-free drafters too (their first tokens are lookup-like matches).
+# The drafters a head trained on one drafter's drafts serves: lookup's judge serves the model-free
+# drafters too (their first tokens are lookup-like matches); an EAGLE head's, that EAGLE head only.
 SERVES = {"model": ("model",), "lookup": ("lookup", "lookup_tree", "suffix"), "eagle": ("eagle",)}
 
 
-def check_judge_drafts(head: JudgeHead, drafter: str, pair_head: str | None) -> None:
-    """A judge head is asked only about drafts like those it was trained on (its card's drafter):
-    the draft model's, model-free ones, or one EAGLE head's. Its p(important) is fitted to which
-    tokens that drafter proposes and, for draft+target, to its states: another drafter's are
-    refused in one line. A head built by hand (``drafter`` None) claims none and is not checked."""
-    if head.drafter is None:
+def check_drafts(trained: str | None, drafter: str | None, pair: Pair, method: str) -> None:
+    """A head (DIVERSED's weight head, a judge's) is asked only about drafts like those it was
+    trained on (``trained``, its card's drafter): a weight head reads that drafter's q and hidden
+    states, a judge's p(important) is fitted to which tokens it proposes and to its states; on
+    smollm2 the draft model's and the EAGLE head's states are both 576 wide, so only the card
+    tells them apart. Others are refused in one line. A head built by hand (None) claims none."""
+    if trained is None:
         return
-    (was, trained), (now, params) = parse_drafter(with_pair_head(head.drafter, pair_head)), parse_drafter(drafter)
-    other_eagle = was == now == "eagle" and _resolved(trained["path"]) != _resolved(params["path"])
+    was_spec, now_spec = (with_pair_head(d, pair.spec.eagle) for d in (trained, drafter or "model"))
+    (was, before), (now, params) = parse_drafter(was_spec), parse_drafter(now_spec)
+    other_eagle = was == now == "eagle" and _resolved(before["path"]) != _resolved(params["path"])
     if now not in SERVES.get(was, (was,)) or other_eagle:
         raise BenchError(
-            f"this judge head was trained on the drafts of {with_pair_head(head.drafter, pair_head)}, not of {drafter}: "
-            f"decode it with --drafter {was if was != 'eagle' else 'eagle:path=' + trained['path']}, or train one "
-            f"with `diversed-bench train --method autojudge|selfjudge --drafter {now}`"
+            f"this head was trained on the drafts of {was_spec}, not of {now_spec}: decode it with --drafter "
+            f"{was if was != 'eagle' else 'eagle:path=' + before['path']}, or train one with "
+            f"`diversed-bench train --method {method} --drafter {now}`"
         )
 
 

@@ -38,6 +38,9 @@ class WeightHead(nn.Module):
         self.linear = nn.Linear(draft_hidden + target_hidden, 1)
         nn.init.zeros_(self.linear.weight)
         nn.init.zeros_(self.linear.bias)
+        # Whose drafts it was trained on (``trained_on`` its card; a drafter spec): a decoder holds
+        # it to those (bench.build). None: a head built by hand or fresh, which claims none.
+        self.drafter: str | None = None
 
     def logit(self, h_draft: Tensor, h_target: Tensor) -> Tensor:
         """The pre-sigmoid score [..., N]; training works with it for numerical stability."""
@@ -92,9 +95,7 @@ class JudgeHead(nn.Module):
         self.register_buffer("weight", torch.zeros(width))
         self.register_buffer("bias", torch.zeros(()))
         self.register_buffer("ranks", torch.zeros(0))
-        # Whose drafts it was trained on (its card's recipe; a drafter spec): a decoder asks it about
-        # those only (bench.build). None: a head built by hand, which claims none.
-        self.drafter: str | None = None
+        self.drafter: str | None = None  # whose drafts it was trained on, as WeightHead's
 
     def forward(self, h_draft: Tensor | None, h_target: Tensor) -> Tensor:
         x = feature_vector(self.features, h_draft, h_target)
@@ -127,14 +128,22 @@ class JudgeHead(nn.Module):
         state = load_file(str(folder / JUDGE_FILE))
         head.ranks = torch.zeros_like(state.get("ranks", head.ranks))
         head.load_state_dict(state)
-        head.drafter = mined_drafter(card)
+        head.drafter = trained_on(card)
         return head
 
 
-def mined_drafter(card: dict[str, Any]) -> str:
-    """The drafter a judge head's proposals were mined from (heads trained before the setting
-    existed mined the draft model's)."""
-    return str(card.get("recipe", {}).get("drafter", "model"))
+def trained_on(card: dict[str, Any]) -> str:
+    """The drafter (a spec) whose drafts a head was trained on: a weight head's rollouts read its
+    q and hidden states, a judge's labels were mined from its proposals. Heads from before cards
+    recorded it were all trained on the draft model's."""
+    return str(card.get("drafter") or card.get("recipe", {}).get("drafter", "model"))
+
+
+def read_card(path: str) -> dict[str, Any] | None:
+    """The card of the head at ``path``, or None where there is none (``init``, a missing
+    folder: ``load_head`` says what to do)."""
+    card_file = head_folder(path) / CARD_FILE
+    return json.loads(card_file.read_text()) if card_file.is_file() else None
 
 
 def save_head(head: WeightHead, folder: Path, card: dict[str, Any]) -> None:
@@ -162,13 +171,10 @@ def head_folder(path: str) -> Path:
     return Path(path)
 
 
-def load_head(
-    path: str, pair_name: str, hidden_sizes: tuple[int, int], drafter: str | None = None
-) -> tuple[nn.Module, dict[str, Any]]:
+def load_head(path: str, pair_name: str, hidden_sizes: tuple[int, int]) -> tuple[nn.Module, dict[str, Any]]:
     """A trained head for this pair (DIVERSED's weight head, or a judge's when its card says so),
-    or ``init`` for a fresh weight head (w = 0.5 everywhere). ``drafter``: the kind of drafter the
-    run decodes with (``model``, ``eagle``); a weight head trained on another kind's states is
-    refused (None: not checked)."""
+    or ``init`` for a fresh weight head (w = 0.5 everywhere). ``hidden_sizes``: the widths of the
+    draft state (the draft model's, or an EAGLE head's) and the target's it must read."""
     if path == "init":
         return WeightHead(*hidden_sizes), {"pair": pair_name, "trained": False}
     from safetensors.torch import load_file
@@ -188,20 +194,15 @@ def load_head(
             f"no head at {folder} (expected {HEAD_FILE} and {CARD_FILE}); train one with "
             f"`diversed-bench train --task TASK --pair {pair_name} --output-dir {folder}`"
         )
-    if drafter is not None:  # first: the other drafter's widths would fail the pair check confusingly
-        check_drafter(folder, json.loads(card_file.read_text()), drafter)
     card = _checked_card(folder, pair_name, hidden_sizes)
     head = WeightHead(*hidden_sizes)
     head.load_state_dict(load_file(str(folder / HEAD_FILE)))
+    head.drafter = trained_on(card)
     return head, card
 
 
 def _checked_card(folder: Path, pair_name: str, hidden_sizes: tuple[int, int]) -> dict[str, Any]:
     card = json.loads((folder / CARD_FILE).read_text())
-    if card.get("head") == "judge" and mined_drafter(card).startswith("eagle"):
-        # Its draft state is the EAGLE head's, whatever the draft model's width: the decoder holds
-        # it to that same EAGLE head (bench.build), so only the target's width is the pair's.
-        hidden_sizes = (card.get("draft_hidden"), hidden_sizes[1])
     if card.get("pair") != pair_name or (card.get("draft_hidden"), card.get("target_hidden")) != hidden_sizes:
         raise BenchError(
             f"head {folder} was trained for pair {card.get('pair')} "
@@ -211,33 +212,10 @@ def _checked_card(folder: Path, pair_name: str, hidden_sizes: tuple[int, int]) -
     return card
 
 
-def trained_drafter(card: dict[str, Any]) -> str:
-    """The kind of drafter (``model``, ``eagle``) whose q and hidden states a weight head was
-    trained on; heads from before the card recorded it were all trained on the draft model's."""
-    return str(card.get("drafter", "model")).partition(":")[0]
-
-
-def check_drafter(folder: Path, card: dict[str, Any], drafter: str) -> None:
-    """Refuse a weight head trained on another drafter's states: on smollm2 the draft model's and
-    the EAGLE head's hidden states are both 576 wide, so nothing else would catch the mix-up."""
-    trained = trained_drafter(card)
-    if trained != drafter:
-        raise BenchError(
-            f"head {folder} was trained on --drafter {trained} drafts, and this run drafts with {drafter}: "
-            f"pass --drafter {trained}, or train a head with `diversed-bench train --drafter {drafter}`"
-        )
-
-
 def required_head(
-    path: str | None,
-    method: str,
-    pair_name: str,
-    hidden_sizes: tuple[int, int],
-    device: torch.device,
-    drafter: str | None = None,
+    path: str | None, method: str, pair_name: str, hidden_sizes: tuple[int, int], device: torch.device
 ) -> nn.Module:
-    """The head a head-reading method runs with; never a silent default when none is given.
-    ``drafter``: the run's drafter kind, which a weight head must have been trained on."""
+    """The head a head-reading method runs with; never a silent default when none is given."""
     if path is None:
         raise BenchError(f"{method}: needs --head PATH (or --head init for an untrained w = 0.5 head)")
-    return load_head(path, pair_name, hidden_sizes, drafter)[0].to(device)
+    return load_head(path, pair_name, hidden_sizes)[0].to(device)

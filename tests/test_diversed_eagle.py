@@ -93,15 +93,22 @@ def test_train_on_eagle_drafts_names_them_and_run_refuses_another_drafter(tmp_pa
     assert "the target and the EAGLE head" in result.output and f"--drafter {spec} --head" in result.output
     card = json.loads((tmp_path / "head" / "card.json").read_text())
     assert card["drafter"] == spec and card["training"]["drafter"] == spec and card["trained"]
-    with pytest.raises(BenchError, match="trained on --drafter eagle drafts, and this run drafts with model"):
+    with pytest.raises(BenchError, match="trained on the drafts of eagle:path=.*, not of model: decode it with --drafter eagle:path="):
         build_decoder(tiny_pair, "diversed", head=str(tmp_path / "head"), drafter="model")
     sd = build_decoder(tiny_pair, "diversed", head=str(tmp_path / "head"), drafter=spec, sampling=Sampling(1.0))
     assert len(sd.generate_batch([[1, 17, 250, 3]], 6, [0])[0].token_ids) == 6
     old = WeightHead(*tiny_pair.hidden_sizes)
     save_head(old, tmp_path / "old", {"pair": "tiny", "task": "gsm8k", "trained": True})  # no drafter field
-    with pytest.raises(BenchError, match="trained on --drafter model drafts, and this run drafts with eagle"):
+    with pytest.raises(BenchError, match="trained on the drafts of model, not of eagle:.*--method diversed --drafter eagle"):
         build_decoder(tiny_pair, "diversed", head=str(tmp_path / "old"), drafter=spec)
     build_decoder(tiny_pair, "diversed", head=str(tmp_path / "old"), drafter="model")
+    # Another EAGLE head of the same width: its states are not the ones the head learned to read.
+    other = write_eagle_head(tmp_path / "other", tiny_pair.target.config, "eagle3", draft_vocab=400, seed=2)
+    with pytest.raises(BenchError, match=f"not of eagle:path={other}.*decode it with --drafter eagle:path={eagle}"):
+        build_decoder(tiny_pair, "diversed", head=str(tmp_path / "head"), drafter=f"eagle:path={other}")
+    loaded = build_decoder(tiny_pair, "diversed", head=str(tmp_path / "head"), drafter=spec).head
+    with pytest.raises(BenchError, match="not of model"):  # a loaded head (the Python API's) is held to its card too
+        build_decoder(tiny_pair, "diversed", head=loaded, drafter="model")
 
 
 def test_the_drafter_keys_a_head_only_when_it_is_not_the_draft_model():
