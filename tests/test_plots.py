@@ -165,3 +165,29 @@ def test_two_heads_in_one_weights_panel_have_their_own_colours(tmp_path, monkeyp
     bars = {to_hex(patch.get_facecolor(), keep_alpha=False) for patch in ax.patches}
     means = {to_hex(line.get_color()) for line in ax.lines}
     assert len(bars) == 2 and means == bars
+
+
+def test_log_p_per_token_has_its_interval_and_a_figure_against_time(tmp_path):
+    """The target's log p per token (the paper's second quality axis) is token-weighted over a
+    configuration's examples with a bootstrap interval over them, shown in the table and drawn
+    against time; rows without it draw no such figure."""
+    from bench.reports.plots import LOGP, plot_pareto
+    from bench.reports.summary import panels
+    from bench.reports.table import render
+
+    rows = _rows({"ar": [1.0] * 4, "lossy": [0.6] * 4})
+    assert plot_pareto(panels(summarise(rows))[0], {"gsm8k": "exact_flexible"}, tmp_path, y=LOGP) == []
+    logp = {"ar": [-0.1, -0.2, -0.1, -0.2], "lossy": [-0.5, -1.5, -0.5, -2.0]}
+    rows["target_loglik"] = [v for m in rows["method"].unique() for v in logp[m]]
+    rows["new_tokens"] = [10, 30, 10, 30] * 2
+    summary = summarise(rows)
+    lossy = summary[summary["method"] == "lossy"].iloc[0]
+    assert lossy["target_loglik"] == (-5 - 45 - 5 - 60) / 80  # token-weighted, not the mean of examples
+    low, high = lossy["target_loglik_ci"]
+    assert -2.0 <= low < lossy["target_loglik"] < high <= -0.5
+    assert f"{lossy['target_loglik']:.3f} [{low:.3f}, {high:.3f}]" in render(summary, {"gsm8k": "exact_flexible"}, "markdown")
+    (panel,) = panels(summary)
+    paths = plot_pareto(panel, {"gsm8k": "exact_flexible"}, tmp_path, y=LOGP)
+    assert (tmp_path / "pareto_logp_tiny.png") in paths
+    caption = (tmp_path / "pareto_logp_tiny.txt").read_text()
+    assert caption.startswith("Log p vs time.") and "mean log p per emitted token" in caption

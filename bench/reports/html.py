@@ -144,13 +144,14 @@ def _figure(path: Path) -> str:
 
 
 def _plots(found: list[Panel], qualities: dict[str, str]) -> str:
-    from bench.reports.plots import PARETO_AXES, plot_pareto
+    from bench.reports.plots import LOGP, PARETO_AXES, plot_pareto
 
     out = []
     with tempfile.TemporaryDirectory() as tmp:
         for panel in found:
-            for x in PARETO_AXES:
-                for path in plot_pareto(panel, qualities, Path(tmp), x):
+            views = [*((x, "quality") for x in PARETO_AXES), ("normalised_time", LOGP)]
+            for x, y in views:
+                for path in plot_pareto(panel, qualities, Path(tmp), x, y):
                     if path.suffix == ".png":
                         out.append(_figure(path))
     return "\n".join(out)

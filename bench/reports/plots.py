@@ -55,6 +55,10 @@ PARETO_AXES = {
     "normalised_time": ("pareto", "Quality vs time", "time per example vs AR (AR = 1)", 1.0),
     "acceptance_rate": ("pareto_acceptance", "Quality vs acceptance", "acceptance rate (%)", 100.0),
 }
+# The paper's second quality axis, drawn against time: the target's log p per emitted token needs no
+# gold answer and moves with every token a relaxed verifier lets through.
+LOGP = "target_loglik"
+LOGP_FIGURE = ("pareto_logp", "Log p vs time", "target's log p per token")
 
 
 def _tasks(frame: pd.DataFrame) -> list[str]:
@@ -296,13 +300,15 @@ def _pareto_family(
     ax: plt.Axes,
     family_name: str,
     family: pd.DataFrame,
-    x: str,
+    axes: tuple[str, str],
     scales: tuple[float, float],
     style: dict[str, Any],
 ) -> tuple[list[str], SweepLabels | None, bool]:
-    """One family on a Pareto panel: a line through a swept family's points, then each point with
-    its error bars (hollow where its timing is not trusted). Returns the legend entries drawn, the
-    sweep's labels to place (None: not a sweep) and whether a hollow marker was drawn."""
+    """One family on a Pareto panel, ``axes`` its (x, y) columns: a line through a swept family's
+    points, then each point with its error bars (hollow where its timing is not trusted). Returns
+    the legend entries drawn, the sweep's labels to place (None: not a sweep) and whether a
+    hollow marker was drawn."""
+    x, y = axes
     x_scale, q_scale = scales
     drawn: list[str] = []
     labels: SweepLabels | None = None
@@ -310,7 +316,7 @@ def _pareto_family(
     sweep = _sweep(family)  # rows not drawn (no time) are not in the legend either
     if sweep is not None:
         key, texts = sweep
-        xs, ys = family[x].to_numpy(float) * x_scale, family["quality"].to_numpy(float) * q_scale
+        xs, ys = family[x].to_numpy(float) * x_scale, family[y].to_numpy(float) * q_scale
         label = f"{family_name}, {key} swept"
         # markers: each point's own, below (hollow where its timing is not trusted); the legend keeps one
         ax.plot(xs, ys, "-", lw=1.2, label=label, **{**style, "markersize": 6, "markevery": []})
@@ -322,9 +328,9 @@ def _pareto_family(
         flagged |= bool(unsteady)
         ax.errorbar(
             r[x] * x_scale,
-            r["quality"] * q_scale,
+            r[y] * q_scale,
             xerr=_err(r[x], r.get(f"{x}_ci"), x_scale),
-            yerr=_err(r["quality"], r["quality_ci"], q_scale),
+            yerr=_err(r[y], r[f"{y}_ci"], q_scale),
             ls="none",
             ecolor=style["color"],
             elinewidth=0.8,
@@ -339,13 +345,15 @@ def _pareto_family(
     return drawn, labels, flagged
 
 
-def _pareto_caption(title: str, x: str, flagged: bool, panel: Panel) -> str:
+def _pareto_caption(title: str, axes: tuple[str, str], flagged: bool, panel: Panel) -> str:
     """What a Pareto figure shows, hollow markers explained where it draws one."""
+    x, y = axes
     what = (
         "time per example relative to AR with the same settings, on the same timed examples"
         if x == "normalised_time"
         else "acceptance rate = accepted / drafted tokens"
     )
+    quality = "the task's quality" if y == "quality" else "the target's mean log p per emitted token (token-weighted)"
     hollow = (
         " Hollow markers: re-timing the same examples moved the normalised time more than "
         f"{SPREAD_LIMIT:g}x, or they were timed once (noise not measured); that time is not to be trusted."
@@ -353,24 +361,29 @@ def _pareto_caption(title: str, x: str, flagged: bool, panel: Panel) -> str:
         else ""
     )
     return (
-        f"{title}. x: {what}; y: the task's quality. Error bars: 95% bootstrap intervals over examples "
+        f"{title}. x: {what}; y: {quality}. Error bars: 95% bootstrap intervals over examples "
         f"(asymmetric, as measured). Lines: methods swept over one parameter (points labelled), the static "
         f"ensemble's target-weight sweep among them; a label that would cover another or a point is left "
         "out; dotted "
         "(on the acceptance axis): the upper hull of every baseline point and their anchors (lossless sd, accept_all) pooled, what a "
-        f"random mix of settings attains; dashed: the quality of AR, the target alone.{hollow} "
+        f"random mix of settings attains; dashed: AR's, the target alone.{hollow} "
         f"Settings: {panel.title}."
     )
 
 
-def plot_pareto(panel: Panel, qualities: dict[str, str], out: Path, x: str = "normalised_time") -> list[Path]:
-    """Quality against ``x`` (time relative to AR, or acceptance rate). A method swept over one
-    parameter is a line with its points labelled; the static ensemble's line is the frontier the
-    paper compares with; every other method (a user's verifier too) is a marker of its own."""
+def plot_pareto(
+    panel: Panel, qualities: dict[str, str], out: Path, x: str = "normalised_time", y: str = "quality"
+) -> list[Path]:
+    """Quality (``y``: the task's, or ``LOGP``) against ``x`` (time relative to AR, or acceptance
+    rate). A method swept over one parameter is a line with its points labelled; the static
+    ensemble's line is the frontier the paper compares with; every other method (a user's
+    verifier too) is a marker of its own."""
     part = panel.part
     name, title, x_label, x_scale = PARETO_AXES[x]
+    if y == LOGP:
+        name, title, y_label = LOGP_FIGURE
     # A task without one quality (Spec-Bench: per category, in the table) has nothing to draw here.
-    tasks = [t for t in _tasks(part) if part.loc[part["task"] == t, "quality"].notna().any()]
+    tasks = [t for t in _tasks(part) if y in part and part.loc[part["task"] == t, y].notna().any()]
     if not tasks:
         return []
     styles = method_styles(part)
@@ -380,13 +393,13 @@ def plot_pareto(panel: Panel, qualities: dict[str, str], out: Path, x: str = "no
     flagged = False
     for ax, task in zip(axes, tasks):
         rows = part[part["task"] == task]
-        metric = qualities.get(task, "quality")
+        metric = qualities.get(task, "quality") if y == "quality" else y
         q_scale = _scale(metric)
         for _, r in rows[rows["method"] == "ar"].iterrows():  # the reference: a line, never hidden
-            ax.axhline(r["quality"] * q_scale, color="black", ls="--", lw=0.9, label="ar (target alone)")
+            ax.axhline(r[y] * q_scale, color="black", ls="--", lw=0.9, label="ar (target alone)")
         for family_name, family in rows[(rows["method"] != "ar") & rows[x].notna()].groupby("family", sort=False):
             style = styles[family["method"].iloc[0]]
-            entries, labels, hollow = _pareto_family(ax, family_name, family, x, (x_scale, q_scale), style)
+            entries, labels, hollow = _pareto_family(ax, family_name, family, (x, y), (x_scale, q_scale), style)
             drawn += entries
             sweeps += [labels] if labels is not None else []
             flagged |= hollow
@@ -395,7 +408,7 @@ def plot_pareto(panel: Panel, qualities: dict[str, str], out: Path, x: str = "no
         _bound_quality_axis(ax, metric)
         ax.set_title(TASK_TITLES.get(task, task), fontsize=10)
         ax.set_xlabel(x_label)
-        ax.set_ylabel(quality_label(metric))
+        ax.set_ylabel(quality_label(metric) if y == "quality" else y_label)
         ax.grid(alpha=0.3)
     if flagged:  # the legend says what a hollow marker means wherever one is drawn
         axes[0].plot([], [], ls="none", marker="o", color="0.35", markerfacecolor="none", label=HOLLOW)
@@ -404,7 +417,7 @@ def plot_pareto(panel: Panel, qualities: dict[str, str], out: Path, x: str = "no
     fig.suptitle(f"{title} ({panel.slug})", fontsize=11)
     for sweep_points in sweeps:  # once the layout is final, so that label boxes are where they will be drawn
         _place_labels(*sweep_points)
-    return _save(fig, out, f"{name}_{panel.slug}", _pareto_caption(title, x, flagged, panel))
+    return _save(fig, out, f"{name}_{panel.slug}", _pareto_caption(title, (x, y), flagged, panel))
 
 
 MEASURED, LOGGED, THEORY = "measured: accepted / verified", "logged 1 - TV(q, pi)", "theory 1 - w TV(p, q)"
@@ -621,6 +634,7 @@ def write_plots(results: Path, out: Path) -> list[Path]:
     for panel in panels(summary):
         for x in PARETO_AXES:
             paths += plot_pareto(panel, qualities, out, x)
+        paths += plot_pareto(panel, qualities, out, y=LOGP)
         paths += plot_acceptance_vs_weight(rows, panel, out)
         paths += plot_acceptance_per_position(rows, panel, out)
         paths += plot_weights(rows, panel, out)

@@ -72,13 +72,16 @@ def _mean_ratio(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return a.mean(-1) / b.mean(-1)
 
 
-def _loglik(g: pd.DataFrame) -> float:
-    """The target's mean log p per emitted token over a configuration's examples (token-weighted);
-    NaN for rows written before rows carried it."""
-    if "target_loglik" not in g or g["target_loglik"].isna().all():
-        return np.nan
-    tokens = g["new_tokens"].to_numpy(float)
-    return float(np.nansum(g["target_loglik"].to_numpy(float) * tokens) / tokens.sum()) if tokens.sum() else np.nan
+def _loglik(g: pd.DataFrame) -> tuple[float, tuple[float, float]]:
+    """The target's mean log p per emitted token over a configuration's examples (token-weighted,
+    as the table reads it) and its bootstrap interval over examples; NaN for rows written before
+    rows carried it."""
+    known = g[g["target_loglik"].notna()] if "target_loglik" in g else g.iloc[:0]
+    tokens = known["new_tokens"].to_numpy(float)
+    if not tokens.sum():
+        return np.nan, (np.nan, np.nan)
+    total = known["target_loglik"].to_numpy(float) * tokens
+    return float(total.sum() / tokens.sum()), bootstrap(_ratio, total, tokens)
 
 
 def _repeats(frame: pd.DataFrame, suffix: str = "") -> np.ndarray:
@@ -221,7 +224,7 @@ def _headline(config_id: str, g: pd.DataFrame) -> dict[str, Any]:
         "quality_ci": bootstrap(lambda q: q.mean(-1), quality),
         "acceptance_length": g["new_tokens"].sum() / g["rounds"].sum(),
         "drafting_share": g["drafting_rounds"].sum() / g["rounds"].sum() if "drafting_rounds" in g else np.nan,
-        "target_loglik": _loglik(g),
+        **dict(zip(("target_loglik", "target_loglik_ci"), _loglik(g))),
         "weight_mean": float(np.nanmean(g["weight_mean"])) if g["weight_mean"].notna().any() else np.nan,
         "wall_time_s": timed["wall_time_s"].mean(),
         "time_per_token_s": timed["wall_time_s"].sum() / timed["new_tokens"].sum()

@@ -75,7 +75,7 @@ def table_frames(
                 _cell(get(lb, "quality"), ci(lb, "quality_ci"), percent_q, 1 if percent_q else 2)
                 for lb in labels
             ]
-            quality[(t, "log p/token")] = [_cell(get(lb, "target_loglik"), (np.nan, np.nan), False, 3) for lb in labels]
+            quality[(t, "log p/token")] = [_cell(get(lb, "target_loglik"), ci(lb, "target_loglik_ci"), False, 3) for lb in labels]
             notes = [spread_note(get(lb, "time_spread")) for lb in labels]
             speed[(t, "norm. time")] = [
                 _cell(get(lb, "normalised_time"), ci(lb, "normalised_time_ci"), False, 2)
