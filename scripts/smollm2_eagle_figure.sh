@@ -8,7 +8,7 @@
 # The task is XSum 0-shot in the chat template. Needs `diversed-bench fetch smollm2`; run it on quiet cores.
 set -euo pipefail
 out=${1:-results/eagle-xsum}; data=${DATA:-../shared/data}
-examples=${EXAMPLES:-30}; timing=${TIMING:-10}; prompts=${PROMPTS:-48}; questions=${QUESTIONS:-32}
+examples=${EXAMPLES:-40}; timing=${TIMING:-10}; prompts=${PROMPTS:-48}; questions=${QUESTIONS:-12}
 mkdir -p "$out/data"
 python - "$data/xsum_test.jsonl" "$out/data" <<'PY'
 import json, sys
@@ -26,7 +26,9 @@ diversed-bench train --method diversed "${common[@]}" --num-prompts "$prompts" -
     --rollout-tokens 48 --output-dir "$out/heads/diversed"
 diversed-bench train --method autojudge "${common[@]}" --num-prompts "$questions" --output-dir "$out/heads/autojudge"
 diversed-bench run "${common[@]}" --method ar,sd,lossy,cascade,ensemble,diversed,autojudge \
-    --param lenience=0.5 --param cascade_alpha=0.5 --param target_weight=0.3,0.6,0.9 \
+    --param lenience=0.5 --param cascade_alpha=0.5 --param target_weight=0.02,0.05,0.1,0.3,0.6 \
     --head "diversed=$out/heads/diversed,autojudge=$out/heads/autojudge" --temperature 1 --draft-len 5 \
-    --max-new-tokens 64 --limit "$examples" --timing-examples "$timing" --timing-repeats 2 --output-dir "$out/results"
+    --max-new-tokens 64 --limit "$examples" --timing-examples "$timing" --timing-repeats 2 --batch-size 1 \
+    --output-dir "$out/results"
 diversed-bench compare "$out/results" --candidate diversed
+diversed-bench report "$out/results" --candidate diversed --output "$out/report.html"

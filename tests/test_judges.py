@@ -139,8 +139,12 @@ def test_autojudge_mining_on_a_known_case():
     labels = run(oracle, autojudge.mine(prompt, 10, agree, oracle.eos))
     assert [(m.context, m.token, m.important) for m in labels] == expected
     other = run(oracle, autojudge.mine([4], 10, agree, oracle.eos))
-    batched = run_many(oracle, [autojudge.mine(prompt, 10, agree, oracle.eos), autojudge.mine([4], 10, agree, oracle.eos)])
+    seen: list[tuple[int, int]] = []
+    miners = [autojudge.mine(prompt, 10, agree, oracle.eos), autojudge.mine([4], 10, agree, oracle.eos)]
+    batched = run_many(oracle, miners, lambda rounds, mining: seen.append((rounds, mining)))
     assert batched == [labels, other]  # in lockstep, each miner as alone
+    # progress after every round but the last: rounds count up, the miners still mining count down to 1
+    assert [r for r, _ in seen] == list(range(1, len(seen) + 1)) and seen[0][1] == 2 and seen[-1][1] == 1
 
 
 def test_selfjudge_mining_on_a_known_case():

@@ -6,6 +6,7 @@ killed run resumes where it stopped."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
@@ -196,7 +197,7 @@ class ClassifierRecipe(Recipe):
                 break
             batch = todo[b : b + BATCH]
             miners = [self.miner_of(job, encode_prompt(job.pair, e.prompt, self.chat_template), e.doc, q) for q, e in batch]
-            for (q, example), labels in zip(batch, run_many(oracle, miners)):
+            for (q, example), labels in zip(batch, run_many(oracle, miners, _every_minute(job, len(batch)))):
                 if self.satisfied(state, tau):
                     break
                 xs = token_features(job.pair, self.features, [(m.context, m.token) for m in labels], eagle)
@@ -227,3 +228,18 @@ class ClassifierRecipe(Recipe):
     def satisfied(self, state: dict[str, list[Any]], tau: float | None) -> bool:
         important = sum(self.provisional(state, tau))
         return bool(self.enough) and min(important, len(state["y"]) - important) >= self.enough
+
+
+def _every_minute(job: TrainJob, questions: int) -> Callable[[int, int], None]:
+    """``run_many``'s progress, logged at most once a minute: a batch of questions mines for many
+    minutes on a CPU before its labels are saved, and its rounds are not known ahead."""
+    start = last = time.perf_counter()
+
+    def log(rounds: int, mining: int) -> None:
+        nonlocal last
+        if time.perf_counter() - last >= 60:
+            last = time.perf_counter()
+            minutes = (last - start) / 60
+            job.log(f"  mining: {mining} of {questions} questions still mining after {rounds} rounds, {minutes:.1f} min")
+
+    return log

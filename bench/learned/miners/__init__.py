@@ -9,7 +9,7 @@ a miner a fake target whose greedy continuation it controls.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, Union
 
@@ -100,13 +100,21 @@ def answer(oracle: Oracle, calls: Sequence[Call]) -> list[Any]:
     return out
 
 
-def run_many(oracle: Oracle, miners: Sequence[Steps]) -> list[list[Mined]]:
-    """Drive every miner to its end, answering each round's calls of all of them in one batch."""
+def run_many(
+    oracle: Oracle, miners: Sequence[Steps], progress: Callable[[int, int], None] | None = None
+) -> list[list[Mined]]:
+    """Drive every miner to its end, answering each round's calls of all of them in one batch;
+    ``progress(rounds, mining)`` after each round: how many rounds ran and how many miners are
+    still mining (a miner's rounds are unknown ahead: AutoJudge's grow with its mismatches)."""
     results: list[list[Mined]] = [[] for _ in miners]
     pending: dict[int, list[Call]] = {}
     for i, miner in enumerate(miners):
         _advance(miner, None, i, pending, results)
+    rounds = 0
     while pending:
+        if progress is not None and rounds:
+            progress(rounds, len(pending))
+        rounds += 1
         order = [(i, call) for i, calls in pending.items() for call in calls]
         answers = answer(oracle, [call for _, call in order])
         grouped: dict[int, list[Any]] = {i: [] for i in pending}
