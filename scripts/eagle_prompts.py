@@ -1,26 +1,71 @@
 """Write the prompts the shipped `smollm2` EAGLE-3 head was trained and held out on.
 
 Why a script: the head's card must say exactly which prompts it saw, and the prompts must be
-disjoint from everything the harness evaluates (Spec-Bench's 480 questions, CNN/DM, GSM8K, XSum
-and MBPP test splits, tasks/fixtures). So they come from two train-side sources, read from their
-public repositories at a fixed commit:
+disjoint from everything the harness evaluates (Spec-Bench's 480 questions, the shared CNN/DM,
+GSM8K, XSum and MBPP slices, tasks/fixtures; tests/test_eagle_corpus.py checks it). So every
+prompt comes from a train-side source read from a public repository at a fixed commit:
 
-- GSM8K **train** split: openai/grade-school-math @ 3101c7d5072418e28b9008a6636bde82a006892c,
-  grade_school_math/data/train.jsonl (MIT), the `question` field;
-- the 175 self-instruct seed tasks: yizhongw/self-instruct @ 0b26ccaa415992100fa32df62d41b994cf928e23,
-  data/seed_tasks.jsonl (Apache-2.0), instruction and, where present, the first instance's input.
+| source | repository @ commit, path | licence |
+|---|---|---|
+| gsm8k_train | openai/grade-school-math @ 3101c7d, grade_school_math/data/train.jsonl | MIT |
+| self_instruct_seed | yizhongw/self-instruct @ 0b26cca, data/seed_tasks.jsonl | Apache-2.0 |
+| mbpp_train | google-research/google-research @ 2251e8c, mbpp/mbpp.jsonl (task ids 1-10, 601-974) | CC BY 4.0 |
+| t0:TEMPLATE | yizhongw/self-instruct @ 0b26cca, data/finetuning/t0_train_50k/data_per_template/TEMPLATE.jsonl | repo Apache-2.0; per dataset below |
 
-Rows 0..TRAIN-1 of each source train the head; the next HELDOUT rows of each are held out for the
-acceptance measurement. Usage: python scripts/eagle_prompts.py GSM8K_TRAIN SEED_TASKS OUT.jsonl
+The T0 files are the P3 prompts of each dataset's *train* split (T0 never trains on test rows).
+Licences of the datasets behind them: adversarial_qa CC BY-SA 4.0, quoref CC BY 4.0, ropes CC BY
+4.0, cosmos_qa CC BY 4.0, duorc MIT; CNN/DailyMail and XSum state none (the articles are the
+publishers'), so for those two the shipped prompts file keeps only where each prompt comes from and
+its fingerprints, never the text: the head ships, the text does not (``--redact``).
+
+Task-shaped prompts: GSM8K, MBPP, and the CNN/DM and XSum articles of one template each are put in
+the harness's own 0-shot query of the task (tasks/*.yaml), so the head learns the text it drafts in
+evaluation; the other T0 templates are kept verbatim (open instructions, reading comprehension).
+
+Usage: python scripts/eagle_prompts.py --grade-school-math DIR --self-instruct DIR --mbpp FILE OUT.jsonl
+(DIR: a checkout of the repository at the commit above; FILE: task ids 1-10 and 601-974 of
+mbpp.jsonl, one JSON object a line). ``--redact`` writes the shippable file.
 """
 
 from __future__ import annotations
 
+import argparse
+import hashlib
 import json
-import sys
+import re
 from pathlib import Path
 
-SPLITS = {"gsm8k_train": (200, 25), "self_instruct_seed": (150, 25)}
+T0 = "data/finetuning/t0_train_50k/data_per_template"
+# (source, per-row maker key, train rows, held-out rows); held-out rows follow the train rows.
+QA_TEMPLATES = (
+    "adversarial_qa_dbert_answer_the_following_q",
+    "adversarial_qa_dbidaf_question_context_answer",
+    "quoref_Answer_Question_Given_Context",
+    "ropes_prompt_beginning",
+    "cosmos_qa_context_question_description_answer_text",
+    "duorc_SelfRC_answer_question",
+)
+NEWS = {"cnn_dailymail_3_0_0_news_summary": "cnndm", "xsum_summarize_DOC": "xsum"}
+GSM8K_ROWS = 1025  # of the 7,473: 1,000 train and 25 held out
+UNLICENSED = ("t0:cnn_dailymail", "t0:xsum")
+QUERIES = {
+    "gsm8k": "Question: {question}\nAnswer: Let's think step by step.\n",
+    "mbpp": "{text}\nYour code should pass these tests:\n{test_list}\n",
+    "cnndm": "Article: {article}\n\nHighlights:",
+    "xsum": "Summarize each document in one sentence of under 20 words.\n\nDocument: {document}\n\nSummary:",
+}
+HELDOUT = 25  # held-out rows per source: the learning curve's per-domain points
+
+
+def fingerprint(text: str) -> str:
+    """sha256 of a text's first 120 characters with whitespace collapsed and case folded: the
+    disjointness test fingerprints each evaluated row's text the same way."""
+    norm = re.sub(r"\s+", " ", text).strip().lower()[:120]
+    return hashlib.sha256(norm.encode()).hexdigest()[:16]
+
+
+def jsonl(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
 
 
 def seed_prompt(row: dict) -> str:
@@ -30,26 +75,80 @@ def seed_prompt(row: dict) -> str:
     return f"{text}\n\n{first}" if first else text
 
 
-def main(gsm8k: str, seeds: str, out: str) -> None:
-    """Write {source, row, split, prompt} lines: the train rows, then the held-out rows."""
-    rows = {
-        "gsm8k_train": [
-            json.loads(x)["question"].strip() for x in Path(gsm8k).read_text().splitlines() if x.strip()
-        ],
-        "self_instruct_seed": [
-            seed_prompt(json.loads(x)) for x in Path(seeds).read_text().splitlines() if x.strip()
-        ],
-    }
-    lines = []
-    for split in ("train", "heldout"):
-        for source, (n_train, n_held) in SPLITS.items():
-            span = range(n_train) if split == "train" else range(n_train, n_train + n_held)
-            lines += [
-                json.dumps({"source": source, "row": i, "split": split, "prompt": rows[source][i]})
-                for i in span
-            ]
-    Path(out).write_text("\n".join(lines) + "\n")
+def news_document(template: str, prompt: str) -> str:
+    """The article inside a T0 news prompt of the two templates read ('Summarise the article:' /
+    'Summarize:' then the text)."""
+    head = "Summarise the article:" if template.startswith("cnn") else "Summarize:"
+    if not prompt.startswith(head):
+        raise SystemExit(f"{template}: a prompt does not start with {head!r}; the template changed")
+    return prompt[len(head) :].strip()
+
+
+def sources(gsm: Path, si: Path, mbpp: Path) -> dict[str, list[tuple[str, str]]]:
+    """Each source's rows as (prompt, the text to fingerprint), in file order."""
+    out: dict[str, list[tuple[str, str]]] = {}
+    out["gsm8k_train"] = [
+        (QUERIES["gsm8k"].format(question=r["question"].strip()), r["question"])
+        for r in jsonl(gsm / "grade_school_math/data/train.jsonl")[:GSM8K_ROWS]
+    ]
+    out["self_instruct_seed"] = [(seed_prompt(r), seed_prompt(r)) for r in jsonl(si / "data/seed_tasks.jsonl")]
+    out["mbpp_train"] = [
+        (QUERIES["mbpp"].format(text=r["text"], test_list="\n".join(r["test_list"])), r["text"])
+        for r in jsonl(mbpp)
+    ]
+    for template, task in NEWS.items():
+        docs = [news_document(template, r["prompt"]) for r in jsonl(si / T0 / f"{template}.jsonl")]
+        field = "article" if task == "cnndm" else "document"
+        out[f"t0:{template}"] = [(QUERIES[task].format(**{field: d}), d) for d in docs]
+    others = sorted(p.stem for p in (si / T0).glob("*.jsonl") if p.stem.startswith(("cnn_", "xsum_")))
+    for template in QA_TEMPLATES + tuple(t for t in others if t not in NEWS):
+        out[f"t0:{template}"] = [(r["prompt"].strip(), r["prompt"]) for r in jsonl(si / T0 / f"{template}.jsonl")]
+    return out
+
+
+def lines(rows: dict[str, list[tuple[str, str]]], redact: bool) -> list[dict]:
+    """{source, row, split, prompt | fingerprint}: the first len - HELDOUT rows of each source
+    train, the last HELDOUT are held out (of the verbatim news templates, none: their articles
+    recur across templates). Duplicate prompts are dropped, and so is a train prompt holding the
+    start of a held-out row's text (the same article under another template)."""
+    held = {s: items[-HELDOUT:] for s, items in rows.items() if _holds_out(s)}
+    starts = [re.sub(r"\s+", " ", text).strip()[:200] for items in held.values() for _, text in items]
+    seen: set[str] = set()
+    out = []
+    for source, items in rows.items():
+        for i, (prompt, text) in enumerate(items):
+            split = "heldout" if source in held and i >= len(items) - HELDOUT else "train"
+            flat = re.sub(r"\s+", " ", prompt)
+            if prompt in seen or (split == "train" and any(s in flat for s in starts)):
+                continue
+            seen.add(prompt)
+            line = {"source": source, "row": i, "split": split}
+            if redact and source.startswith(UNLICENSED):
+                line["fingerprint"] = fingerprint(text)
+                line["sha256"] = hashlib.sha256(prompt.encode()).hexdigest()
+            else:
+                line["prompt"] = prompt
+            out.append(line)
+    return out
+
+
+def _holds_out(source: str) -> bool:
+    """Sources with held-out rows: all but the verbatim CNN/DM and XSum templates."""
+    return not source.startswith(UNLICENSED) or source.removeprefix("t0:") in NEWS
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--grade-school-math", type=Path, required=True)
+    ap.add_argument("--self-instruct", type=Path, required=True)
+    ap.add_argument("--mbpp", type=Path, required=True)
+    ap.add_argument("--redact", action="store_true", help="CNN/DM and XSum rows without their text")
+    ap.add_argument("out", type=Path)
+    a = ap.parse_args()
+    out = lines(sources(a.grade_school_math, a.self_instruct, a.mbpp), a.redact)
+    a.out.write_text("".join(json.dumps(x) + "\n" for x in out))
+    print(f"{a.out}: {len(out)} prompts from {len({x['source'] for x in out})} sources")
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    main()

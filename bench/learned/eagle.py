@@ -131,17 +131,19 @@ def _rows(
 def generate_features(
     pair: Pair, prompts: list[dict[str, Any]], folder: Path, new_tokens: int, batch: int, chat: bool, log: Log
 ) -> list[dict[str, Any]]:
-    """The target's greedy responses with their features, one shard file per batch in ``folder``
-    (written atomically; a rerun loads the shards it finds and generates the rest).
+    """The target's greedy responses with their features, one fp16 shard per batch in ``folder``
+    (bench.learned.eagle_shards: written atomically, memory-mapped when read; a rerun reads the
+    shards it finds, by prompt, and generates the rest).
 
     Prompts are sorted by length so a batch wastes little left padding."""
+    from bench.learned.eagle_shards import key, read_shards, write_shard
+
     folder.mkdir(parents=True, exist_ok=True)
-    done: dict[int, dict[str, Any]] = {}
-    for shard in sorted(folder.glob("shard_*.pt")):
-        done.update(torch.load(shard, weights_only=False))
+    done = read_shards(folder)
+    keys = [key(p) for p in prompts]
     if done:
-        log(f"features: found {len(done)} of {len(prompts)} sequences already generated in {folder}")
-    todo = sorted((i for i in range(len(prompts)) if i not in done), key=lambda i: len(prompts[i]["prompt"]))
+        log(f"features: found {sum(k in done for k in keys)} of {len(prompts)} sequences already generated in {folder}")
+    todo = sorted((i for i, k in enumerate(keys) if k not in done), key=lambda i: len(prompts[i]["prompt"]))
     eos, pad = set(pair.eos_token_ids), pair.eos_token_ids[0]
     layers = feature_layers(pair.target.config.num_hidden_layers)
     start, made = time.monotonic(), 0
@@ -162,15 +164,14 @@ def generate_features(
             output_logits=True,
             return_dict_in_generate=True,
         )
-        shard = dict(zip(chunk, _rows(gen, width, encoded, eos, layers), strict=True))
-        atomic_save(shard, folder / f"shard_{min(chunk):05d}_{len(done):05d}.pt")
-        done.update(shard)
+        write_shard(folder, f"shard_{min(chunk):05d}_{len(done):06d}", dict(zip([keys[i] for i in chunk], _rows(gen, width, encoded, eos, layers), strict=True)))
+        done = read_shards(folder)
         made += len(chunk)
         rate = made / (time.monotonic() - start)
         log(
-            f"features: {len(done)}/{len(prompts)} sequences, {rate:.3f} prompts/s, ETA {(len(todo) - made) / rate:.0f} s"
+            f"features: {sum(k in done for k in keys)}/{len(prompts)} sequences, {rate:.3f} prompts/s, ETA {(len(todo) - made) / rate:.0f} s"
         )
-    return [done[i] for i in range(len(prompts))]
+    return [done[k] for k in keys]
 
 
 def draft_vocab(
@@ -281,6 +282,7 @@ class FitSettings:
     seed: int = 0
     log_every: int = 10
     save_every: int = 10
+    dtype: str = "float32"  # "bfloat16": the head's products under autocast, weights and Adam in fp32
 
 
 def batch_indices(step: int, batch: int, n: int, seed: int) -> list[int]:
@@ -336,8 +338,9 @@ def fit(
     began, positions, run_start = time.monotonic(), 0, state["step"]
     for step in range(state["step"], s.steps):
         batch = collate([records[i] for i in batch_indices(step, s.batch, len(records), s.seed)])
-        losses, accs = ttt_losses(head, batch, target_w, s.ttt_steps)
-        loss = weighted(losses)
+        with torch.autocast(target_w.device.type, dtype=torch.bfloat16, enabled=s.dtype == "bfloat16"):
+            losses, accs = ttt_losses(head, batch, target_w, s.ttt_steps)
+            loss = weighted(losses)
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, s.clip)
