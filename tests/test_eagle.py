@@ -163,6 +163,52 @@ def test_loading_refuses_what_the_layout_does_not_hold(tmp_path):
         load_eagle_head(tmp_path / "nowhere", target)
 
 
+def test_an_fp16_head_keeps_the_targets_embedding_unrounded(tmp_path):
+    """The authors cast the layer to the target's dtype (ea_model.py) and load the embedding
+    ``.float()``: the target's table reaches the head exactly, never through the checkpoint's fp16."""
+    target = small_target()
+    folder = write_eagle_head(tmp_path / "h", target.config, "eagle3", draft_vocab=100)
+    state = load_file(str(folder / "model.safetensors"))
+    from safetensors.torch import save_file
+
+    save_file({k: v.half() if v.is_floating_point() else v for k, v in state.items()}, str(folder / "model.safetensors"))
+    table = target.get_input_embeddings().weight
+    assert not torch.equal(table.half().float(), table)  # fp16 would round it
+    head = load_eagle_head(folder, target).to(torch.float32)
+    assert head.fc.weight.dtype == torch.float32 and torch.equal(head.embed_tokens.weight, table)
+
+
+def test_an_eagle3_layer_has_no_qkv_bias_whatever_its_config(tmp_path):
+    """The authors' EAGLE-3 LlamaAttention is built with bias=False: a config's ``qkv_bias`` does not
+    add parameters, and a checkpoint carrying q/k/v biases is refused as not the layout."""
+    target = small_target()
+    folder = write_eagle_head(tmp_path / "h", target.config, "eagle3", draft_vocab=100)
+    (folder / "config.json").write_text(json.dumps(json.loads((folder / "config.json").read_text()) | {"qkv_bias": True}))
+    head = load_eagle_head(folder, target)
+    assert head.midlayer.self_attn.q_proj.bias is None
+    from safetensors.torch import save_file
+
+    state = load_file(str(folder / "model.safetensors"))
+    width = state["midlayer.self_attn.q_proj.weight"].shape[0]
+    save_file(state | {"midlayer.self_attn.q_proj.bias": torch.zeros(width)}, str(folder / "model.safetensors"))
+    with pytest.raises(BenchError, match="unexpected"):
+        load_eagle_head(folder, target)
+
+
+def test_an_eagle1_head_without_embed_tokens_reads_the_targets(tmp_path):
+    """cnets.py ``load_emb``: an EAGLE-1 checkpoint without ``embed_tokens`` embeds with the
+    target's table, as the authors' loader does, instead of being refused."""
+    target = small_target()
+    folder = write_eagle_head(tmp_path / "h", target.config, "eagle1")
+    state = load_file(str(folder / "model.safetensors"))
+    from safetensors.torch import save_file
+
+    save_file({k: v for k, v in state.items() if k != "embed_tokens.weight"}, str(folder / "model.safetensors"))
+    head = load_eagle_head(folder, target)
+    assert isinstance(head, Eagle1Head)
+    assert torch.equal(head.embed_tokens.weight, target.get_input_embeddings().weight)
+
+
 def decoder(target, method, spec, sampling, draft_len=3, engine=EagerEngine):
     verifier = make_verifier(method)
     return SpeculativeDecoder(target, None, verifier, draft_len=draft_len, sampling=sampling, engine=engine, drafter=spec or "model")

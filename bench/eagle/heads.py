@@ -120,12 +120,12 @@ def rotary(positions: Tensor, dim: int, base: float, dtype: torch.dtype) -> tupl
 class Attention(nn.Module):
     """The authors' LlamaAttention, reading ``width`` inputs (2H in EAGLE-3's midlayer)."""
 
-    def __init__(self, config: HeadConfig, width: int) -> None:
+    def __init__(self, config: HeadConfig, width: int, bias: bool) -> None:
         super().__init__()
         self.config, heads, kv = config, config.num_attention_heads, config.num_key_value_heads or 0
-        self.q_proj = nn.Linear(width, heads * config.dim, bias=config.qkv_bias)
-        self.k_proj = nn.Linear(width, kv * config.dim, bias=config.qkv_bias)
-        self.v_proj = nn.Linear(width, kv * config.dim, bias=config.qkv_bias)
+        self.q_proj = nn.Linear(width, heads * config.dim, bias=bias)
+        self.k_proj = nn.Linear(width, kv * config.dim, bias=bias)
+        self.v_proj = nn.Linear(width, kv * config.dim, bias=bias)
         self.o_proj = nn.Linear(heads * config.dim, config.hidden_size, bias=False)
 
     def forward(self, x: Tensor, positions: Tensor, mask: Tensor, cache: CacheKV | None) -> tuple[Tensor, CacheKV]:
@@ -163,7 +163,9 @@ class Eagle3Layer(nn.Module):
 
     def __init__(self, config: HeadConfig) -> None:
         super().__init__()
-        self.self_attn = Attention(config, 2 * config.hidden_size)
+        # the authors' EAGLE-3 LlamaAttention has no biases whatever the config says (``qkv_bias``
+        # is read by EAGLE-1 heads of Qwen targets only)
+        self.self_attn = Attention(config, 2 * config.hidden_size, bias=False)
         self.mlp = MLP(config)
         self.hidden_norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
@@ -184,7 +186,7 @@ class Eagle1Layer(nn.Module):
 
     def __init__(self, config: HeadConfig, index: int) -> None:
         super().__init__()
-        self.self_attn = Attention(config, config.hidden_size)
+        self.self_attn = Attention(config, config.hidden_size, bias=config.qkv_bias)
         self.mlp = MLP(config)
         if index:
             self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
@@ -370,17 +372,20 @@ def load_eagle_head(source: str | Path, target: Any) -> EagleHead:
     config = HeadConfig.from_dict(json.loads((folder / "config.json").read_text()))
     state = read_state(folder)
     head: EagleHead = Eagle3Head(config) if any(k.startswith("midlayer.") for k in state) else Eagle1Head(config)
-    if isinstance(head, Eagle1Head) and "embed_tokens.weight" not in state:
-        raise BenchError(f"EAGLE head {source}: an EAGLE-1 checkpoint must hold embed_tokens.weight")
     missing, unexpected = head.load_state_dict(state, strict=False)
-    # The target's embedding is EAGLE-3's unless saved; a full-vocabulary head drops d2t/t2d (ea_model.py).
+    # The target's embedding is the head's unless saved (EAGLE-3 always; EAGLE-1 as the authors'
+    # cnets.py ``load_emb`` falls back to it); a full-vocabulary head drops d2t/t2d (ea_model.py).
     same_vocab = head.config.draft_vocab_size in (None, head.config.vocab_size)
     optional = {"embed_tokens.weight"} | ({"d2t", "t2d"} if same_vocab else set())
     missing = [k for k in missing if k not in optional]
     if missing or unexpected:
         raise BenchError(f"EAGLE head {source}: keys not in the {head.kind} layout: missing {missing[:4]}, unexpected {unexpected[:4]}")
+    # Cast to the checkpoint's dtype before the target's embedding is attached: the embedding keeps
+    # the target's precision (the authors load it ``.float()`` and cast the layer to the target's
+    # dtype, ea_model.py ``self.ea_layer.to(self.base_model.dtype)``), never rounded through fp16.
+    head = head.to(next(v.dtype for k, v in state.items() if v.is_floating_point()))
     check_target(head, target, "embed_tokens.weight" in state)
-    return head.to(next(v.dtype for k, v in state.items() if v.is_floating_point()))
+    return head
 
 
 def check_target(head: EagleHead, target: Any, own_embedding: bool) -> None:
