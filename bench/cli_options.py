@@ -272,3 +272,7 @@ DraftTTT = Annotated[int, _opt("Training-time-test steps, weighted 0.8^j (the au
 DraftLr = Annotated[float, _opt("AdamW peak learning rate (linear warm-up, linear decay to a tenth).")]
 DraftSeed = Annotated[int, _opt("Seed of the head's init and of the batch order.")]
 DraftChat = Annotated[bool, _opt("Wrap prompts in the target's chat template (--no-chat-template: the raw text).")]
+DraftFeatures = Annotated[Optional[Path], _opt("Folder of the target's features (fp16 shards, by prompt); runs over subsets of one prompts file share it (default: OUT/work).")]
+DraftTrainDtype = Annotated[str, _opt("The head's products in float32 or bfloat16 (autocast; weights and AdamW stay fp32). bfloat16 only where the CPU or GPU serves it.")]
+DraftEvalEvery = Annotated[int, _opt("Held-out loss on the 'valid' prompts every N steps; training stops when it has not fallen for --patience evaluations and keeps the best head (0: never).")]
+DraftPatience = Annotated[int, _opt("Evaluations without a new best held-out loss before training stops.")]

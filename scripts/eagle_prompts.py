@@ -55,6 +55,13 @@ QUERIES = {
     "xsum": "Summarize each document in one sentence of under 20 words.\n\nDocument: {document}\n\nSummary:",
 }
 HELDOUT = 25  # held-out rows per source: the learning curve's per-domain points
+VALID = 15  # the rows before them: the held-out loss that tells training to stop (never judged)
+DOMAINS = {"gsm8k": "math", "mbpp": "code", "self_instruct": "instructions", "t0:cnn": "cnndm", "t0:xsum": "xsum"}
+
+
+def domain(source: str) -> str:
+    """What kind of text a source's prompts ask for (the card's per-domain acceptance)."""
+    return next((d for prefix, d in DOMAINS.items() if source.startswith(prefix)), "qa")
 
 
 def fingerprint(text: str) -> str:
@@ -107,22 +114,22 @@ def sources(gsm: Path, si: Path, mbpp: Path) -> dict[str, list[tuple[str, str]]]
 
 
 def lines(rows: dict[str, list[tuple[str, str]]], redact: bool) -> list[dict]:
-    """{source, row, split, prompt | fingerprint}: the first len - HELDOUT rows of each source
-    train, the last HELDOUT are held out (of the verbatim news templates, none: their articles
+    """{source, domain, row, split, prompt | fingerprint}: the last HELDOUT rows of each source are
+    held out, the VALID before them validate, the rest train (of the verbatim news templates, all: their articles
     recur across templates). Duplicate prompts are dropped, and so is a train prompt holding the
     start of a held-out row's text (the same article under another template)."""
-    held = {s: items[-HELDOUT:] for s, items in rows.items() if _holds_out(s)}
+    held = {s: items[-HELDOUT - VALID :] for s, items in rows.items() if _holds_out(s)}
     starts = [re.sub(r"\s+", " ", text).strip()[:200] for items in held.values() for _, text in items]
     seen: set[str] = set()
     out = []
     for source, items in rows.items():
         for i, (prompt, text) in enumerate(items):
-            split = "heldout" if source in held and i >= len(items) - HELDOUT else "train"
+            split = _split(i, len(items)) if source in held else "train"
             flat = re.sub(r"\s+", " ", prompt)
             if prompt in seen or (split == "train" and any(s in flat for s in starts)):
                 continue
             seen.add(prompt)
-            line = {"source": source, "row": i, "split": split}
+            line = {"source": source, "domain": domain(source), "row": i, "split": split}
             if redact and source.startswith(UNLICENSED):
                 line["fingerprint"] = fingerprint(text)
                 line["sha256"] = hashlib.sha256(prompt.encode()).hexdigest()
@@ -130,6 +137,10 @@ def lines(rows: dict[str, list[tuple[str, str]]], redact: bool) -> list[dict]:
                 line["prompt"] = prompt
             out.append(line)
     return out
+
+
+def _split(i: int, n: int) -> str:
+    return "heldout" if i >= n - HELDOUT else "valid" if i >= n - HELDOUT - VALID else "train"
 
 
 def _holds_out(source: str) -> bool:

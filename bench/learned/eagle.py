@@ -283,6 +283,8 @@ class FitSettings:
     log_every: int = 10
     save_every: int = 10
     dtype: str = "float32"  # "bfloat16": the head's products under autocast, weights and Adam in fp32
+    eval_every: int = 0  # held-out loss every this many steps (0: never), the best head kept
+    patience: int = 3  # stop after this many evaluations without a new best held-out loss
 
 
 def batch_indices(step: int, batch: int, n: int, seed: int) -> list[int]:
@@ -307,7 +309,7 @@ def _resume(path: Path, head: Any, opt: Any, sched: Any, s: FitSettings, log: Lo
     """The checkpoint's progress, loaded into head/optimizer/schedule; fresh when there is none.
     A checkpoint made with other settings is refused (it would silently mix two runs)."""
     if not path.is_file():
-        return {"step": 0, "history": [], "elapsed": 0.0}
+        return {"step": 0, "history": [], "evals": [], "elapsed": 0.0}
     ck = torch.load(path, weights_only=False)
     if ck["settings"] != asdict(s):
         raise BenchError(
@@ -320,15 +322,52 @@ def _resume(path: Path, head: Any, opt: Any, sched: Any, s: FitSettings, log: Lo
     log(
         f"resumed: {path} holds step {ck['step']}/{s.steps} (loss {last:.4f}, {ck['elapsed']:.0f} s trained); continuing"
     )
-    return {k: ck[k] for k in ("step", "history", "elapsed")}
+    keep = ("step", "history", "evals", "elapsed", "best", "best_loss", "best_step", "stopped")
+    return {"evals": [], **{k: ck[k] for k in keep if k in ck}}
+
+
+@torch.no_grad()
+def heldout_loss(head: Any, records: list[dict[str, Any]], target_w: torch.Tensor, s: FitSettings) -> float:
+    """The 0.8^j-weighted TTT loss over every held-out record, in batches of ``s.batch`` (the
+    quantity training lowers, on sequences it never reads): the curve's stopping signal."""
+    from bench.learned.eagle_ttt import collate, ttt_losses, weighted
+
+    total = 0.0
+    with torch.autocast(target_w.device.type, dtype=torch.bfloat16, enabled=s.dtype == "bfloat16"):
+        for b in range(0, len(records), s.batch):
+            chunk = records[b : b + s.batch]
+            total += float(weighted(ttt_losses(head, collate(chunk), target_w, s.ttt_steps)[0])) * len(chunk)
+    return total / max(len(records), 1)
+
+
+def _evaluate(head: Any, held: list[dict[str, Any]], target_w: torch.Tensor, s: FitSettings, state: dict[str, Any], log: Log) -> bool:
+    """One held-out evaluation into ``state`` (its loss, and the head when it is the best yet);
+    True when the last ``s.patience`` evaluations brought no new best: the loss stopped falling."""
+    loss = heldout_loss(head, held, target_w, s)
+    state["evals"].append({"step": state["step"], "loss": loss})
+    if loss < state.get("best_loss", float("inf")):
+        state["best_loss"], state["best_step"] = loss, state["step"]
+        state["best"] = {k: v.clone() for k, v in head.state_dict().items() if k != "embed_tokens.weight"}
+    since = sum(1 for e in state["evals"] if e["step"] > state["best_step"])
+    log(f"step {state['step']}: held-out loss {loss:.4f} (best {state['best_loss']:.4f} at step {state['best_step']})")
+    return since >= s.patience
+
+
+def _save(ckpt: Path, state: dict[str, Any], spent: float, s: FitSettings, head: Any, opt: Any, sched: Any) -> None:
+    """The checkpoint a resumed run continues from, written atomically."""
+    trained = {k: v for k, v in head.state_dict().items() if k != "embed_tokens.weight"}
+    extra = {"elapsed": state["elapsed"] + spent, "settings": asdict(s), "head": trained}
+    atomic_save({**state, **extra, "optim": opt.state_dict(), "sched": sched.state_dict()}, ckpt)
 
 
 def fit(
-    head: Any, records: list[dict[str, Any]], target_w: torch.Tensor, s: FitSettings, ckpt: Path, log: Log
-) -> dict[str, Any]:
+    head: Any, records: list[dict[str, Any]], target_w: torch.Tensor, s: FitSettings, ckpt: Path, log: Log,
+    held: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:  # fmt: skip
     """Train ``head`` for ``s.steps`` optimizer steps (the 0.8^j-weighted TTT loss), checkpointing
     atomically every ``s.save_every`` steps and logging step, loss, step-0 accuracy, positions/s
-    and time left every ``s.log_every``. Returns the progress (step, history, elapsed)."""
+    and time left every ``s.log_every``. With ``held`` and ``s.eval_every``, stop once the held-out
+    loss stops falling and end on the best head. Returns the progress (step, history, evals, elapsed)."""
     from bench.learned.eagle_ttt import collate, ttt_losses, weighted
 
     params = [p for p in head.parameters() if p.requires_grad]
@@ -336,7 +375,8 @@ def fit(
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _schedule(s))
     state = _resume(ckpt, head, opt, sched, s, log)
     began, positions, run_start = time.monotonic(), 0, state["step"]
-    for step in range(state["step"], s.steps):
+    stop = state.get("stopped", False)
+    for step in range(state["step"], s.steps if not stop else state["step"]):
         batch = collate([records[i] for i in batch_indices(step, s.batch, len(records), s.seed)])
         with torch.autocast(target_w.device.type, dtype=torch.bfloat16, enabled=s.dtype == "bfloat16"):
             losses, accs = ttt_losses(head, batch, target_w, s.ttt_steps)
@@ -356,20 +396,16 @@ def fit(
             log(
                 f"step {step + 1}/{s.steps}  loss {value:.4f}  acc0 {accs[0]:.3f}  {positions / spent:.0f} positions/s  ETA {eta:.0f} s"
             )
-        if (step + 1) % s.save_every == 0 or step + 1 == s.steps:
-            trained = {k: v for k, v in head.state_dict().items() if k != "embed_tokens.weight"}
-            atomic_save(
-                {
-                    **state,
-                    "elapsed": state["elapsed"] + spent,
-                    "settings": asdict(s),
-                    "head": trained,
-                    "optim": opt.state_dict(),
-                    "sched": sched.state_dict(),
-                },
-                ckpt,
-            )
+        if held and s.eval_every and ((step + 1) % s.eval_every == 0 or step + 1 == s.steps):
+            stop = state["stopped"] = _evaluate(head, held, target_w, s, state, log)
+        if stop or (step + 1) % s.save_every == 0 or step + 1 == s.steps:
+            _save(ckpt, state, spent, s, head, opt, sched)
+        if stop:
+            log(f"held-out loss stopped falling: stopping at step {step + 1}, keeping step {state['best_step']}")
+            break
     state["elapsed"] += time.monotonic() - began
+    if "best" in state:
+        head.load_state_dict(state["best"], strict=False)
     return state
 
 
@@ -389,6 +425,7 @@ class DraftJob:
     init_from_target: bool = True
     fit: FitSettings = FitSettings()
     depths: tuple[int, ...] = (3, 5, 7)
+    features: Path | None = None  # where the features live (default OUT/work): runs over subsets of one file share it
 
 
 def _vocab(
@@ -416,17 +453,39 @@ def _sources(prompts: list[dict[str, Any]]) -> dict[str, str]:
     return {k: f"rows {min(v)}..{max(v)} ({len(v)})" for k, v in rows.items()}
 
 
+def _features(pair: Pair, job: DraftJob, split: str, log: Log) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A split's prompts (train: at most ``job.limit``, evenly over sources) and their features,
+    generated where missing (a prompts file without 'valid' lines gives none)."""
+    if split == "valid" and not any(p.get("split") == "valid" for p in _lines(job.prompts)):
+        return [], []
+    prompts = read_prompts(job.prompts, split)
+    prompts = take_evenly(prompts, job.limit) if split == "train" else prompts
+    folder = (job.features or job.out / "work") / f"features_{split}"
+    return prompts, generate_features(pair, prompts, folder, job.new_tokens, job.gen_batch, job.chat, log)
+
+
+def _lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.is_file() else []
+
+
+def by_domain(prompts: list[dict[str, Any]], records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Records grouped by their prompt's ``domain`` (scripts/eagle_prompts.py), in file order."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for p, r in zip(prompts, records, strict=True):
+        out.setdefault(p.get("domain", p.get("source", "prompts")), []).append(r)
+    return out
+
+
 def train_draft(pair: Pair, job: DraftJob, log: Log = print) -> dict[str, Any]:
     """Every stage of the module docstring, each resumed from its file; writes the head and its
-    card into ``job.out`` and returns the card."""
+    card into ``job.out`` and returns the card. The 'valid' prompts stop training (held-out loss);
+    the 'heldout' ones, never read before, give the card's acceptance, overall and per domain."""
     from bench.learned.eagle_ttt import chain_acceptance
 
     work, began = job.out / "work", time.monotonic()
-    train_p = take_evenly(read_prompts(job.prompts, "train"), job.limit)
-    held_p = read_prompts(job.prompts, "heldout")
-    gen = (job.new_tokens, job.gen_batch, job.chat, log)
-    held = generate_features(pair, held_p, work / "features_heldout", *gen)
-    train = generate_features(pair, train_p, work / "features_train", *gen)
+    held_p, held = _features(pair, job, "heldout", log)
+    _, valid = _features(pair, job, "valid", log)
+    train_p, train = _features(pair, job, "train", log)
     generated = time.monotonic() - began
     d2t, t2d = _vocab(job, train, pair.target.config.vocab_size, log)
     head = new_head(pair, d2t, t2d, job.fit.seed, job.init_from_target)
@@ -434,20 +493,30 @@ def train_draft(pair: Pair, job: DraftJob, log: Log = print) -> dict[str, Any]:
         f"training: {len(train)} sequences, {_response_tokens(train)} response tokens, "
         f"{job.fit.steps} steps of {job.fit.batch}, TTT depth {job.fit.ttt_steps}"
     )
-    state = fit(head, train, target_rows(pair, t2d), job.fit, work / "checkpoint.pt", log)
+    state = fit(head, train, target_rows(pair, t2d), job.fit, work / "checkpoint.pt", log, held=valid)
     head.eval()
     accept = [chain_acceptance(head, held, d) for d in job.depths]
+    domains = {d: chain_acceptance(head, rs, 5) | {"coverage": coverage(rs, t2d)} for d, rs in by_domain(held_p, held).items()}
     export_head(head, head_config(pair, job.draft_vocab), job.out)
     seconds = {
         "features_this_run": round(generated),
         "training_total": round(state["elapsed"]),
         "this_run": round(time.monotonic() - began),
     }
-    card = _card(pair, job, (train_p, held_p), (train, held), state, accept, seconds)
+    card = _card(pair, job, (train_p, held_p), (train, held), state, accept, seconds) | {"heldout_by_domain": domains}
     (job.out / "card.json").write_text(json.dumps(card, indent=2) + "\n")
     for a in accept:
         log(f"held-out greedy chain, depth {a['depth']}: {a['tokens_per_round']:.3f} tokens per round ({a['rounds']} rounds)")
+    for d, a in domains.items():
+        log(f"  {d}: {a['tokens_per_round']:.3f} tokens per round at depth 5, draft vocabulary covers {a['coverage']:.2%}")
     return card
+
+
+def coverage(records: list[dict[str, Any]], t2d: torch.Tensor) -> float:
+    """Share of the target's greedy response tokens that the draft vocabulary holds: a token
+    outside it can never be drafted."""
+    toks = torch.cat([torch.as_tensor(r["ids"][r["prompt_len"] :]) for r in records]) if records else torch.zeros(0, dtype=torch.long)
+    return float(t2d[toks].float().mean()) if len(toks) else float("nan")
 
 
 def _response_tokens(records: list[dict[str, Any]]) -> int:
@@ -487,6 +556,8 @@ def _card(
         "init_from_target": job.init_from_target,
         "fit": asdict(job.fit),
         "steps_done": state["step"],
+        "heldout_loss": state.get("evals", []),
+        "best_step": state.get("best_step"),
         "final_loss": sum(h["loss"] for h in last) / max(len(last), 1),
         "final_step_losses": step_losses,
         "heldout_acceptance": accept,
@@ -512,12 +583,20 @@ def train_draft_command(
     dtype: str | None,
     command: str,
     log: Log = print,
+    features: Path | None = None,
+    train_dtype: str = "float32",
+    eval_every: int = 0,
+    patience: int = 3,
 ) -> dict[str, Any]:
     """`diversed-bench train-draft`: load the pair, train its head with these flags, return the
     card (which records ``command``, the line that made it)."""
     from bench.pairs import load_pair
 
-    fit_settings = FitSettings(steps=steps, batch=batch, ttt_steps=ttt_steps, lr=lr, seed=seed)
+    if train_dtype not in ("float32", "bfloat16"):
+        raise BenchError(f"--train-dtype {train_dtype}: use float32 or bfloat16")
+    fit_settings = FitSettings(
+        steps=steps, batch=batch, ttt_steps=ttt_steps, lr=lr, seed=seed, dtype=train_dtype, eval_every=eval_every, patience=patience
+    )
     job = DraftJob(
         prompts=prompts or PACKAGED_PROMPTS,
         out=out,
@@ -527,6 +606,7 @@ def train_draft_command(
         chat=chat_template,
         draft_vocab=draft_vocab,
         fit=fit_settings,
+        features=features,
     )
     card = {**train_draft(load_pair(pair, device=device, dtype=dtype), job, log), "command": command}
     (out / "card.json").write_text(json.dumps(card, indent=2) + "\n")
