@@ -15,14 +15,16 @@ prompt comes from a train-side source read from a public repository at a fixed c
 The T0 files are the P3 prompts of each dataset's *train* split (T0 never trains on test rows).
 Licences of the datasets behind them: adversarial_qa CC BY-SA 4.0, quoref CC BY 4.0, ropes CC BY
 4.0, cosmos_qa CC BY 4.0, duorc MIT; CNN/DailyMail and XSum state none (the articles are the
-publishers'), so for those two the shipped prompts file keeps only where each prompt comes from and
-its fingerprints, never the text: the head ships, the text does not (``--redact``).
+publishers'), so for those two the shipped prompts file keeps only where each prompt comes from,
+its sha256 and hashes of its word windows (``shingles``, enough to prove it shares no passage with
+an evaluated row), never the text: the head ships, the text does not (``--redact``).
 
 Task-shaped prompts: GSM8K, MBPP, and the CNN/DM and XSum articles of one template each are put in
 the harness's own 0-shot query of the task (tasks/*.yaml), so the head learns the text it drafts in
 evaluation; the other T0 templates are kept verbatim (open instructions, reading comprehension).
 
-Usage: python scripts/eagle_prompts.py --grade-school-math DIR --self-instruct DIR --mbpp FILE OUT.jsonl
+Usage: python scripts/eagle_prompts.py --grade-school-math DIR --self-instruct DIR --mbpp FILE
+    [--redact] --out OUT.jsonl --evaluated ../shared/data/*.jsonl tasks/fixtures/*/*.jsonl
 (DIR: a checkout of the repository at the commit above; FILE: task ids 1-10 and 601-974 of
 mbpp.jsonl, one JSON object a line). ``--redact`` writes the shippable file.
 """
@@ -64,15 +66,59 @@ def domain(source: str) -> str:
     return next((d for prefix, d in DOMAINS.items() if source.startswith(prefix)), "qa")
 
 
-def fingerprint(text: str) -> str:
-    """sha256 of a text's first 120 characters with whitespace collapsed and case folded: the
-    disjointness test fingerprints each evaluated row's text the same way."""
-    norm = re.sub(r"\s+", " ", text).strip().lower()[:120]
-    return hashlib.sha256(norm.encode()).hexdigest()[:16]
+SHINGLE, STRIDE = 12, 24
+
+
+def words(text: str) -> list[str]:
+    """A text's lower-cased words and numbers: what the overlap checks compare."""
+    return re.findall(r"[a-z0-9]+", text.lower())
+
+
+def shingle(ws: list[str]) -> str:
+    return hashlib.sha256(" ".join(ws).encode()).hexdigest()[:10]
+
+
+def shingles(text: str, stride: int = STRIDE) -> list[str]:
+    """Hashes of the text's SHINGLE-word windows starting every ``stride`` words. Stored every
+    STRIDE words for a redacted prompt; an evaluated text hashed at every word (stride 1) shares
+    one of them whenever the two share a run of SHINGLE + STRIDE - 1 words (35)."""
+    ws = words(text)
+    return [shingle(ws[i : i + SHINGLE]) for i in range(0, max(len(ws) - SHINGLE + 1, 1), stride)]
 
 
 def jsonl(path: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+EVALUATED_FIELDS = ("article", "document", "question", "text", "turns", "prompt")
+
+
+def evaluated_texts(files: list[Path]) -> list[str]:
+    """Every text a command can put before the model from these files (the shared slices, the
+    task fixtures): the fields that become prompts, Spec-Bench's turns one by one."""
+    out: list[str] = []
+    for row in (r for f in files for r in jsonl(f)):
+        for k in EVALUATED_FIELDS:
+            value = row.get(k)
+            out += value if isinstance(value, list) else [value] if isinstance(value, str) else []
+    return [t for t in out if t.strip()]
+
+
+def overlaps(lines: list[dict], texts: list[str]) -> list[tuple[str, int]]:
+    """The (source, row) of every prompt line holding an evaluated text: its first 40 words
+    inside a prompt's words (texts of 6 words or more), or a word window shared with a redacted
+    line's ``shingles`` (texts of SHINGLE words or more)."""
+    joined = {(x["source"], x["row"]): " " + " ".join(words(x["prompt"])) + " " for x in lines if "prompt" in x}
+    everything = "\n".join(joined.values())
+    stored = {h: (x["source"], x["row"]) for x in lines for h in x.get("shingles", [])}
+    hits = []
+    for text in texts:
+        ws = words(text)
+        probe = " " + " ".join(ws[:40]) + " "
+        if len(ws) >= 6 and probe in everything:
+            hits += [k for k, v in joined.items() if probe in v]
+        hits += [stored[h] for h in shingles(text, stride=1) if h in stored and len(ws) >= SHINGLE]
+    return hits
 
 
 def seed_prompt(row: dict) -> str:
@@ -92,7 +138,7 @@ def news_document(template: str, prompt: str) -> str:
 
 
 def sources(gsm: Path, si: Path, mbpp: Path) -> dict[str, list[tuple[str, str]]]:
-    """Each source's rows as (prompt, the text to fingerprint), in file order."""
+    """Each source's rows as (prompt, the text whose start no train prompt may hold when it is held out), in file order."""
     out: dict[str, list[tuple[str, str]]] = {}
     out["gsm8k_train"] = [
         (QUERIES["gsm8k"].format(question=r["question"].strip()), r["question"])
@@ -113,11 +159,13 @@ def sources(gsm: Path, si: Path, mbpp: Path) -> dict[str, list[tuple[str, str]]]
     return out
 
 
-def lines(rows: dict[str, list[tuple[str, str]]], redact: bool) -> list[dict]:
-    """{source, domain, row, split, prompt | fingerprint}: the last HELDOUT rows of each source are
+def lines(rows: dict[str, list[tuple[str, str]]], redact: bool, banned: list[str]) -> list[dict]:
+    """{source, domain, row, split, prompt | sha256 + shingles}: the last HELDOUT rows of each source are
     held out, the VALID before them validate, the rest train (of the verbatim news templates, all: their articles
     recur across templates). Duplicate prompts are dropped, and so is a train prompt holding the
-    start of a held-out row's text (the same article under another template)."""
+    start of a held-out row's text (the same article under another template), and so is any prompt
+    holding a text that a command here evaluates (``banned``: MBPP repeats some problem texts across
+    its splits, and XSum some boilerplate across weeks)."""
     held = {s: items[-HELDOUT - VALID :] for s, items in rows.items() if _holds_out(s)}
     starts = [re.sub(r"\s+", " ", text).strip()[:200] for items in held.values() for _, text in items]
     seen: set[str] = set()
@@ -131,12 +179,14 @@ def lines(rows: dict[str, list[tuple[str, str]]], redact: bool) -> list[dict]:
             seen.add(prompt)
             line = {"source": source, "domain": domain(source), "row": i, "split": split}
             if redact and source.startswith(UNLICENSED):
-                line["fingerprint"] = fingerprint(text)
                 line["sha256"] = hashlib.sha256(prompt.encode()).hexdigest()
+                line["shingles"] = shingles(prompt)
             else:
                 line["prompt"] = prompt
             out.append(line)
-    return out
+    full = [{**x, "prompt": (p := rows[x["source"]][x["row"]][0]), "shingles": shingles(p)} for x in out]
+    clash = set(overlaps(full, banned))
+    return [x for x in out if (x["source"], x["row"]) not in clash]
 
 
 def _split(i: int, n: int) -> str:
@@ -154,9 +204,11 @@ def main() -> None:
     ap.add_argument("--self-instruct", type=Path, required=True)
     ap.add_argument("--mbpp", type=Path, required=True)
     ap.add_argument("--redact", action="store_true", help="CNN/DM and XSum rows without their text")
-    ap.add_argument("out", type=Path)
+    ap.add_argument("--evaluated", type=Path, nargs="+", required=True,
+                    help="every evaluated file (../shared/data/*.jsonl tasks/fixtures/*/*.jsonl): prompts holding their texts are dropped")
+    ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args()
-    out = lines(sources(a.grade_school_math, a.self_instruct, a.mbpp), a.redact)
+    out = lines(sources(a.grade_school_math, a.self_instruct, a.mbpp), a.redact, evaluated_texts(a.evaluated))
     a.out.write_text("".join(json.dumps(x) + "\n" for x in out))
     print(f"{a.out}: {len(out)} prompts from {len({x['source'] for x in out})} sources")
 
