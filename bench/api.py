@@ -368,6 +368,7 @@ def speed(
     shipped CNN/DM fixture articles); return the markdown and the files written. With a lookup
     drafter, time it against ``ar`` and transformers' prompt lookup instead (``_speed_lookup``); with
     an EAGLE one, its head's steps against the target's and the bound beside sd (``_speed_eagle``)."""
+    from bench.drafters import drafter_class, split_spec
     from bench.engines import make_engine
     from bench.pairs import load_pair
     from bench.speed.report import write
@@ -377,8 +378,9 @@ def speed(
     factories = {name: make_engine(name, verbose, log) for name in engines}
     if not factories:
         raise BenchError("--engine takes eager, compiled or eager,compiled")
-    if drafter != "model":  # a task's prompts: an EAGLE head's steps, or lookup drafts
-        on_task = _speed_eagle if drafter.partition(":")[0].strip() == "eagle" else _speed_lookup
+    page = drafter_class(split_spec(drafter)[0]).speed  # how its class says it is timed (SPEED_PAGES)
+    if page != "assisted":  # a task's prompts: an EAGLE head's steps, or the drafts of any other drafter
+        on_task = _speed_eagle if page == "head" else _speed_lookup
         return on_task(
             pair=pair, draft_lens=draft_lens, methods=methods, prompts=prompts, max_new_tokens=max_new_tokens,
             repeats=repeats, device=device, dtype=dtype, engines=factories, output_dir=output_dir,
@@ -540,15 +542,17 @@ def fetch(pair: str, *, wheel: Path | str | None = None, force: bool = False, lo
 
 
 def registries() -> str:
-    """The tasks, pairs and methods (with their parameters, defaults and sweeps), as text."""
+    """The tasks, pairs, methods (with their parameters, defaults and sweeps) and drafters (each
+    class's help line and its parameters' defaults), as text."""
     from dataclasses import MISSING, fields
 
     from bench.config import learns
+    from bench.drafters import DRAFTERS
     from bench.pairs import pair_names, resolve_pair
     from bench.tasks import resolve_task, task_names
     from bench.verifiers import VERIFIERS
 
-    width = max(map(len, [*task_names(), *pair_names(), *VERIFIERS])) + 2
+    width = max(map(len, [*task_names(), *pair_names(), *VERIFIERS, *DRAFTERS])) + 2
     lines = ["tasks:"]
     for name in task_names():
         spec = resolve_task(name)
@@ -576,24 +580,9 @@ def registries() -> str:
         sweep = "; ".join(filter(None, [sweep, f"calibrated along {path.param} {path.floor:g} -> {path.top:g}" if path else ""]))
         lines.append(f"  {name:<{width}}{(cls.__doc__ or '').strip().splitlines()[0]}")
         lines.append(f"  {'':<{width}}{params or 'no parameters'}{extra}" + (f"; sweep {sweep}" if sweep else ""))
-    lines.append("drafters (--drafter NAME[:key=value,...]):")
-    lines.append(f"  {'model':<{width}}the pair's draft model (default)")
-    lines.append(
-        f"  {'lookup':<{width}}prompt lookup, no model: ngram=2 (longest n-gram matched), min_ngram=1, match=first|recent, "
-        "schedule=constant|heuristic; N = --draft-len (transformers' default is 10)"
-    )
-    lines.append(
-        f"  {'lookup_tree':<{width}}several prompt lookups merged into a token tree of N nodes: lookup's parameters "
-        "and matches=4 (occurrences merged; 1: lookup's chain)"
-    )
-    lines.append(
-        f"  {'suffix':<{width}}SuffixDecoding (vLLM's suffix), no model: max_tree_depth=24, max_spec_factor=1.0, "
-        "max_spec_offset=0.0, min_token_prob=0.1, max_cached_requests=10000 (global tree; 0: none, -1: no limit), "
-        "mode=chain|tree; N = --draft-len (tokens per round)"
-    )
-    lines.append(
-        f"  {'model_tree':<{width}}the draft model's static token tree: depth=4 levels, topk=2 children per node in "
-        "the first branch=1 levels (one below); top-k when greedy, draws without replacement when sampled; "
-        "at most N = --draft-len nodes"
-    )
+    lines.append("drafters (--drafter NAME[:key=value,...], or path/to/file.py:Class[:key=value,...]; N = --draft-len):")
+    for name, drafter in DRAFTERS.items():
+        params = ", ".join(f"{f.name}={f.default}" for f in fields(drafter) if f.default is not MISSING)  # type: ignore[arg-type]
+        lines.append(f"  {name:<{width}}{drafter.help}")
+        lines.append(f"  {'':<{width}}{params or 'no parameters'}")
     return "\n".join(lines)

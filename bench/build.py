@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bench.decoding import SpeculativeDecoder
+from bench.decoding import SpeculativeDecoder, draft_context
 from bench.distributions import Sampling
-from bench.drafters import check_reads, parse_drafter
+from bench.drafters import drafter_class, make_drafter, parse_drafter
 from bench.drafters.eagle import head_folder, with_pair_head
 from bench.eagle.heads import resolve_head
 from bench.engines import EagerEngine, EngineFactory
@@ -43,12 +43,15 @@ def build_decoder(
     verifier: Verifier = make_verifier(method, **(params or {}))
     if head is not None and not verifier.needs_hidden:
         raise BenchError(f"{verifier.name}: reads no weight head; drop the head or use --method diversed")
-    check_reads(verifier.name, verifier.reads(), drafter)  # before the head: what the drafts lack comes first
+    bound = None  # the drafter, bound before the head: what the drafts lack is refused first
+    if verifier.uses_draft and draft_len >= 1:
+        ctx = draft_context(pair.target, pair.draft, verifier, draft_len=draft_len, sampling=sampling, engine=engine,
+                            draft_policy=draft_policy, eos=frozenset(pair.eos_token_ids))  # fmt: skip
+        bound = make_drafter(with_pair_head(drafter or "model", pair.spec.eagle), ctx)
     if isinstance(head, str) or (head is None and verifier.needs_hidden):
         head = pair_head(head, method, pair, drafter)
     elif head is not None:
         check_drafts(getattr(head, "drafter", None), drafter, pair, method)
-    drafter = with_pair_head(drafter or "model", pair.spec.eagle)
     return SpeculativeDecoder(
         pair.target,
         pair.draft,
@@ -60,7 +63,7 @@ def build_decoder(
         engine=engine,
         draft_policy=draft_policy,
         trace=trace,
-        drafter=drafter,
+        drafter=bound,
     )
 
 
@@ -79,23 +82,20 @@ def pair_head(path: str | None, method: str, pair: Pair, drafter: str | None) ->
     return required_head(path, method, pair.spec.name, sizes, pair.device)
 
 
-# The drafters a head trained on one drafter's drafts serves: lookup's judge serves the model-free
-# drafters too (their first tokens are lookup-like matches); an EAGLE head's, that EAGLE head only.
-SERVES = {"model": ("model",), "lookup": ("lookup", "lookup_tree", "suffix"), "eagle": ("eagle",)}
-
-
 def check_drafts(trained: str | None, drafter: str | None, pair: Pair, method: str) -> None:
     """A head (DIVERSED's weight head, a judge's) is asked only about drafts like those it was
     trained on (``trained``, its card's drafter): a weight head reads that drafter's q and hidden
     states, a judge's p(important) is fitted to which tokens it proposes and to its states; on
     smollm2 the draft model's and the EAGLE head's states are both 576 wide, so only the card
-    tells them apart. Others are refused in one line. A head built by hand (None) claims none."""
+    tells them apart. A head serves its own drafter's drafts and those its class declares
+    (``Drafter.serves``); an EAGLE head's, that EAGLE head only. Others are refused in one line. A
+    head built by hand (None) claims none."""
     if trained is None:
         return
     was_spec, now_spec = (with_pair_head(d, pair.spec.eagle) for d in (trained, drafter or "model"))
     (was, before), (now, params) = parse_drafter(was_spec), parse_drafter(now_spec)
     other_eagle = was == now == "eagle" and _resolved(before["path"]) != _resolved(params["path"])
-    if now not in SERVES.get(was, (was,)) or other_eagle:
+    if (now != was and now not in drafter_class(was).serves) or other_eagle:
         raise BenchError(
             f"this head was trained on the drafts of {was_spec}, not of {now_spec}: decode it with --drafter "
             f"{was if was != 'eagle' else 'eagle:path=' + before['path']}, or train one with "

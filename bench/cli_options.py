@@ -69,7 +69,7 @@ DrafterOpt = Annotated[
         "(lookups merged into a token tree), suffix[:mode=chain|tree,...] (SuffixDecoding) or "
         "model_tree[:depth=4,topk=2,branch=1] (the draft model's static token tree; nodes capped by --draft-len) or "
         "eagle[:path=FOLDER_OR_REPO,tree=0|1,...] (an EAGLE head, the pair's by default; `speed --drafter eagle` times its "
-        "steps). See `list`."
+        "steps), or your own: path/to/file.py:Class[:key=value,...] or module:Class. See `list`."
     ),
 ]
 Drafters = Annotated[
@@ -77,7 +77,8 @@ Drafters = Annotated[
     _opt(
         "What drafts: model (default), lookup[:ngram=2,min_ngram=1,match=first|recent,schedule=constant|heuristic] "
         "(prompt lookup, no model; N is --draft-len), lookup_tree[:matches=4,...], suffix[:mode=chain|tree,...] "
-        "or model_tree[:depth=4,topk=2,branch=1] (see `list`); repeatable, each a configuration.",
+        "or model_tree[:depth=4,topk=2,branch=1], or your own: path/to/file.py:Class[:key=value,...] (see `list`); "
+        "repeatable, each a configuration.",
         "--drafter",
     ),
 ]

@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from bench.context import check_truncation
-from bench.drafters import DRAFTERS, canonical_drafter, check_draft_policy, check_reads, drafter_label, parse_drafter
+from bench.drafters import canonical_drafter, check_draft_policy, drafter_class, drafter_for, drafter_label, parse_drafter
 from bench.errors import BenchError
 from bench.lossless import Drafts, anchors
 from bench.pairs import pick_device, pick_dtype, resolve_pair
+from bench.plugins import typed
 from bench.store import SCHEMA
 from bench.tasks import default_data, resolve_task
 from bench.verifiers import CALIBRATED, MethodInfo, make_verifier, verifier_class
@@ -79,8 +80,8 @@ class RunConfig:
             raise BenchError(f"{cls.name}: a calibrated sweep's values are chosen by `run` (bench.calibration) first")
         verifier = make_verifier(self.method, **self.params)
         drafts = self.drafts()
-        if drafts.drafter:
-            check_reads(cls.name, verifier.reads(), drafts.drafter)
+        if drafts.drafter:  # refused here, before any model loads, as when the decoder binds it
+            drafter_for(drafts.drafter, cls.name, verifier.reads())
         resolved = replace(
             self,
             params={f.name: getattr(verifier, f.name) for f in fields(verifier)},  # type: ignore[arg-type]
@@ -110,7 +111,7 @@ class RunConfig:
         if not cls.uses_draft:
             return Drafts(None, None)
         drafter = canonical_drafter(self.drafter)
-        if DRAFTERS[parse_drafter(drafter)[0]].deterministic:
+        if drafter_class(parse_drafter(drafter)[0]).deterministic:
             return Drafts(None, drafter)
         # Under greedy decoding every draft is the argmax, whatever the policy.
         policy = "greedy" if self.temperature == 0 else check_draft_policy(self.draft_policy or cls.draft_policy)
@@ -225,20 +226,6 @@ def parse_params(texts: Iterable[str]) -> dict[str, list[str]]:
     return out
 
 
-def _coerce(method: str, name: str, kind: Any, raw: Any) -> Any:
-    """A --param value as the type the verifier's field declares."""
-    try:
-        if kind is int:
-            return int(str(raw))
-        if kind is float:
-            return float(raw)
-    except ValueError:
-        raise BenchError(
-            f"{method}: {name} takes {'an integer' if kind is int else 'a number'}, got {raw!r}"
-        ) from None
-    return raw
-
-
 def expand_methods(
     methods: Iterable[str],
     *,
@@ -282,8 +269,8 @@ def expand_methods(
             values = {**{k: v for k, v in values.items() if k not in path.moved}, path.param: [CALIBRATED]}
         combos: list[dict[str, Any]] = [{}]
         for name, given in values.items():
-            typed = [v if v is CALIBRATED else _coerce(cls.name, name, kinds.get(name), v) for v in given]
-            combos = [{**c, name: v} for c in combos for v in typed]
+            as_typed = [v if v is CALIBRATED else typed(cls.name, name, kinds.get(name), v) for v in given]
+            combos = [{**c, name: v} for c in combos for v in as_typed]
         for combo in combos:
             # validate every value before any model loads (a calibrated one at its path's end)
             make_verifier(m, **{**combo, **(path.values(path.top) if path and CALIBRATED in combo.values() else {})})

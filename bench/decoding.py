@@ -28,7 +28,7 @@ from transformers import PreTrainedModel
 
 from bench.context import Context
 from bench.distributions import Sampling, pick, process
-from bench.drafters import Draft, Drafter, check_draft_policy, make_drafter
+from bench.drafters import Draft, DraftContext, Drafter, check_draft_policy, make_drafter
 from bench.drafters.model import padded
 from bench.engines import EagerEngine, EngineFactory, ModelEngine, to_device
 from bench.errors import BenchError
@@ -247,6 +247,28 @@ def _tree_depth(parents: list[int]) -> int:
     return max(depth, default=0)
 
 
+def draft_context(
+    target: PreTrainedModel,
+    draft: PreTrainedModel | None,
+    verifier: Verifier,
+    *,
+    draft_len: int,
+    sampling: Sampling,
+    engine: EngineFactory,
+    draft_policy: str | None,
+    eos: frozenset[int],
+) -> DraftContext:
+    """What a decoder's drafter may read (``Drafter.bind``): the same for a decoder that binds it
+    and for ``build_decoder``, which binds it first (its refusals come before the head's). Drafts
+    are the draft's argmax under greedy decoding or the greedy draft policy: no draws."""
+    policy = check_draft_policy(draft_policy or verifier.draft_policy)
+    return DraftContext(
+        draft=draft, target=target, engine=engine, sampling=sampling, greedy=sampling.greedy or policy == "greedy",
+        reads=verifier.reads(), device=target.device, eos=eos, draft_len=draft_len if verifier.uses_draft else 0,
+        method=verifier.name,
+    )  # fmt: skip
+
+
 class SpeculativeDecoder:
     """Decode prompts with a target, a drafter (the pair's draft model by default) and a verifier,
     one at a time or in batches."""
@@ -264,7 +286,7 @@ class SpeculativeDecoder:
         engine: EngineFactory = EagerEngine,
         draft_policy: str | None = None,
         trace: bool = False,
-        drafter: str | Drafter = "model",
+        drafter: str | Drafter | None = "model",
     ) -> None:
         if verifier.uses_draft and draft_len < 1:
             raise BenchError(f"draft_len must be >= 1 for {verifier.name}, got {draft_len}")
@@ -276,32 +298,18 @@ class SpeculativeDecoder:
         self.target, self.verifier = target, verifier
         self.eos = frozenset(eos_token_ids)
         self.device = target.device  # a model's .device walks its parameters: read it once
-        self.draft_len = draft_len if verifier.uses_draft else 0
+        ctx = draft_context(target, draft, verifier, draft_len=draft_len, sampling=sampling, engine=engine,
+                            draft_policy=draft_policy, eos=self.eos)  # fmt: skip
+        self.draft_len = ctx.draft_len
         self.sampling = sampling
         self.draft_policy = check_draft_policy(draft_policy or verifier.draft_policy)
-        # Drafts are the draft's argmax under greedy decoding or the greedy draft policy: no draws.
-        self.greedy_draft = sampling.greedy or self.draft_policy == "greedy"
+        self.greedy_draft = ctx.greedy
         self.head = head
         # Tracing reads probabilities the round already computed, after its sync; it draws nothing.
         self.trace = trace
         self.drafter: Drafter | None = None
-        if self.draft_len and isinstance(drafter, Drafter):  # a drafter built by the caller
-            self.drafter = drafter
-        elif self.draft_len:
-            self.drafter = make_drafter(
-                drafter,
-                draft=draft,
-                engine=engine,
-                sampling=sampling,
-                greedy=self.greedy_draft,
-                hidden="hidden" in verifier.reads(),  # a target-only judge reads none of the draft's
-                method=verifier.name,
-                target=target,
-                reads=verifier.reads(),
-                device=self.device,
-                eos=self.eos,
-                draft_len=self.draft_len,
-            )
+        if self.draft_len:  # a drafter built by the caller (build_decoder binds its own), or a spec
+            self.drafter = drafter if isinstance(drafter, Drafter) else make_drafter(drafter, ctx)
         # Step widths after the prompt: the target verifies up to N + 1 tokens (fewer near the
         # budget, and where a drafter proposes fewer).
         widths = self.drafter.target_widths(self.draft_len) if self.drafter else (1,)

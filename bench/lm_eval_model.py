@@ -31,6 +31,7 @@ from bench.decoding import DecodeStats, Generation, SpeculativeDecoder
 from bench.distributions import Sampling
 from bench.errors import BenchError
 from bench.pairs import chat_text, encode_prompt, load_pair
+from bench.plugins import typed
 from bench.build import build_decoder, pair_head
 from bench.config import RunConfig, example_seed
 from bench.engines import ENGINES, make_engine
@@ -45,17 +46,10 @@ GEN_KWARGS = {"until", "max_gen_toks", "do_sample", "temperature"}
 
 
 def _typed_params(method: str, params: dict[str, Any]) -> dict[str, Any]:
-    """Check model_args values against the verifier's field types (lm-eval parses them loosely)."""
+    """model_args values as the verifier's fields declare them (lm-eval parses them loosely), by the
+    parser --param and --drafter use."""
     hints = get_type_hints(verifier_class(method))
-    out = {}
-    for name, value in params.items():
-        want = hints.get(name)
-        if want is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        if want in (float, int, str) and (isinstance(value, bool) or not isinstance(value, want)):
-            raise BenchError(f"{method}: {name} must be {getattr(want, '__name__', want)}, got {value!r}")
-        out[name] = value
-    return out
+    return {name: typed(method, name, hints.get(name), value) for name, value in params.items()}
 
 
 def _integer(name: str, value: Any, minimum: int) -> int:

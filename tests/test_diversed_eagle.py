@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from bench.build import build_decoder
 from bench.cli import app
 from bench.distributions import Sampling, process, tv
-from bench.drafters.eagle import EagleDrafter
+from bench.drafters.eagle import DraftContext, EagleDrafter
 from bench.errors import BenchError
 from bench.head import WeightHead, save_head
 from bench.learned.reinforce import rollouts
@@ -34,7 +34,7 @@ def decoding_law(pair, folder, seq: list[int]) -> tuple[torch.Tensor, torch.Tens
     """q and hidden of the token after ``seq`` as `run --drafter eagle` drafts it (a fresh
     EagleDrafter handed the target's states of every token but the last, its chain's first step),
     and the target's p there."""
-    drafter = EagleDrafter(path=str(folder)).bind(pair.target, Sampling(1.0), greedy=False)
+    drafter = EagleDrafter(path=str(folder)).bind(DraftContext(target=pair.target, sampling=Sampling(1.0)))
     layers = drafter.target_layers(pair.target.config.num_hidden_layers)
     with torch.no_grad():
         out = pair.target(torch.tensor([seq]), output_hidden_states=True)

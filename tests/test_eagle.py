@@ -28,7 +28,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from bench.decoding import SpeculativeDecoder
 from bench.distributions import Sampling
-from bench.drafters import make_drafter, parse_drafter
+from bench.drafters import DraftContext, make_drafter, parse_drafter
 from bench.drafters import canonical_drafter
 from bench.drafters.eagle import EagleDrafter, with_pair_head
 from bench.eagle import Eagle1Head, Eagle3Head, load_eagle_head
@@ -260,7 +260,7 @@ def test_a_round_counts_the_catch_up_and_a_head_forward_per_chain_token_after_th
     after the root's children."""
     target = small_target()
     folder = write_eagle_head(tmp_path / "h", target.config, "eagle3", draft_vocab=120)
-    drafter = EagleDrafter(path=str(folder)).bind(target, Sampling(0.0), True)
+    drafter = EagleDrafter(path=str(folder)).bind(DraftContext(target=target, sampling=Sampling(0.0), greedy=True))
     calls = counting(drafter.head)
     seq = [1, 5, 7, 9, 11, 3, 8, 2, 6, 4]
     states = features(target, torch.tensor([seq]), drafter.target_layers(6))[0]
@@ -276,7 +276,7 @@ def test_a_round_counts_the_catch_up_and_a_head_forward_per_chain_token_after_th
         draft = drafter.draft([row], [cap])
         rounds.append((draft.forwards, calls[0] - before, draft.counts))
     assert rounds == [([5], 5, [5]), ([5], 5, [5]), ([2], 2, [3]), ([1], 1, [1])]
-    tree = EagleDrafter(path=str(folder), tree=1, topk=2, depth=3, total=5).bind(target, Sampling(0.0), True)
+    tree = EagleDrafter(path=str(folder), tree=1, topk=2, depth=3, total=5).bind(DraftContext(target=target, sampling=Sampling(0.0), greedy=True))
     tree.start(1)
     tree.take_states([row], [states[: len(row.seq) - 1]])
     assert tree.draft([row], [5]).forwards == [3]  # catch-up, then levels 2 and 3
@@ -297,8 +297,7 @@ def test_draft_forwards_count_every_head_forward(tmp_path, tree):
 def test_q_is_the_draft_softmax_put_into_the_target_vocabulary(tmp_path):
     target = small_target()
     folder = write_eagle_head(tmp_path / "h", target.config, "eagle3", draft_vocab=120)
-    drafter = make_drafter(f"eagle:path={folder}", draft=None, engine=EagerEngine, sampling=Sampling(1.0), greedy=False,
-                           hidden=True, method="sd", target=target)
+    drafter = make_drafter(f"eagle:path={folder}", DraftContext(target=target, sampling=Sampling(1.0), reads=frozenset({"hidden"}), method="sd"))
     out = torch.randn(3, 64)
     logits, q, q_logits = drafter.law(out)
     targets = drafter.head.to_target(torch.arange(120))
@@ -357,7 +356,7 @@ def test_pair_registry_names_the_heads():
     with pytest.raises(BenchError, match="tree takes"):
         parse_drafter("eagle:tree=2")
     with pytest.raises(BenchError, match="train it"):
-        EagleDrafter(path="reference/no-such-head").bind(small_target(), Sampling(0.0), True)
+        EagleDrafter(path="reference/no-such-head").bind(DraftContext(target=small_target(), sampling=Sampling(0.0), greedy=True))
 
 
 def test_the_dynamic_tree_is_the_best_paths_by_confidence(tmp_path):
@@ -369,7 +368,7 @@ def test_the_dynamic_tree_is_the_best_paths_by_confidence(tmp_path):
 
     target = small_target()
     folder = write_eagle_head(tmp_path / "h", target.config, "eagle3", draft_vocab=120)
-    drafter = EagleDrafter(path=str(folder), tree=1, topk=3, depth=3, total=10).bind(target, Sampling(0.0), True)
+    drafter = EagleDrafter(path=str(folder), tree=1, topk=3, depth=3, total=10).bind(DraftContext(target=target, sampling=Sampling(0.0), greedy=True))
     row = types.SimpleNamespace(index=0, seq=[1, 5, 7, 9, 11, 3])
     drafter.start(1)
     drafter.take_states([row], [features(target, torch.tensor([row.seq]), drafter.target_layers(6))[0, :-1]])

@@ -190,7 +190,7 @@ def test_custom_verifier_and_diversed_head_through_model_args(tmp_path):
     [
         ({"method": "nope"}, "unknown method 'nope'"),
         ({"method": "ensemble", "target_weight": 1.5}, r"target_weight must be in \(0, 1\]"),
-        ({"method": "ensemble", "target_weight": "high"}, "target_weight must be float"),
+        ({"method": "ensemble", "target_weight": "high"}, "target_weight takes a number"),
         (
             {"method": "lossy", "draft_length": 3},
             r"unknown parameter\(s\) \['draft_length'\].*model_args also take",

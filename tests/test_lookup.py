@@ -18,7 +18,7 @@ from transformers.generation.candidate_generator import PromptLookupCandidateGen
 from bench.config import RunConfig
 from bench.decoding import SpeculativeDecoder
 from bench.distributions import Sampling
-from bench.drafters import PromptLookup, canonical_drafter, drafter_label, lookup, lookup_tree, parse_drafter
+from bench.drafters import DraftContext, PromptLookup, canonical_drafter, drafter_label, lookup, lookup_tree, parse_drafter
 from bench.engines import make_engine
 from bench.errors import BenchError
 from bench.verifiers import Round, make_verifier, verify
@@ -105,7 +105,7 @@ def test_the_lookup_tree_drafter_packs_valid_trees():
         def __init__(self, index, seq):
             self.index, self.seq, self.out, self.generator = index, seq, [], None
 
-    tree = LookupTree(matches=3).bind(torch.device("cpu"), frozenset(), 8)
+    tree = LookupTree(matches=3).bind(DraftContext(draft_len=8))
     rows = [Row(0, [1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 6, 0, 1, 2, 7, 8, 0, 1, 2]), Row(1, [5, 6, 5]), Row(2, [9])]
     draft = tree.draft(rows, [8, 8, 8])
     assert draft.counts == [8, 2, 0] and draft.q is None
@@ -357,7 +357,7 @@ def test_greedy_lookup_on_smollm2_equals_transformers_and_ar(smollm2):
 
 
 def test_lookup_drafter_state_resets_per_batch():
-    drafter = PromptLookup(schedule="heuristic").bind(torch.device("cpu"), frozenset(), 6)
+    drafter = PromptLookup(schedule="heuristic").bind(DraftContext(draft_len=6))
 
     class Row:
         index, seq, generator = 0, [1, 2, 3, 1, 2, 3, 1, 2], None

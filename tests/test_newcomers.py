@@ -13,7 +13,7 @@ from scipy.spatial.distance import jensenshannon
 
 from bench.config import expand_methods, parse_params
 from bench.distributions import Sampling, normalise, process
-from bench.drafters import check_reads
+from bench.drafters import drafter_for
 from bench.errors import BenchError
 from bench.verifiers import Round, make_verifier, verify
 from bench.verifiers.newcomers import js_divergence_bits
@@ -256,9 +256,9 @@ def test_mentored_acceptance_rises_along_its_calibration_path():
 
 def test_fuzzy_refuses_a_lookup_draft_and_mentored_takes_it():
     with pytest.raises(BenchError) as err:
-        check_reads("fuzzy", make_verifier("fuzzy").reads(), "lookup")
+        drafter_for("lookup", "fuzzy", make_verifier("fuzzy").reads())
     assert "fuzzy: reads the draft model's" in str(err.value) and "\n" not in str(err.value)
-    check_reads("mentored", make_verifier("mentored").reads(), "lookup")
+    drafter_for("lookup", "mentored", make_verifier("mentored").reads())
 
 
 @pytest.mark.parametrize(

@@ -271,13 +271,13 @@ def test_greedy_sd_on_suffix_and_lookup_trees_equals_ar(tiny_pair, spec):
     """In the loop: greedy ``sd`` on these drafts gives ``ar``'s tokens, alone and in a batch, the
     tree drafters' rounds verifying token trees (some with branches); the finished rows'
     responses are in the suffix drafter's global tree afterwards."""
-    from bench.drafters import DRAFTERS
+    from bench.drafters import DRAFTERS, DraftContext
     from tests.test_lookup import repetitive_prompts
 
     prompts = repetitive_prompts(tiny_pair.tokenizer) + [tiny_pair.tokenizer(t).input_ids for t in BRANCHING]
     kw = dict(draft_len=6, sampling=Sampling(temperature=0.0), eos_token_ids=tiny_pair.eos_token_ids)
     name, params = parse_drafter(spec)
-    drafter = DRAFTERS[name](**params).bind(torch.device("cpu"), frozenset(tiny_pair.eos_token_ids), 6)
+    drafter = DRAFTERS[name](**params).bind(DraftContext(eos=frozenset(tiny_pair.eos_token_ids), draft_len=6))
     trees: list[bool] = []
     draft = drafter.draft
     drafter.draft = lambda rows, caps: trees.append((d := draft(rows, caps)).parents is not None) or d

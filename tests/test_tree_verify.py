@@ -370,9 +370,9 @@ def test_sglang_kernel_is_lossy_on_a_repeated_child():
 # --- A one-wide tree is today's chain ------------------------------------------------------------
 
 
-CHAIN_METHODS = [
-    ("sd", {}),
-    ("threshold", {}),
+# Every registered rule defined on trees, at its defaults (a newly registered one is tested on
+# arrival), and settings that move its rule away from them.
+CHAIN_METHODS = [(name, {}) for name in tree_methods()] + [
     ("threshold", {"speculative_accept_threshold_single": 0.3, "speculative_accept_threshold_acc": 0.5}),
     ("typical", {"posterior_threshold": 0.3, "posterior_alpha": 0.9}),
     ("relaxed", {"relaxed_topk": 3, "relaxed_delta": 0.3}),

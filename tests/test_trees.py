@@ -168,11 +168,11 @@ def test_model_tree_nodes_are_the_drafts_top_k_or_draws_from_its_law(tiny_pair, 
     """Every node's law is the draft model's full forward at its parent's path (earlier siblings
     removed when sampled without replacement); greedy children are its top-k in order, sampled
     ones distinct."""
-    from bench.drafters import ModelTree
+    from bench.drafters import DraftContext, ModelTree
     from bench.distributions import process
 
     sampling = GREEDY if greedy else Sampling(1.0)
-    tree = ModelTree(depth=3, topk=3, branch=2).bind(tiny_pair.draft, EagerEngine, sampling, greedy)
+    tree = ModelTree(depth=3, topk=3, branch=2).bind(DraftContext(draft=tiny_pair.draft, sampling=sampling, greedy=greedy))
     rows = [type("Row", (), {"index": i, "seq": list(p), "generator": torch.Generator().manual_seed(i)}) for i, p in enumerate(prompts)]
     with torch.inference_mode():
         tree.engine.start(len(rows), 128)

@@ -7,6 +7,12 @@ What a drafter can give a verifier beyond the tokens is declared in ``supplies``
 the tokens came from; a deterministic drafter's is the point mass on its token), ``q_logits`` (a
 draft model's scores) and ``hidden`` (its last hidden states). A verifier declares what it reads
 (``Verifier.draft_reads``), and a pairing that cannot be served is refused before anything decodes.
+
+The contract (docs/methods.md, adding a drafter): a drafter is a dataclass whose fields are its
+spec's parameters (``NAME[:key=value,...]``), whose class attributes say what it is (``name``,
+``help``, ``supplies``, ``models``, ``deterministic``, ``serves``, ``speed``), and whose one
+``bind(ctx)`` takes what it may read of the run (``DraftContext``). Nothing else names it: the
+registry, ``--drafter file.py:Class``, ``list``, head checks and ``speed`` read these.
 """
 
 from __future__ import annotations
@@ -14,12 +20,14 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Protocol
+from typing import ClassVar, Protocol, TypeVar
 
 import torch
 from torch import Tensor
+from transformers import PreTrainedModel
 
-from bench.engines import ModelEngine, to_device
+from bench.distributions import Sampling
+from bench.engines import EagerEngine, EngineFactory, ModelEngine, to_device
 from bench.errors import BenchError
 
 # What a drafter may supply besides its tokens (Verifier.draft_reads names the same).
@@ -27,6 +35,12 @@ DRAFT_OUTPUTS = ("q", "q_logits", "hidden")
 # How a draft model picks its tokens: draws from its law q, or q's argmax (a verifier's default
 # is its ``draft_policy``; a run may override it).
 DRAFT_POLICIES = ("sample", "greedy")
+# The models a drafter may read of its context (``Drafter.models``).
+DRAFT_MODELS = ("draft", "target")
+# How `speed` times a drafter (``Drafter.speed``): against transformers' assisted generation (the
+# draft model), by its head's steps against the target's (EAGLE), or on a task's prompts against
+# ar and transformers' prompt lookup (any other drafter).
+SPEED_PAGES = ("assisted", "head", "task")
 
 
 def check_draft_policy(policy: str) -> str:
@@ -75,14 +89,49 @@ def packed(drafts: Sequence[tuple[list[int], list[int]]], device: torch.device) 
     return Draft(tokens=tokens, counts=counts, parents=parents)
 
 
+@dataclass(frozen=True)
+class DraftContext:
+    """Everything a drafter may read of the run it drafts for, handed to ``Drafter.bind`` once:
+    frozen, so that what a drafter depends on is this list and nothing else. A model it does not
+    declare in ``Drafter.models`` may be None (a lookup runs on a pair without a draft model)."""
+
+    draft: PreTrainedModel | None = None  # the pair's draft model
+    target: PreTrainedModel | None = None  # the target (its layer states feed an EAGLE head)
+    engine: EngineFactory = EagerEngine  # how the models it steps run (bench/engines)
+    sampling: Sampling = Sampling()
+    greedy: bool = False  # draft the argmax (greedy decoding, or the greedy draft policy)
+    reads: frozenset[str] = frozenset()  # what the verifier reads of the draft (DRAFT_OUTPUTS)
+    device: torch.device = torch.device("cpu")  # where the target reads its drafts
+    eos: frozenset[int] = frozenset()  # the tokens that end an example
+    draft_len: int = 1  # N, --draft-len: the most tokens (nodes) a round drafts
+    method: str = ""  # the verifier's name, for refusals
+
+
+D = TypeVar("D", bound="Drafter")
+
+
 class Drafter(ABC):
     """Proposes tokens for a batch of rows; stateless across calls of ``generate_batch`` unless
-    ``start`` resets per-row state."""
+    ``start`` resets per-row state. Subclasses are dataclasses of their spec's parameters."""
 
     name: ClassVar[str]
+    # One line for `diversed-bench list` (its parameters and defaults are listed from its fields).
+    help: ClassVar[str] = ""
     supplies: ClassVar[frozenset[str]] = frozenset()
+    # The models of its context it reads (DRAFT_MODELS): bound without one, it is refused in one line.
+    models: ClassVar[frozenset[str]] = frozenset()
     # The drafted tokens are a function of the tokens so far: no draws, a point-mass proposal.
     deterministic: ClassVar[bool] = False
+    # Other drafters whose drafts a head trained on this one's drafts may be asked about (lookup's
+    # judge serves the model-free drafters: their first tokens are lookup-like matches).
+    serves: ClassVar[tuple[str, ...]] = ()
+    # How `speed` times it (SPEED_PAGES).
+    speed: ClassVar[str] = "task"
+
+    def bind(self: D, ctx: DraftContext) -> D:
+        """Take what it reads of the run (its models, engine, sampling, ...) before the first
+        round; the default reads nothing (a drafter of the row's own tokens)."""
+        return self
 
     @property
     def engines(self) -> list[ModelEngine]:

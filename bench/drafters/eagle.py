@@ -23,10 +23,9 @@ from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
-from transformers import PreTrainedModel
 
-from bench.distributions import Sampling, pick, process
-from bench.drafters.base import Draft, Drafter, DraftRow
+from bench.distributions import pick, process
+from bench.drafters.base import Draft, DraftContext, Drafter, DraftRow
 from bench.drafters.eagle_tree import draft_tree
 from bench.eagle.heads import CacheKV, EagleHead, load_eagle_head
 from bench.errors import BenchError
@@ -71,7 +70,13 @@ class EagleDrafter(Drafter):
     at most ``total`` nodes, ``depth`` levels, ``topk`` children per expanded node."""
 
     name: ClassVar[str] = "eagle"
+    help: ClassVar[str] = (
+        "an EAGLE draft head reading the target's states: path=FOLDER_OR_REPO (none: the pair file's head); "
+        "tree=1: EAGLE-2's dynamic tree of at most total nodes, depth levels, topk children (docs/eagle.md)"
+    )
     supplies: ClassVar[frozenset[str]] = frozenset({"q", "q_logits", "hidden"})
+    models: ClassVar[frozenset[str]] = frozenset({"target"})
+    speed: ClassVar[str] = "head"
     path: str = ""
     tree: int = 0
     topk: int = 4
@@ -87,11 +92,11 @@ class EagleDrafter(Drafter):
             raise BenchError(f"eagle: tree takes 0 (a chain) or 1 (EAGLE-2's dynamic tree), got {self.tree!r}")
         self.rows: dict[int, RowState] = {}
 
-    def bind(self, target: PreTrainedModel | None, sampling: Sampling, greedy: bool) -> EagleDrafter:
-        """Load the head named by ``path`` for ``target`` (``build_decoder`` fills an empty path
-        from the pair file's ``eagle`` field)."""
-        if target is None:
-            raise BenchError("eagle: needs the target model (its layer states feed the head)")
+    def bind(self, ctx: DraftContext) -> EagleDrafter:
+        """Load the head named by ``path`` for the context's target (``build_decoder`` fills an
+        empty path from the pair file's ``eagle`` field)."""
+        target, sampling, greedy = ctx.target, ctx.sampling, ctx.greedy
+        assert target is not None  # make_drafter refuses a context without the models it declares
         if not self.path:
             raise BenchError("eagle: no head for this pair; pass --drafter eagle:path=FOLDER_OR_REPO (docs/eagle.md lists the published ones)")
         source = head_folder(self.path)

@@ -25,7 +25,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from bench.drafters.base import Draft, Drafter, DraftRow, packed
+from bench.drafters.base import Draft, DraftContext, Drafter, DraftRow, packed
 from bench.errors import BenchError
 
 MATCHES = ("first", "recent")
@@ -138,8 +138,13 @@ class PromptLookup(Drafter):
     """Drafts by prompt lookup; deterministic, so its law is the point mass on its token."""
 
     name: ClassVar[str] = "lookup"
+    help: ClassVar[str] = (
+        "prompt lookup, no model: ngram (longest n-gram matched), match=first|recent, schedule=constant|heuristic; "
+        "N = --draft-len (transformers' default is 10)"
+    )
     supplies: ClassVar[frozenset[str]] = frozenset({"q"})
     deterministic: ClassVar[bool] = True
+    serves: ClassVar[tuple[str, ...]] = ("lookup_tree", "suffix")
     ngram: int = 2  # transformers' max_matching_ngram_size default (generate's `or 2`)
     min_ngram: int = 1  # vLLM's prompt_lookup_min; transformers matches down to 1
     match: str = "first"
@@ -159,9 +164,9 @@ class PromptLookup(Drafter):
         self.lengths: dict[int, int] = {}  # a row's current N under the heuristic schedule
         self.most = 1  # --draft-len: the widest draft the target's widths allow
 
-    def bind(self, device: torch.device, eos: frozenset[int], draft_len: int) -> PromptLookup:
+    def bind(self, ctx: DraftContext) -> PromptLookup:
         """Where its tokens go, which tokens end an example, and N (a schedule's ceiling)."""
-        self.device, self.eos, self.most = device, eos, draft_len
+        self.device, self.eos, self.most = ctx.device, ctx.eos, ctx.draft_len
         return self
 
     def target_widths(self, cap: int) -> tuple[int, ...]:
@@ -198,6 +203,8 @@ class LookupTree(PromptLookup):
     its token."""
 
     name: ClassVar[str] = "lookup_tree"
+    help: ClassVar[str] = "several prompt lookups merged into a token tree of N nodes: lookup's parameters and matches (occurrences merged; 1: lookup's chain)"
+    serves: ClassVar[tuple[str, ...]] = ()
     matches: int = 4  # occurrences merged
 
     def __post_init__(self) -> None:

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 from torch import Tensor
-from transformers import PreTrainedModel
 
-from bench.distributions import Sampling, pick, process
-from bench.drafters.base import Draft, Drafter, DraftRow
-from bench.engines import EngineFactory, ModelEngine, to_device
+from bench.distributions import pick, process
+from bench.drafters.base import Draft, DraftContext, Drafter, DraftRow
+from bench.engines import ModelEngine, to_device
 
 
 def padded(rows: Sequence[Sequence[int]], device: torch.device) -> Tensor:
@@ -20,25 +20,27 @@ def padded(rows: Sequence[Sequence[int]], device: torch.device) -> Tensor:
     return to_device([list(r) + [0] * (width - len(r)) for r in rows], device)
 
 
+@dataclass
 class ModelDrafter(Drafter):
     """Drafts with a model: its argmax under greedy decoding or the greedy draft policy, else a
     sample of its processed distribution q, one step per token."""
 
     name: ClassVar[str] = "model"
+    help: ClassVar[str] = "the pair's draft model (default)"
     supplies: ClassVar[frozenset[str]] = frozenset({"q", "q_logits", "hidden"})
+    models: ClassVar[frozenset[str]] = frozenset({"draft"})
+    speed: ClassVar[str] = "assisted"
 
-    def __init__(
-        self,
-        model: PreTrainedModel,
-        engine: EngineFactory,
-        sampling: Sampling,
-        greedy: bool,
-        hidden: bool,
-    ) -> None:
+    def bind(self, ctx: DraftContext) -> ModelDrafter:
+        """The draft model and how it steps; its hidden states only when the verifier reads them
+        (a target-only judge reads none of the draft's)."""
+        model = ctx.draft
+        assert model is not None  # make_drafter refuses a context without the models it declares
         self.device = model.device
-        self.sampling, self.greedy, self.hidden = sampling, greedy, hidden
+        self.sampling, self.greedy, self.hidden = ctx.sampling, ctx.greedy, "hidden" in ctx.reads
         # The draft is fed the last token, or two after a round that accepted every draft.
-        self.engine = engine(model, (1, 2))
+        self.engine = ctx.engine(model, (1, 2))
+        return self
 
     @property
     def engines(self) -> list[ModelEngine]:

@@ -22,12 +22,11 @@ from typing import ClassVar
 
 import torch
 from torch import Tensor
-from transformers import PreTrainedModel
 
-from bench.distributions import Sampling, pick, process
-from bench.drafters.base import Draft, Drafter, DraftRow
+from bench.distributions import pick, process
+from bench.drafters.base import Draft, DraftContext, Drafter, DraftRow
 from bench.drafters.model import padded
-from bench.engines import EngineFactory, ModelEngine, to_device
+from bench.engines import ModelEngine, to_device
 from bench.errors import BenchError
 from bench.verifiers.tree import without_earlier_siblings
 
@@ -37,7 +36,12 @@ class ModelTree(Drafter):
     """Drafts a static token tree with the pair's draft model."""
 
     name: ClassVar[str] = "model_tree"
+    help: ClassVar[str] = (
+        "the draft model's static token tree: depth levels, topk children per node in the first branch levels "
+        "(one below); top-k when greedy, draws without replacement when sampled; at most N = --draft-len nodes"
+    )
     supplies: ClassVar[frozenset[str]] = frozenset({"q"})
+    models: ClassVar[frozenset[str]] = frozenset({"draft"})
     depth: int = 4
     topk: int = 2
     branch: int = 1
@@ -60,12 +64,14 @@ class ModelTree(Drafter):
             self.levels.append(level)
             above = level
 
-    def bind(self, model: PreTrainedModel, engine: EngineFactory, sampling: Sampling, greedy: bool) -> ModelTree:
+    def bind(self, ctx: DraftContext) -> ModelTree:
         """The draft model and how it steps: chain steps of up to D + 2 tokens (the root, an
         accepted path, the next token) and a tree step per level but the last."""
-        self.device, self.sampling, self.greedy = model.device, sampling, greedy
+        model = ctx.draft
+        assert model is not None  # make_drafter refuses a context without the models it declares
+        self.device, self.sampling, self.greedy = model.device, ctx.sampling, ctx.greedy
         trees = tuple(1 + level[-1] + 1 for level in self.levels[:-1])
-        self.engine = engine(model, (1, self.depth + 2), trees) if trees else engine(model, (1, self.depth + 2))
+        self.engine = ctx.engine(model, (1, self.depth + 2), trees) if trees else ctx.engine(model, (1, self.depth + 2))
         return self
 
     @property

@@ -37,7 +37,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from bench.drafters.base import Draft, Drafter, DraftRow, packed
+from bench.drafters.base import Draft, DraftContext, Drafter, DraftRow, packed
 from bench.errors import BenchError
 
 F32 = np.float32
@@ -337,6 +337,10 @@ class SuffixDecoding(Drafter):
     N (--draft-len) is vLLM's ``num_speculative_tokens``: the most tokens (nodes) a round drafts."""
 
     name: ClassVar[str] = "suffix"
+    help: ClassVar[str] = (
+        "SuffixDecoding (vLLM's suffix), no model: max_cached_requests is the global tree's (0: none, -1: no limit), "
+        "mode=chain|tree; N = --draft-len (tokens per round)"
+    )
     supplies: ClassVar[frozenset[str]] = frozenset({"q"})
     deterministic: ClassVar[bool] = True
     max_tree_depth: int = 24  # vLLM's suffix_decoding_max_tree_depth
@@ -372,10 +376,10 @@ class SuffixDecoding(Drafter):
         self.requests: dict[int, Hashable] = {}  # row index -> its request
         self.fed: dict[int, int] = {}  # row index -> tokens of its seq in its trees
 
-    def bind(self, device: torch.device, eos: frozenset[int], draft_len: int) -> SuffixDecoding:
+    def bind(self, ctx: DraftContext) -> SuffixDecoding:
         """Where its tokens go (EOS and N are the loop's: a draft is not cut at an EOS, as in the
         source, and N comes with each round's caps)."""
-        self.device = device
+        self.device = ctx.device
         return self
 
     def target_widths(self, cap: int) -> tuple[int, ...]:

@@ -23,7 +23,7 @@ from torch import Tensor
 from transformers import PreTrainedModel
 
 from bench.distributions import Sampling
-from bench.drafters.eagle import EagleDrafter
+from bench.drafters.eagle import DraftContext, EagleDrafter
 from bench.errors import BenchError
 from bench.head import feature_vector
 from bench.learned.miners import Drafted, Greedy, Likelihood, Swapped
@@ -89,7 +89,7 @@ def bind_eagle(pair: Pair, spec: str, temperature: float) -> EagleDrafter:
     from bench.drafters.eagle import with_pair_head
 
     _, params = parse_drafter(with_pair_head(spec, pair.spec.eagle))
-    return EagleDrafter(**params).bind(pair.target, Sampling(temperature), temperature == 0)
+    return EagleDrafter(**params).bind(DraftContext(target=pair.target, sampling=Sampling(temperature), greedy=temperature == 0))
 
 
 @torch.no_grad()

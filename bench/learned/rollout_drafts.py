@@ -19,7 +19,7 @@ from torch import Tensor
 from transformers import PreTrainedModel
 
 from bench.distributions import Sampling, process
-from bench.drafters import parse_drafter
+from bench.drafters import DraftContext, parse_drafter
 from bench.drafters.eagle import EagleDrafter, with_pair_head
 from bench.engines import EngineFactory, ModelEngine
 from bench.errors import BenchError
@@ -95,7 +95,7 @@ class EagleDrafts(RolloutDrafts):
 
     def __init__(self, pair: Pair, spec: str, temperature: float) -> None:
         params = parse_drafter(with_pair_head(spec, pair.spec.eagle))[1]
-        self.drafter = EagleDrafter(**params).bind(pair.target, Sampling(temperature), greedy=False)
+        self.drafter = EagleDrafter(**params).bind(DraftContext(target=pair.target, sampling=Sampling(temperature), greedy=False))
         self.width, self.model = self.drafter.head.config.hidden_size, None
         self.layers = self.drafter.target_layers(pair.target.config.get_text_config().num_hidden_layers)
 

@@ -18,11 +18,7 @@ No models, tasks or I/O in this module.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import importlib
-import importlib.util
-import sys
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, asdict, dataclass, field, fields
@@ -35,6 +31,7 @@ from torch import Tensor
 
 from bench.distributions import Generators, Sampling, normalise, sample, tv, uniform
 from bench.errors import BenchError
+from bench.plugins import load_class
 
 
 @dataclass(frozen=True)
@@ -287,46 +284,11 @@ def register(cls: type[Verifier]) -> type[Verifier]:
     return cls
 
 
-def _module_from_file(file: str) -> Any:
-    """A verifier's Python file, imported once under a name of its own (no PYTHONPATH needed)."""
-    path = Path(file).expanduser().resolve()
-    if not path.is_file():
-        raise BenchError(f"verifier file {file} does not exist; give path/to/file.py:ClassName")
-    module_name = "bench_user_verifier_" + hashlib.sha1(str(path).encode()).hexdigest()[:10]
-    if module_name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(module_name, path)
-        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-        sys.modules[module_name] = module  # dataclasses look their module up while the file runs
-        try:
-            spec.loader.exec_module(module)  # type: ignore[union-attr]
-        except BaseException:
-            del sys.modules[module_name]
-            raise
-    return sys.modules[module_name]
-
-
 def verifier_class(name: str) -> type[Verifier]:
     """Look a method up by registry name, by ``module:Class`` (an importable module) or by
     ``path/to/file.py:Class`` (a file, imported without touching PYTHONPATH)."""
-    if ":" in name:
-        module_name, _, attr = name.rpartition(":")
-        try:
-            if module_name.endswith(".py"):
-                cls = getattr(_module_from_file(module_name), attr)
-            else:
-                cls = getattr(importlib.import_module(module_name), attr)
-        except (ImportError, AttributeError) as exc:
-            raise BenchError(
-                f"cannot import verifier {name!r} ({exc}); give module:Class or path/to/file.py:Class"
-            ) from None
-        if not (isinstance(cls, type) and issubclass(cls, Verifier)):
-            raise BenchError(f"{name!r} is not a subclass of bench.verifiers.Verifier")
-        return cls
-    if name not in VERIFIERS:
-        raise BenchError(
-            f"unknown method {name!r}; choose one of {', '.join(VERIFIERS)} or give module:Class"
-        )
-    return VERIFIERS[name]
+    unknown = f"unknown method {name!r}; choose one of {', '.join(VERIFIERS)} or give module:Class"
+    return load_class(name, Verifier, VERIFIERS, "verifier", unknown)
 
 
 def make_verifier(name: str, **params: Any) -> Verifier:
