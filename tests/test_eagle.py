@@ -309,12 +309,15 @@ def test_q_is_the_draft_softmax_put_into_the_target_vocabulary(tmp_path):
     torch.testing.assert_close(q_logits.softmax(-1), q)
 
 
-def test_lossless_sd_on_eagle_drafts_keeps_the_targets_law(tmp_path):
-    """T = 1, a chain of two EAGLE-3 drafts over a draft vocabulary missing some target tokens:
-    the first three emitted tokens follow the target's joint law (chi-square, pooled tail)."""
+@pytest.mark.parametrize("tree", ["", ",tree=1,topk=2,depth=2,total=4"])
+def test_lossless_sd_on_eagle_drafts_keeps_the_targets_law(tmp_path, tree):
+    """T = 1, two EAGLE-3 draft levels over a draft vocabulary missing some target tokens, as the
+    sampled chain (q's draws, the rejection rule) and as the authors' top-k tree (no law, the
+    q-free rule of EAGLE-2/3 at every temperature): the first three emitted tokens follow the
+    target's joint law (chi-square, pooled tail)."""
     target = small_target(vocab=6, seed=3, scale=3.0)
     folder = write_eagle_head(tmp_path / "h", target.config, "eagle3", draft_vocab=4)
-    sd = decoder(target, "sd", f"eagle:path={folder}", Sampling(1.0), draft_len=2)
+    sd = decoder(target, "sd", f"eagle:path={folder}{tree}", Sampling(1.0), draft_len=2 if not tree else 4)
     prompt, draws = [1, 4, 2], []
     for s in range(0, 3000, 50):
         draws += [tuple(g.token_ids[:3]) for g in sd.generate_batch([prompt] * 50, 3, list(range(s, s + 50)))]
