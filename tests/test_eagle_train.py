@@ -224,6 +224,21 @@ def test_the_card_gives_acceptance_and_coverage_per_domain(tiny_pair, tmp_path):
     assert (tmp_path / "feats" / "features_valid").is_dir() and not (tmp_path / "out" / "work" / "features_train").exists()
 
 
+def test_a_trimmed_prompt_keeps_every_loss_position(records):
+    """--context C keeps the last C prompt positions: every position with a loss stays, with the
+    same tokens, features and targets; C at least the prompt is the record itself."""
+    from bench.learned.eagle_shards import trim
+
+    r = materialise(records[0])
+    assert trim(r, r["prompt_len"]) is r and trim(r, 0) is r
+    cut = trim(r, 2)
+    full, short = collate([r]), collate([cut])
+    assert cut["prompt_len"] == 2 and int(full["valid"].sum()) == int(short["valid"].sum()) > 0
+    drop = r["prompt_len"] - 2
+    assert torch.equal(full["tokens"][0, drop:], short["tokens"][0]) and torch.equal(full["final"][0, drop:], short["final"][0])
+    assert torch.equal(full["valid"][0, drop:], short["valid"][0]) and torch.equal(full["feats"][0, drop:], short["feats"][0])
+
+
 def test_cli_train_draft(tmp_path):
     """`diversed-bench train-draft` end to end on the tiny pair: the head, a card naming the
     command, and a re-run that resumes instead of training again."""

@@ -287,6 +287,7 @@ class FitSettings:
     dtype: str = "float32"  # "bfloat16": the head's products under autocast, weights and Adam in fp32
     eval_every: int = 0  # held-out loss every this many steps (0: never), the best head kept
     patience: int = 3  # stop after this many evaluations without a new best held-out loss
+    context: int = 0  # prompt positions a training sequence keeps before its response (0: all)
 
 
 def batch_indices(step: int, batch: int, n: int, seed: int) -> list[int]:
@@ -332,13 +333,15 @@ def _resume(path: Path, head: Any, opt: Any, sched: Any, s: FitSettings, log: Lo
 def heldout_loss(head: Any, records: list[dict[str, Any]], target_w: torch.Tensor, s: FitSettings) -> float:
     """The 0.8^j-weighted TTT loss over every held-out record, in batches of ``s.batch`` (the
     quantity training lowers, on sequences it never reads): the curve's stopping signal."""
+    from bench.learned.eagle_shards import trim
     from bench.learned.eagle_ttt import collate, ttt_losses, weighted
 
     total = 0.0
     with torch.autocast(target_w.device.type, dtype=torch.bfloat16, enabled=s.dtype == "bfloat16"):
         for b in range(0, len(records), s.batch):
             chunk = records[b : b + s.batch]
-            total += float(weighted(ttt_losses(head, collate(chunk), target_w, s.ttt_steps)[0])) * len(chunk)
+            batch = collate([trim(r, s.context) for r in chunk])
+            total += float(weighted(ttt_losses(head, batch, target_w, s.ttt_steps)[0])) * len(chunk)
     return total / max(len(records), 1)
 
 
@@ -370,6 +373,7 @@ def fit(
     atomically every ``s.save_every`` steps and logging step, loss, step-0 accuracy, positions/s
     and time left every ``s.log_every``. With ``held`` and ``s.eval_every``, stop once the held-out
     loss stops falling and end on the best head. Returns the progress (step, history, evals, elapsed)."""
+    from bench.learned.eagle_shards import trim
     from bench.learned.eagle_ttt import collate, ttt_losses, weighted
 
     params = [p for p in head.parameters() if p.requires_grad]
@@ -379,7 +383,7 @@ def fit(
     began, positions, run_start = time.monotonic(), 0, state["step"]
     stop = state.get("stopped", False)
     for step in range(state["step"], s.steps if not stop else state["step"]):
-        batch = collate([records[i] for i in batch_indices(step, s.batch, len(records), s.seed)])
+        batch = collate([trim(records[i], s.context) for i in batch_indices(step, s.batch, len(records), s.seed)])
         with torch.autocast(target_w.device.type, dtype=torch.bfloat16, enabled=s.dtype == "bfloat16"):
             losses, accs = ttt_losses(head, batch, target_w, s.ttt_steps)
             loss = weighted(losses)
@@ -589,6 +593,7 @@ def train_draft_command(
     train_dtype: str = "float32",
     eval_every: int = 0,
     patience: int = 3,
+    context: int = 0,
 ) -> dict[str, Any]:
     """`diversed-bench train-draft`: load the pair, train its head with these flags, return the
     card (which records ``command``, the line that made it)."""
@@ -597,7 +602,8 @@ def train_draft_command(
     if train_dtype not in ("float32", "bfloat16"):
         raise BenchError(f"--train-dtype {train_dtype}: use float32 or bfloat16")
     fit_settings = FitSettings(
-        steps=steps, batch=batch, ttt_steps=ttt_steps, lr=lr, seed=seed, dtype=train_dtype, eval_every=eval_every, patience=patience
+        steps=steps, batch=batch, ttt_steps=ttt_steps, lr=lr, seed=seed, dtype=train_dtype, eval_every=eval_every, patience=patience,
+        context=context,
     )
     job = DraftJob(
         prompts=prompts or PACKAGED_PROMPTS,

@@ -78,3 +78,14 @@ def materialise(r: Record, dtype: torch.dtype = torch.float32) -> Record:
     final = torch.zeros(feats.shape[0], tail.shape[1], dtype=dtype)
     final[r["prompt_len"] - 1 :] = tail
     return {**r, "feats": feats, "final": final}
+
+
+def trim(r: Record, context: int) -> Record:
+    """A record whose prompt keeps only its last ``context`` positions (0: all). RoPE makes the
+    head's scores depend on distances only, so this is exactly a head that attends to the last
+    ``context`` prompt positions; training cost falls with the sequence (the T x T attention
+    quadratically). The response and every loss position are kept."""
+    cut = max(0, r["prompt_len"] - context) if context else 0
+    if not cut:
+        return r
+    return {**r, "ids": r["ids"][cut:], "argmax": r["argmax"][cut:], "feats": r["feats"][cut:], "prompt_len": r["prompt_len"] - cut}
