@@ -88,4 +88,7 @@ def trim(r: Record, context: int) -> Record:
     cut = max(0, r["prompt_len"] - context) if context else 0
     if not cut:
         return r
-    return {**r, "ids": r["ids"][cut:], "argmax": r["argmax"][cut:], "feats": r["feats"][cut:], "prompt_len": r["prompt_len"] - cut}
+    out = {**r, "ids": r["ids"][cut:], "argmax": r["argmax"][cut:], "feats": r["feats"][cut:], "prompt_len": r["prompt_len"] - cut}
+    if len(r["final"]) == len(r["feats"]):  # in memory: every position's (on disk: from the prompt's last on)
+        out["final"] = r["final"][cut:]
+    return out
