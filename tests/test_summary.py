@@ -163,3 +163,30 @@ def test_calibrated_values_read_at_three_digits_and_close_ones_stay_apart():
     # Without the close point, the family's labels stay at 3 digits.
     alone = summarise(rows[rows["config_id"] != "closer"]).set_index("config_id")
     assert alone.loc["close", "label"] == "cascade (opt, a=-0.00586)"
+
+
+def test_per_token_and_per_example_time_agree_at_equal_lengths(tmp_path):
+    """Greedy lossless sd emits ar's tokens, so every paired example has the same length: time per
+    token and time per example give the same normalised time (and interval)."""
+    rows = run(tmp_path, temperature=0.0)
+    sd, ar = (rows[rows["method"] == m].set_index("example_id") for m in ("sd", "ar"))
+    assert (sd["new_tokens"] == ar.loc[sd.index, "new_tokens"]).all()
+    got = summarise(rows).query("method == 'sd'").iloc[0]
+    assert np.isfinite(got["normalised_time"])
+    assert np.isclose(got["normalised_time"], got["normalised_time_example"])
+    assert np.allclose(got["normalised_time_ci"], got["normalised_time_example_ci"])
+
+
+def test_a_method_that_stops_early_is_not_called_faster():
+    """sd takes ar's time per token but emits half the tokens (it stops early): per example it would
+    look twice as fast; per emitted token it is as fast as ar, and its interval holds 1."""
+    rows = _rows({"ar": [1.0, 2.0, 1.5, 1.0], "sd": [0.5, 1.0, 0.75, 0.5]})
+    rows.loc[rows["method"] == "sd", "new_tokens"] = 4
+    got = summarise(rows).query("method == 'sd'").iloc[0]
+    assert np.isclose(got["normalised_time_example"], 0.5)  # the confounded estimator
+    assert np.isclose(got["normalised_time"], 1.0) and np.isclose(got["speedup"], 1.0)
+    low, high = got["normalised_time_ci"]
+    assert low <= 1.0 <= high
+    table = render(summarise(rows), {"gsm8k": "exact_flexible"}, "markdown")
+    speed = [line for line in table.splitlines() if line.startswith("| sd |")][1]
+    assert "| 1.00 |" in speed and "0.50" in speed  # the speedup, and time per example beside it

@@ -52,7 +52,7 @@ MIN_QUALITY_SPAN = 5.0  # percentage points (or ROUGE x 100)
 HOLLOW = f"hollow: repeats disagree > {SPREAD_LIMIT:g}x (or 1 repeat), not trusted"
 PARETO_AXES = {
     # column: (file name, title, axis label, scale)
-    "normalised_time": ("pareto", "Quality vs time", "time per example vs AR (AR = 1)", 1.0),
+    "normalised_time": ("pareto", "Quality vs time", "time per token vs AR (AR = 1)", 1.0),
     "acceptance_rate": ("pareto_acceptance", "Quality vs acceptance", "acceptance rate (%)", 100.0),
 }
 # The paper's second quality axis, drawn against time: the target's log p per emitted token needs no
@@ -349,7 +349,8 @@ def _pareto_caption(title: str, axes: tuple[str, str], flagged: bool, panel: Pan
     """What a Pareto figure shows, hollow markers explained where it draws one."""
     x, y = axes
     what = (
-        "time per example relative to AR with the same settings, on the same timed examples"
+        "time per emitted token relative to AR with the same settings, on the same timed examples (sum of "
+        "time over sum of tokens)"
         if x == "normalised_time"
         else "acceptance rate = accepted / drafted tokens"
     )

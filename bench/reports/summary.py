@@ -1,11 +1,14 @@
 """Results -> per-configuration summaries with bootstrap intervals, grouped into panels.
 
-Normalised time is paired: the mean time of a configuration over the examples it shares with the
+Normalised time is paired and per emitted token: over the examples a configuration shares with the
 ``ar`` run of the same settings (``SHARED_SETTINGS``: task, pair, temperature, budget, seed, data,
-prompt options, device, dtype, engine), divided by ``ar``'s mean time on those same examples
-(docs/spec.md §7, the speed bound). Intervals are 95% percentile bootstraps over examples. Only rows decoded alone carry a time
-(rows decoded in a batch have NaN); times are computed from those rows only, per example and per
-emitted token.
+prompt options, device, dtype, engine), its time per emitted token (sum of time over sum of
+tokens) divided by ``ar``'s on those same examples; speedup is its inverse (docs/spec.md §7, the
+speed bound). Time per example would call a method that stops early faster for stopping; per token
+it is not, and at equal lengths (greedy lossless decoding) the two agree. The ratio of mean times
+per example is kept beside it (``normalised_time_example``). Intervals are 95% percentile
+bootstraps over examples. Only rows decoded alone carry a time (rows decoded in a batch have NaN);
+times are computed from those rows only.
 
 A timing is trusted by what measures noise, not by how much examples differ (a long prompt or a
 draft that fits one text better than another makes examples differ for real, and the bootstrap
@@ -70,6 +73,23 @@ def _ratio(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def _mean_ratio(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return a.mean(-1) / b.mean(-1)
+
+
+def _per_token_ratio(t: np.ndarray, n: np.ndarray, t_ar: np.ndarray, n_ar: np.ndarray) -> np.ndarray:
+    """Time per emitted token over ar's, each pooled over the same examples (sum of time over sum
+    of tokens): the one speed estimator of every report."""
+    return _ratio(t, n) / _ratio(t_ar, n_ar)
+
+
+def per_token_time(
+    t: np.ndarray, n: np.ndarray, t_ar: np.ndarray, n_ar: np.ndarray
+) -> tuple[float, tuple[float, float]]:
+    """Normalised time per emitted token of paired examples (time and tokens of a configuration and
+    of ar, aligned by example) and its 95% bootstrap interval over examples (resampled jointly)."""
+    arrays = [np.asarray(a, float) for a in (t, n, t_ar, n_ar)]
+    if not len(arrays[0]):
+        return np.nan, (np.nan, np.nan)
+    return float(_per_token_ratio(*arrays)), bootstrap(_per_token_ratio, *arrays)
 
 
 def _loglik(g: pd.DataFrame) -> tuple[float, tuple[float, float]]:
@@ -237,8 +257,9 @@ def _headline(config_id: str, g: pd.DataFrame) -> dict[str, Any]:
 
 def _against_ar(g: pd.DataFrame, ar: pd.DataFrame) -> dict[str, Any]:
     """A configuration's time relative to the ar run with its settings, over the examples both
-    timed (NaN where none): normalised time with its interval, speedup and the repeats' spread.
-    Refuses a results directory holding two such ar runs (mixed harness versions)."""
+    timed (NaN where none): normalised time per emitted token with its interval, speedup, the
+    ratio of mean times per example beside them and the repeats' spread. Refuses a results
+    directory holding two such ar runs (mixed harness versions)."""
     first, timed = g.iloc[0], g[g["wall_time_s"].notna()]
     ref = ar[_agrees(ar, first[list(SHARED_SETTINGS)])]
     if ref["config_id"].nunique() > 1:
@@ -247,15 +268,21 @@ def _against_ar(g: pd.DataFrame, ar: pd.DataFrame) -> dict[str, Any]:
             "same settings; the results directory mixes runs of different harness versions: use a fresh one"
         )
     ref = ref[ref["wall_time_s"].notna()]
-    columns = ["example_id", "wall_time_s", *(["wall_times_s"] if "wall_times_s" in g else [])]
+    columns = ["example_id", "wall_time_s", "new_tokens", *(["wall_times_s"] if "wall_times_s" in g else [])]
     shared = timed[columns].merge(ref[columns], on="example_id", suffixes=("", "_ar"))
+    nan, pair = np.nan, (np.nan, np.nan)
     if not len(shared):
-        return {"normalised_time": np.nan, "normalised_time_ci": (np.nan, np.nan), "speedup": np.nan}
+        return {"normalised_time": nan, "normalised_time_ci": pair, "speedup": nan,
+                "normalised_time_example": nan, "normalised_time_example_ci": pair}  # fmt: skip
     t, t_ar = shared["wall_time_s"].to_numpy(float), shared["wall_time_s_ar"].to_numpy(float)
+    n, n_ar = shared["new_tokens"].to_numpy(float), shared["new_tokens_ar"].to_numpy(float)
+    normalised, interval = per_token_time(t, n, t_ar, n_ar)
     return {
-        "normalised_time": t.mean() / t_ar.mean(),
-        "normalised_time_ci": bootstrap(_mean_ratio, t, t_ar),
-        "speedup": t_ar.mean() / t.mean(),
+        "normalised_time": normalised,
+        "normalised_time_ci": interval,
+        "speedup": 1 / normalised,
+        "normalised_time_example": t.mean() / t_ar.mean(),
+        "normalised_time_example_ci": bootstrap(_mean_ratio, t, t_ar),
         # ar against itself is 1 by definition in every repeat: nothing for noise to move
         "time_spread": 1.0 if first["method"] == "ar" else _spread(_repeats(shared), _repeats(shared, "_ar")),
     }

@@ -86,6 +86,9 @@ def table_frames(
                 f"not shown: {note}" if note else _cell(get(lb, "speedup"), (np.nan, np.nan), False, 2)
                 for lb, note in zip(labels, notes)
             ]
+            speed[(t, "norm. time/example")] = [
+                _cell(get(lb, "normalised_time_example"), (np.nan, np.nan), False, 2) for lb in labels
+            ]
             speed[(t, "s/example")] = [
                 _cell(get(lb, "wall_time_s"), (np.nan, np.nan), False, 3) for lb in labels
             ]
@@ -134,8 +137,11 @@ def render(summary: pd.DataFrame, quality_metric: dict[str, str], fmt: str) -> s
                 _markdown(q),
                 "",
                 "Time relative to ar with the same settings on the same timed examples (norm. time = "
-                "mean time / ar's mean time, [low, high] its 95% bootstrap interval), tokens per target "
-                "forward (Spec-Bench's mean accepted tokens) and the share of rounds that drafted. "
+                "time per emitted token / ar's, each the sum of time over the sum of tokens, [low, high] its "
+                "95% bootstrap interval over examples; speedup = its inverse; norm. time/example = mean time "
+                "per example / ar's, beside it: a method that stops early looks faster per example, not per "
+                "token), tokens per target forward (Spec-Bench's mean accepted tokens) and the share of "
+                "rounds that drafted. "
                 "Each timed example is decoded --timing-repeats times, interleaved with ar each time; where "
                 f"the normalised time of one repeat and another differ more than {SPREAD_LIMIT:g}x (noise), "
                 "or the examples were timed once (noise not measured), the speedup is not shown: time "
