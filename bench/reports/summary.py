@@ -28,6 +28,8 @@ import pandas as pd
 
 from bench.drafters import drafter_label
 from bench.errors import BenchError
+from bench.reports.margins import EQUIVALENT, settle
+from bench.reports.margins import FIDELITY, Margins
 from bench.store import SHARED_SETTINGS
 from bench.verifiers import VERIFIERS, MethodInfo
 from bench.verifiers.base import LABEL_DIGITS
@@ -92,16 +94,58 @@ def per_token_time(
     return float(_per_token_ratio(*arrays)), bootstrap(_per_token_ratio, *arrays)
 
 
-def _loglik(g: pd.DataFrame) -> tuple[float, tuple[float, float]]:
-    """The target's mean log p per emitted token over a configuration's examples (token-weighted,
-    as the table reads it) and its bootstrap interval over examples; NaN for rows written before
-    rows carried it."""
-    known = g[g["target_loglik"].notna()] if "target_loglik" in g else g.iloc[:0]
+def _per_token(g: pd.DataFrame, column: str = "target_loglik") -> tuple[float, tuple[float, float]]:
+    """A per-token column's mean over a configuration's examples (token-weighted, as the table reads
+    it: the target's log p, or the zero-mean divergence) and its bootstrap interval over examples;
+    NaN for rows written before rows carried it."""
+    known = g[g[column].notna()] if column in g else g.iloc[:0]
     tokens = known["new_tokens"].to_numpy(float)
     if not tokens.sum():
         return np.nan, (np.nan, np.nan)
-    total = known["target_loglik"].to_numpy(float) * tokens
+    total = known[column].to_numpy(float) * tokens
     return float(total.sum() / tokens.sum()), bootstrap(_ratio, total, tokens)
+
+
+def _divergence_gap(a: np.ndarray, n: np.ndarray, b: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """Token-weighted mean divergence of one configuration minus ar's, on the same examples."""
+    return _ratio(a * n, n) - _ratio(b * m, m)
+
+
+OFF = "off-distribution"
+ON = "on-distribution"
+
+
+def _fidelity(g: pd.DataFrame, ar: pd.DataFrame, margin: float) -> dict[str, Any]:
+    """A configuration's fidelity against ar with its settings, on the examples both decoded: the
+    difference of their token-weighted mean divergence (log p_T(y) + H(p_T), 0 in expectation for
+    ar) with its paired bootstrap interval, and the verdict of ``settle`` within ``margin``. Only
+    "equivalent" is on the target's distribution; a difference, an inconclusive interval, a
+    missing ar run or rows without the column are off it (nothing shows them on it)."""
+    first = g.iloc[0]
+    nan, pair = np.nan, (np.nan, np.nan)
+    out = {"fidelity_diff": nan, "fidelity_diff_ci": pair, "fidelity_margin": margin}
+    if first["method"] == "ar":
+        return {**out, "fidelity_diff": 0.0, "fidelity": "reference", "off_distribution": False}
+    ref = ar[_agrees(ar, first[list(SHARED_SETTINGS)])]
+    column = "target_divergence"
+    if column not in g or g[column].isna().all() or (len(ref) and ref[column].isna().all()):
+        return {**out, "fidelity": f"{OFF}: not recorded (rows of schema 5 and older)", "off_distribution": True}
+    shared = g[["example_id", column, "new_tokens"]].merge(
+        ref[["example_id", column, "new_tokens"]], on="example_id", suffixes=("", "_ar")
+    ).dropna()
+    if not len(shared):
+        return {**out, "fidelity": f"{OFF}: not shown, no ar run on these examples", "off_distribution": True}
+    arrays = [shared[c].to_numpy(float) for c in (column, "new_tokens", f"{column}_ar", "new_tokens_ar")]
+    interval = bootstrap(_divergence_gap, *arrays)
+    verdict = settle(interval, margin) if np.isfinite(interval[0]) else "inconclusive"
+    on = verdict == EQUIVALENT
+    return {
+        **out,
+        "fidelity_diff": float(_divergence_gap(*arrays)),
+        "fidelity_diff_ci": interval,
+        "fidelity": ON if on else f"{OFF}: {verdict}",
+        "off_distribution": not on,
+    }
 
 
 def _repeats(frame: pd.DataFrame, suffix: str = "") -> np.ndarray:
@@ -237,14 +281,18 @@ def _headline(config_id: str, g: pd.DataFrame) -> dict[str, Any]:
         )
         if reached
         else np.nan,
-        "bias": float(np.nansum(g["bias"] * g["reached_per_position"].map(sum)) / reached)
+        # ar is the target: no distance from itself (it verifies nothing, so it logs none)
+        "bias": 0.0
+        if first["method"] == "ar"
+        else float(np.nansum(g["bias"] * g["reached_per_position"].map(sum)) / reached)
         if reached
         else np.nan,
         "quality": quality.mean(),
         "quality_ci": bootstrap(lambda q: q.mean(-1), quality),
         "acceptance_length": g["new_tokens"].sum() / g["rounds"].sum(),
         "drafting_share": g["drafting_rounds"].sum() / g["rounds"].sum() if "drafting_rounds" in g else np.nan,
-        **dict(zip(("target_loglik", "target_loglik_ci"), _loglik(g))),
+        **dict(zip(("target_loglik", "target_loglik_ci"), _per_token(g))),
+        **dict(zip(("target_divergence", "target_divergence_ci"), _per_token(g, "target_divergence"))),
         "weight_mean": float(np.nanmean(g["weight_mean"])) if g["weight_mean"].notna().any() else np.nan,
         "wall_time_s": timed["wall_time_s"].mean(),
         "time_per_token_s": timed["wall_time_s"].sum() / timed["new_tokens"].sum()
@@ -288,9 +336,10 @@ def _against_ar(g: pd.DataFrame, ar: pd.DataFrame) -> dict[str, Any]:
     }
 
 
-def summarise(rows: pd.DataFrame) -> pd.DataFrame:
-    """One row per configuration with its headline numbers and their intervals, and its method as
-    structure (``structure``: parameters, family, swept values, style, order)."""
+def summarise(rows: pd.DataFrame, margins: Margins = Margins()) -> pd.DataFrame:
+    """One row per configuration with its headline numbers and their intervals, its fidelity
+    against ar (on or off the target's distribution within the fidelity margin of ``margins``) and
+    its method as structure (``structure``: parameters, family, swept values, style, order)."""
     if rows.empty:
         raise BenchError("no rows to summarise")
     if "quality" not in rows:
@@ -301,7 +350,7 @@ def summarise(rows: pd.DataFrame) -> pd.DataFrame:
     ar = rows[rows["method"] == "ar"]
     out, firsts = [], {}
     for config_id, g in rows.groupby("config_id", sort=False):
-        out.append({**_headline(config_id, g), **_against_ar(g, ar)})
+        out.append({**_headline(config_id, g), **_against_ar(g, ar), **_fidelity(g, ar, margins.of(FIDELITY))})
         firsts[config_id] = g.iloc[0]
     summary = pd.DataFrame(out)
     _tell_apart(summary, firsts)
