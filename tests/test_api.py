@@ -62,7 +62,7 @@ def test_a_misspelt_setting_is_refused_at_the_api_boundary_in_one_line(tmp_path)
         api.run(tasks=["arith"], settings={"temprature": 0.0, "seed": 1}, output_dir=tmp_path)
     assert not tmp_path.joinpath("manifests").exists()
     configs, _ = api.configs(tasks=["arith"], methods=["sd"], settings={"temperature": 0.0, "seed": 1})
-    assert [(c.temperature, c.seed, c.drafter) for c in configs] == [(0.0, 1, "model")]
+    assert [(c.temperature, c.seed, c.drafter) for c in configs] == [(0.0, 1, "model")] * 2  # sd, accept_all
     # Every setting is the RunConfig field of its name, and a grid key; each given one reaches it.
     names = {f.name for f in fields(RunSettings)}
     assert names <= {f.name for f in fields(RunConfig)} and names <= GRID_KEYS

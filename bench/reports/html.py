@@ -377,7 +377,10 @@ def build_report(
         ]
     sections += [
         "<h2>Table 1</h2>",
-        '<p class="muted">[low, high] is the 95% bootstrap interval over examples.</p>',
+        '<p class="muted">[low, high] is the 95% bootstrap interval over examples. Fidelity beside quality: '
+        "TV to target (0 for ar), the divergence log p(y) + H(p) per token (0 in expectation for the target's "
+        "own tokens) and fidelity vs ar: on-distribution where the divergence's paired interval against ar's lies "
+        "inside the fidelity margin. Time is per emitted token against ar's; time per example beside it.</p>",
     ]
     for title, quality, speed in table_frames(summary, qualities, found):
         sections += [f"<h3>{_esc(title)}</h3>", _table(quality, "table1"), _table(speed, "speed")]

@@ -248,17 +248,17 @@ def recommend(
         for task, part in panel.part.groupby("task", sort=False):
             percent = metrics.get(task) in PERCENT_METRICS
             off = part.apply(lambda s: bool(s["off_distribution"]) and not lossless(s), axis=1).astype(bool)
-            left_out = 0 if allow_off_distribution else int(off.sum())
-            kept = part if allow_off_distribution else part[~off]
-            found = _one(rows, panel.title, str(task), kept, floor, percent)
-            out.append(replace(found, left_out=left_out))
+            left_out = set() if allow_off_distribution else set(part.loc[off, "config_id"])
+            found = _one(rows, panel.title, str(task), part, floor, percent, left_out)
+            out.append(replace(found, left_out=len(left_out)))
     return out
 
 
 def _one(
-    rows: pd.DataFrame, title: str, task: str, part: pd.DataFrame, floor: Floor, percent: bool
+    rows: pd.DataFrame, title: str, task: str, part: pd.DataFrame, floor: Floor, percent: bool, left_out: set[str]
 ) -> Recommendation:
-    """One panel and task: every setting but ar, ranked by speedup when every timing is trusted."""
+    """One panel and task: every setting but ar and those ``left_out`` (configuration ids), ranked by
+    speedup when every timing is trusted."""
     ar_rows = part[part["method"] == "ar"]
     if floor.relative and ar_rows.empty:
         raise BenchError(
@@ -266,7 +266,7 @@ def _one(
             "--method ar too, or give an absolute floor (--quality-floor abs:VALUE)"
         )
     ar = _examples(rows, ar_rows["config_id"].iloc[0]) if len(ar_rows) else None
-    settings = part[part["method"] != "ar"]
+    settings = part[(part["method"] != "ar") & ~part["config_id"].isin(left_out)]
     trusted = settings["speedup"].notna() & settings["time_spread"].map(timing_trusted)
     by = "speedup" if len(settings) and trusted.all() else "acceptance"
     candidates = [_candidate(rows, s, ar, floor, by) for _, s in settings.iterrows()]

@@ -171,7 +171,7 @@ def render(summary: pd.DataFrame, quality_metric: dict[str, str], fmt: str) -> s
                 "was emitted from and the target's (0 for ar); divergence/token, the mean of log p(y) + H(p) "
                 "under the target's sampling law, 0 in expectation when the tokens are the target's own; "
                 "fidelity vs ar, on-distribution where the paired interval of the divergence minus ar's lies "
-                f"inside ±{_margin(summary)} nats per token (the fidelity margin, --margin fidelity=VALUE), "
+                f"within {_margin(summary)} nats per token either way (the fidelity margin, --margin fidelity=VALUE), "
                 "off-distribution otherwise (below or above it, or inconclusive: too few examples to show it)",
                 "",
                 _markdown(q),
