@@ -46,6 +46,7 @@ def configs(
     dtype: str | None = None,
     engine: str = "eager",
     calibrate: bool | None = None,
+    accept_all: bool = True,
     log: Log = print,
 ) -> tuple[list[RunConfig], int | None]:
     """The configurations a run decodes, from a grid or from flags, and the grid's example limit.
@@ -53,16 +54,19 @@ def configs(
     With a grid, ``tasks``, ``pairs`` and ``methods`` fill what a template grid leaves open, and a
     setting the grid fixes is refused. ``sweep`` (no grid: a grid has its own key) gives every
     method the default sweep of its swept parameters. ``calibrate`` (None: the grid's choice, off
-    without one) leaves calibrated families' values to `run` (bench.calibration)."""
-    from bench.grid import configs_from_flags, configs_from_grid
+    without one) leaves calibrated families' values to `run` (bench.calibration). ``accept_all``
+    adds the draft alone (``accept_all`` on each configuration's drafts) where none is there."""
+    from bench.grid import configs_from_flags, configs_from_grid, with_accept_all
 
     settings = RunSettings.of(settings)
+    anchor = with_accept_all if accept_all else list
     if grid:
         if sweep:
             raise BenchError(f"grid {grid} decides its sweep (its sweep key): drop sweep=True")
-        return configs_from_grid(grid, device=device, dtype=dtype, engine=engine, tasks=tasks or (),
-                                 pairs=pairs or (), candidates=methods or (), heads=heads, params=params,
-                                 settings=settings, calibrate=calibrate)  # fmt: skip
+        found, limit = configs_from_grid(grid, device=device, dtype=dtype, engine=engine, tasks=tasks or (),
+                                         pairs=pairs or (), candidates=methods or (), heads=heads, params=params,
+                                         settings=settings, calibrate=calibrate)  # fmt: skip
+        return anchor(found), limit
     chosen = list(methods or ALL_METHODS)
     if "diversed" in chosen and not heads:
         log(
@@ -73,7 +77,7 @@ def configs(
     found = configs_from_flags(tasks=list(tasks or PAPER_TASKS), pairs=list(pairs or ["tiny"]), methods=chosen,
                                heads=heads, params=params, settings=settings, sweep=sweep,
                                calibrate=bool(calibrate), device=device, dtype=dtype, engine=engine)  # fmt: skip
-    return found, None
+    return anchor(found), None
 
 
 @dataclass
@@ -108,6 +112,7 @@ def run(
     trace: bool = False,
     report: bool = True,
     calibrate: bool | None = None,
+    accept_all: bool = True,
     train_missing_heads: bool = True,
     verbose: bool = False,
     log: Log = print,
@@ -115,12 +120,13 @@ def run(
     """Decode every configuration's examples into ``output_dir`` (resuming what is there), then,
     unless ``report`` is off or this is one share of several, write the table and the plots.
     ``settings`` and ``sweep`` are `configs`'; ``train_missing_heads`` trains a learned family's
-    head where none is cached (off: those families are skipped)."""
+    head where none is cached (off: those families are skipped); ``accept_all`` (on by default)
+    runs the draft alone beside every drafting configuration."""
     from bench.distributed import Launch
 
     found, grid_limit = configs(grid=grid, tasks=tasks, pairs=pairs, methods=methods, params=params, heads=heads,
                                 settings=settings, sweep=sweep, device=device, dtype=dtype, engine=engine,
-                                calibrate=calibrate, log=log)  # fmt: skip
+                                calibrate=calibrate, accept_all=accept_all, log=log)  # fmt: skip
     output_dir, launch = Path(output_dir), Launch.from_env(device)
     runner = _runner(output_dir, launch, shard, limit if limit is not None else grid_limit, batch_size=batch_size,
                      timing_examples=timing_examples, timing_repeats=timing_repeats, engine=engine,
@@ -200,27 +206,45 @@ def table_and_plots(results: Path | str, plots_dir: Path | str, fmt: str = "mark
     return text
 
 
-def compare(results: Path | str, candidates: Sequence[str], fmt: str = "markdown") -> str:
-    """Every candidate's point and frontier verdicts against every baseline family, as text."""
+def compare(
+    results: Path | str, candidates: Sequence[str], fmt: str = "markdown", margins: Sequence[str] = ()
+) -> str:
+    """Every candidate's point and frontier verdicts against every baseline family, as text;
+    ``margins``: ``NAME=VALUE`` equivalence margins over the defaults (bench.reports.margins)."""
     from bench.reports.compare_format import write_compare
+    from bench.reports.margins import Margins
 
-    return write_compare(Path(results), list(candidates), fmt)
+    return write_compare(Path(results), list(candidates), fmt, Margins.parse(margins))
 
 
-def recommend(results: Path | str, quality_floor: str = "0.98", fmt: str = "markdown") -> str:
-    """Per task and panel, the setting to deploy under a quality floor, and how to run it, as text."""
+def recommend(
+    results: Path | str,
+    quality_floor: str = "0.98",
+    fmt: str = "markdown",
+    margins: Sequence[str] = (),
+    allow_off_distribution: bool = False,
+) -> str:
+    """Per task and panel, the setting to deploy under a quality floor, and how to run it, as text.
+    A setting off the target's distribution (fidelity not equivalent to ar's within the fidelity
+    margin) is deployed only with ``allow_off_distribution``."""
+    from bench.reports.margins import Margins
     from bench.reports.recommend import write_recommend
 
-    return write_recommend(Path(results), quality_floor, fmt)
+    return write_recommend(Path(results), quality_floor, fmt, Margins.parse(margins), allow_off_distribution)
 
 
 def report(
-    results: Path | str, output: Path | str = "report.html", candidates: Sequence[str] = (), token_examples: int = 100
+    results: Path | str,
+    output: Path | str = "report.html",
+    candidates: Sequence[str] = (),
+    token_examples: int = 100,
+    margins: Sequence[str] = (),
 ) -> Path:
     """One self-contained HTML page of a results directory."""
     from bench.reports.html import write_report
+    from bench.reports.margins import Margins
 
-    return write_report(Path(results), Path(output), list(candidates), token_examples)
+    return write_report(Path(results), Path(output), list(candidates), token_examples, Margins.parse(margins))
 
 
 @dataclass

@@ -81,7 +81,8 @@ def run(  # fmt: skip
     dtype: o.Dtype = None, shard: o.Shard = "0/1", batch_size: o.BatchSize = 16,
     timing_examples: o.TimingExamples = 4, timing_repeats: o.TimingRepeats = 2, engine: o.Engine = "eager",
     threads: o.Threads = None, report: o.Report = True, progress: o.Progress = True, sandbox: o.Sandbox = "bwrap",
-    trace: o.Trace = False, calibrate: o.Calibrate = None, train: o.Train = True, verbose: o.Verbose = False,
+    trace: o.Trace = False, calibrate: o.Calibrate = None, train: o.Train = True, accept_all: o.AcceptAll = True,
+    verbose: o.Verbose = False,
 ) -> None:
     """Decode every example with every method; rows are flushed as they finish, and re-running
     the same command resumes where it stopped. A setting a grid fixes is refused, one it leaves
@@ -108,7 +109,7 @@ def run(  # fmt: skip
             limit=limit, output_dir=output_dir, plots_dir=plots_dir, device=device, dtype=dtype, engine=engine,
             shard=o.shard(shard), batch_size=batch_size, timing_examples=timing_examples,
             timing_repeats=timing_repeats, progress=progress, trace=trace, report=report, calibrate=calibrate,
-            train_missing_heads=train, verbose=verbose, log=lambda m: typer.echo(m, err=True),
+            accept_all=accept_all, train_missing_heads=train, verbose=verbose, log=lambda m: typer.echo(m, err=True),
         )  # fmt: skip
     except api.Interrupted as stop:
         typer.echo(f"\ninterrupted: {stop}; resume with: diversed-bench {shlex.join(sys.argv[1:])}", err=True)
@@ -129,15 +130,17 @@ def list_() -> None:
 @app.command()
 def table(  # fmt: skip
     results: o.Results = Path("results"), format: o.TableFormat = "markdown", output: o.TableFile = None,
+    margin: o.Margin = None,
 ) -> None:
     """Print Table 1 (methods x tasks: acceptance rate, quality) plus normalised time, speedup and
     acceptance length, with 95% bootstrap intervals.
 
     Example: diversed-bench table results --format latex
     """
+    from bench.reports.margins import Margins
     from bench.reports.table import write_table
 
-    text, path = write_table(results, format, output)
+    text, path = write_table(results, format, output, Margins.parse(margin))
     typer.echo(f"{text}\nwritten to {path}")
 
 
@@ -158,7 +161,7 @@ def plot(  # fmt: skip
 @app.command()
 def compare(  # fmt: skip
     results: o.Results = Path("results"), candidate: o.Candidates = None,
-    format: o.CompareFormat = "markdown",
+    format: o.CompareFormat = "markdown", margin: o.Margin = None,
 ) -> None:
     """Judge a candidate verifier against every swept baseline family and all of them pooled ("all
     baselines"): one line per family first, then each of its points against the family's frontier,
@@ -169,13 +172,14 @@ def compare(  # fmt: skip
     """
     from bench.api import compare as judge
 
-    typer.echo(judge(results, candidate or [], format))
+    typer.echo(judge(results, candidate or [], format, margin or ()))
 
 
 @app.command()
 def recommend(  # fmt: skip
     results: o.Results = Path("results"), quality_floor: o.QualityFloor = "0.98",
-    format: o.RecommendFormat = "markdown",
+    format: o.RecommendFormat = "markdown", margin: o.Margin = None,
+    allow_off_distribution: o.AllowOffDistribution = False,
 ) -> None:
     """The setting to deploy, per task and settings panel: the measured setting with the highest
     acceptance (or speedup, where every timing is trustworthy) whose quality clears the floor,
@@ -189,13 +193,13 @@ def recommend(  # fmt: skip
     """
     from bench.api import recommend as pick
 
-    typer.echo(pick(results, quality_floor, format))
+    typer.echo(pick(results, quality_floor, format, margin or (), allow_off_distribution))
 
 
 @app.command()
 def report(  # fmt: skip
     results: o.Results = Path("results"), output: o.HtmlFile = Path("report.html"),
-    candidate: o.Candidates = None, token_examples: o.TokenExamples = 100,
+    candidate: o.Candidates = None, token_examples: o.TokenExamples = 100, margin: o.Margin = None,
 ) -> None:
     """Write one self-contained HTML page: settings, Table 1, Pareto plots, compare verdicts and,
     for runs with --trace, a token view coloured by each token's fate.
@@ -204,7 +208,7 @@ def report(  # fmt: skip
     """
     from bench.api import report as write
 
-    path = write(results, output, candidate or [], token_examples)
+    path = write(results, output, candidate or [], token_examples, margin or ())
     typer.echo(f"written to {path} ({path.stat().st_size / 1e6:.2f} MB)")
 
 

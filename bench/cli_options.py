@@ -142,6 +142,30 @@ Calibrate = Annotated[
         "--calibrate/--no-calibrate",
     ),
 ]
+AcceptAll = Annotated[
+    bool,
+    _opt(
+        "Also run accept_all (keep every draft: the draft alone) on each configuration's drafts, an anchor in "
+        "every table and figure; --no-accept-all leaves it out.",
+        "--accept-all/--no-accept-all",
+    ),
+]
+Margin = Annotated[
+    Optional[list[str]],
+    _opt(
+        "NAME=VALUE: the largest difference that counts as none for a metric (exact_flexible, pass@1, rouge2, "
+        "...) or for fidelity (nats per token); repeatable. Defaults: 0.02 for shares, 0.5 for ROUGE x 100, "
+        "0.1 for fidelity (docs/compare.md).",
+        "--margin",
+    ),
+]
+AllowOffDistribution = Annotated[
+    bool,
+    _opt(
+        "Let recommend deploy a setting whose fidelity is not shown equivalent to ar's (off-distribution).",
+        "--allow-off-distribution",
+    ),
+]
 TableFormat = Annotated[str, _opt("markdown, latex or csv.", "--format")]
 TableFile = Annotated[Optional[Path], _opt("File to write (default: RESULTS/table.md|tex|csv).")]
 PlotDir = Annotated[Optional[Path], _opt("Folder for the PNG, PDF and SVG files (default: RESULTS/plots).")]

@@ -48,6 +48,8 @@ class DecodeStats:
     drafting_rounds: int = 0  # rounds that drafted at least one token (a lookup may find none)
     verified_nodes: int = 0  # drafted tokens the target verified (a chain's tokens, a tree's nodes)
     target_logprob_sum: float = 0.0  # sum over emitted tokens of the target's log p at temperature 1
+    # sum over emitted tokens of log p_T(y) + H(p_T), p_T the target's law at the sampling temperature
+    target_divergence_sum: float = 0.0
     target_forwards: int = 0
     draft_forwards: int = 0
     wall_time_s: float = 0.0  # NaN when decoded in a batch of more than one row
@@ -99,6 +101,8 @@ class DecodeStats:
             "accepted_tokens",
             "target_forwards",
             "draft_forwards",
+            "target_logprob_sum",
+            "target_divergence_sum",
         )
         for name in counts:
             setattr(self, name, getattr(self, name) + getattr(other, name))
@@ -136,6 +140,13 @@ class DecodeStats:
         """The target's mean log-likelihood per emitted token (log p at temperature 1): a fidelity
         measure that needs no gold answer (a lossless method's expectation is the target's own)."""
         return self.target_logprob_sum / self.new_tokens if self.new_tokens else float("nan")
+
+    @property
+    def target_divergence(self) -> float:
+        """Mean over emitted tokens of log p_T(y) + H(p_T): E_y~p[log p(y)] = -H(p), so its mean is 0
+        when the tokens are drawn from the target's own law (lossless sampling); below 0 where a
+        verifier lets through tokens the target finds unlikely. The fidelity axis with a known zero."""
+        return self.target_divergence_sum / self.new_tokens if self.new_tokens else float("nan")
 
     @property
     def expected_acceptance(self) -> float:
@@ -213,6 +224,7 @@ class RoundHost:
     next_token: list[int]  # the verifier's token after them
     drafts: list[list[int]]  # the row's drafted tokens (a tree round: the tokens along its path)
     logp: list[list[float]]  # the target's temperature-1 log p of each token the row may emit
+    excess: list[list[float]]  # log p_T(y) + H(p_T) of each of them (DecodeStats.target_divergence)
     # A chain round's verified rows: [expected acceptance, bias] per position (none drafted: absent).
     sums: dict[int, list[list[float]]] = field(default_factory=dict)
     depth: list[int] | None = None  # a tree round: the levels each row drafted (None: a chain)
@@ -525,8 +537,8 @@ class SpeculativeDecoder:
             "accepted": accepted,
             "next_token": next_token,
             "drafted": drafted,
-            "logp": self._target_loglik(p_logits, drafted, accepted, next_token),
         }
+        parts["logp"], parts["excess"] = self._fidelity(p_logits, self._chain_tokens(drafted, accepted, next_token))
         parts.update((f"sums{g}", f.flatten(1)) for g, (_, f) in enumerate(floats))
         if self.trace:
             q = draft.q if draft else None
@@ -553,6 +565,7 @@ class SpeculativeDecoder:
             next_token=got["next_token"],
             drafts=[tokens[:nb] for tokens, nb in zip(got["drafted"], ns)],
             logp=got["logp"],
+            excess=got["excess"],
             sums=sums,
             probs={k: got[k] for k in trace if k in got} if self.trace else None,
         )
@@ -573,8 +586,8 @@ class SpeculativeDecoder:
             "parents": draft.parents,
             "on_path": on_path,
             "accepted": accepted,
-            "logp": self._path_loglik(p_logits, nodes, on_path, accepted, next_token),
         }
+        parts["logp"], parts["excess"] = self._fidelity(*self._path_tokens(p_logits, nodes, on_path, accepted, next_token))
         host = self._tree_host(_to_host(parts), ns)  # the round's sync
         target.commit(host.paths)
         if self.reads_states:
@@ -593,6 +606,7 @@ class SpeculativeDecoder:
             next_token=got["next_token"],
             drafts=[[tokens[j] for j in path] for tokens, path in zip(got["nodes"], paths)],
             logp=got["logp"],
+            excess=got["excess"],
             depth=[_tree_depth(parents[:nb]) for parents, nb in zip(got["parents"], ns)],
             paths=paths,
         )
@@ -671,12 +685,12 @@ class SpeculativeDecoder:
         return on_path, accepted, next_token
 
     @staticmethod
-    def _path_loglik(
+    def _path_tokens(
         p_logits: Tensor, nodes: Tensor, on_path: Tensor, accepted: Tensor, next_token: Tensor
-    ) -> Tensor:
-        """[B, n + 1]: the target's temperature-1 log p of each token a tree round emits (the
-        path's nodes, read at their parents' logits, then the verifier's token at the path's end;
-        padding after it), from the device's path without a sync."""
+    ) -> tuple[Tensor, Tensor]:
+        """The target's logits [B, n + 1, V] before each token a tree round emits, and those tokens
+        [B, n + 1] (the path's nodes, read at their parents' logits, then the verifier's token at the
+        path's end; padding after it), from the device's path without a sync."""
         n = nodes.shape[1]
         step = torch.arange(n + 1, device=nodes.device)
         path = torch.cat([on_path, on_path.new_full((on_path.shape[0], 1), -1)], dim=1)
@@ -684,19 +698,26 @@ class SpeculativeDecoder:
         end = accepted.unsqueeze(1)
         pick_ = torch.where(step < end, path.clamp(min=0), torch.where(step == end, n, 0))
         tokens = torch.cat([nodes, next_token.unsqueeze(1)], dim=1).gather(1, pick_)
-        logits = p_logits.gather(1, at.unsqueeze(-1).expand(-1, -1, p_logits.shape[-1]))
-        picked = logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1).float()
-        return picked - logits.float().logsumexp(-1)
+        return p_logits.gather(1, at.unsqueeze(-1).expand(-1, -1, p_logits.shape[-1])), tokens
 
     @staticmethod
-    def _target_loglik(p_logits: Tensor, drafted: Tensor, accepted: Tensor, next_token: Tensor) -> Tensor:
-        """[B, n + 1]: the target's temperature-1 log p of the token each position would emit (the
-        drafts up to the accepted count, the verifier's token at it; later positions are unused),
-        from the verify forward's logits: the fidelity column costs no forward."""
+    def _chain_tokens(drafted: Tensor, accepted: Tensor, next_token: Tensor) -> Tensor:
+        """[B, n + 1]: the token each position of a chain round would emit (the drafts up to the
+        accepted count, the verifier's token at it; later positions are unused)."""
         last = next_token.unsqueeze(1)
-        tokens = torch.cat([drafted, last], dim=1).scatter(1, accepted.unsqueeze(1), last)
-        picked = p_logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1).float()
-        return picked - p_logits.float().logsumexp(-1)
+        return torch.cat([drafted, last], dim=1).scatter(1, accepted.unsqueeze(1), last)
+
+    def _fidelity(self, logits: Tensor, tokens: Tensor) -> tuple[Tensor, Tensor]:
+        """[B, k] each, for ``tokens`` [B, k] read at the target's ``logits`` [B, k, V] of the verify
+        forward (the fidelity columns cost no forward): the temperature-1 log p (``target_loglik``)
+        and log p_T(y) + H(p_T) (``target_divergence``), p_T the softmax of the logits at the sampling
+        temperature (1 under greedy decoding, whose point mass has no entropy to weigh; top-k and
+        top-p not applied, so a token they exclude stays finite): its mean is 0 when y ~ p_T."""
+        logits = logits.float()
+        picked = logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+        law = (logits / (self.sampling.temperature or 1.0)).log_softmax(-1)
+        entropy = torch.special.entr(law.exp()).sum(-1)
+        return picked - logits.logsumexp(-1), law.gather(-1, tokens.unsqueeze(-1)).squeeze(-1) + entropy
 
     def _verify(
         self,
@@ -787,7 +808,9 @@ class SpeculativeDecoder:
             row.stats.record_tree_round(nb, host.depth[i], kept)
         else:
             row.stats.record_round(counted, kept, *host.sums.get(i, ([], [])))
-        row.stats.target_logprob_sum += sum(host.logp[i][: len(new) if eos_at is None else eos_at + 1])
+        emitted = len(new) if eos_at is None else eos_at + 1
+        row.stats.target_logprob_sum += sum(host.logp[i][:emitted])
+        row.stats.target_divergence_sum += sum(host.excess[i][:emitted])
         row.stats.target_forwards += 1
         if weights is not None:
             row.weights.append(weights[: min(kept + 1, counted)])

@@ -19,7 +19,7 @@ from typing import Any
 
 from bench.config import RunConfig, RunSettings, expand_methods
 from bench.errors import BenchError
-from bench.lossless import ANCHORS
+from bench.lossless import ACCEPT_ALL_METHOD, ANCHORS
 from bench.registry import load_yaml
 from bench.verifiers import verifier_class
 
@@ -170,10 +170,11 @@ def _check_given(
         raise BenchError(f"grid {name} sets {', '.join(clash)}; drop {flags} or edit the grid file")
 
 
-def with_anchors(configs: list[RunConfig]) -> list[RunConfig]:
+def with_anchors(configs: list[RunConfig], methods: Sequence[str] = ANCHORS) -> list[RunConfig]:
     """The configurations and, after them, the anchors of each one's drafts (``RunConfig.anchors``:
-    ``sd`` and ``accept_all`` on the same drafts) that none of them is already: a grid with
-    ``anchors: true`` runs every point its families' frontiers hold (bench/lossless.py)."""
+    ``sd`` and ``accept_all`` on the same drafts; ``methods``: which of the two) that none of them
+    is already: a grid with ``anchors: true`` runs every point its families' frontiers hold
+    (bench/lossless.py), and every run adds ``accept_all`` (``with_accept_all``)."""
 
     def key(c: RunConfig) -> RunConfig:  # a configuration with its drafts as they run
         drafts = c.drafts()
@@ -183,7 +184,14 @@ def with_anchors(configs: list[RunConfig]) -> list[RunConfig]:
     out = list(configs)
     for c in configs:
         for point in c.anchors():
-            if key(point) not in have:
+            if point.method in methods and key(point) not in have:
                 have.append(key(point))
                 out.append(point)
     return out
+
+
+def with_accept_all(configs: list[RunConfig]) -> list[RunConfig]:
+    """The configurations and ``accept_all`` (keep every draft: the draft alone) on each one's drafts
+    that none of them is already: the anchor every table and figure shows by default, so a reader
+    sees where "accept everything" lands (``run --no-accept-all`` leaves it out)."""
+    return with_anchors(configs, (ACCEPT_ALL_METHOD,))

@@ -114,6 +114,7 @@ def stats_columns(stats: DecodeStats) -> dict[str, Any]:
         "drafting_rounds": stats.drafting_rounds,
         "drafting_share": stats.drafting_share,
         "target_loglik": stats.target_loglik,
+        "target_divergence": stats.target_divergence,
         "expected_acceptance": stats.expected_acceptance,
         "bias": stats.bias,
         "expected_acceptance_per_position": [

@@ -48,8 +48,8 @@ SHARED_SETTINGS = (
 # Version of the rows' columns and of the configuration ids. Reports read the versions in
 # ``READ_SCHEMAS``; a run adds rows only to a directory of its own version (another version's ids
 # differ, so its configurations would run again beside the old ones).
-SCHEMA = 5
-READ_SCHEMAS = (3, 4, 5)
+SCHEMA = 6
+READ_SCHEMAS = (3, 4, 5, 6)
 # Rows of schema 2 and older on Gemma 3 came from engines that attended over the whole context on
 # its sliding-window layers: their numbers are wrong, and the refusal says so.
 FULL_WINDOW_SCHEMAS = (1, 2)

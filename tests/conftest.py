@@ -95,6 +95,7 @@ def demo_results(tmp_path_factory) -> Path:
         report=False,
         log=lambda m: None,
         trace=True,
+        accept_all=False,  # the verdicts these tests read are on the sweep and the head alone
     )
     return out
 

@@ -62,7 +62,7 @@ def test_a_misspelt_setting_is_refused_at_the_api_boundary_in_one_line(tmp_path)
         api.run(tasks=["arith"], settings={"temprature": 0.0, "seed": 1}, output_dir=tmp_path)
     assert not tmp_path.joinpath("manifests").exists()
     configs, _ = api.configs(tasks=["arith"], methods=["sd"], settings={"temperature": 0.0, "seed": 1})
-    assert [(c.temperature, c.seed, c.drafter) for c in configs] == [(0.0, 1, "model")]
+    assert [(c.temperature, c.seed, c.drafter) for c in configs] == [(0.0, 1, "model")] * 2  # sd, accept_all
     # Every setting is the RunConfig field of its name, and a grid key; each given one reaches it.
     names = {f.name for f in fields(RunSettings)}
     assert names <= {f.name for f in fields(RunConfig)} and names <= GRID_KEYS
@@ -168,6 +168,30 @@ def test_a_plugin_that_declares_its_sweep_is_reported_like_a_builtin(tmp_path):
     assert {p["family"] for p in points} == {"ensemble"}
     assert [f["family"] for f in frontiers] == ["ensemble"]
     for frontier in frontiers:
-        assert frontier["verdict"] in {"dominates", "dominated", "crosses", "indistinguishable"}
+        assert frontier["verdict"] in {"dominates", "dominated", "crosses", "equivalent", "inconclusive"}
     page = api.report(out, tmp_path / "report.html", ["scaled"]).read_text()
     assert "scaled (s=0.5)" in page and "scaled (3 pts)" in page  # its points and its frontier row
+
+
+def test_every_run_adds_the_draft_alone_unless_told_not_to():
+    """accept_all (every draft kept) joins each run once per way of drafting: beside sampled drafts,
+    beside greedy drafts; never for a run that drafts nothing, never twice where the grid or the
+    methods already hold it, and not with accept_all=False (--no-accept-all)."""
+    from bench import api
+
+    def methods(**kw):
+        found, _ = api.configs(tasks=["arith"], pairs=["ref"], device="cpu", **kw)
+        return [(c.method, c.draft_policy) for c in found]
+
+    assert methods(methods=["ar", "sd", "ensemble"]) == [("ar", None), ("sd", None), ("ensemble", None),
+                                                          ("accept_all", "sample")]  # fmt: skip
+    assert methods(methods=["ar", "sd"], accept_all=False) == [("ar", None), ("sd", None)]
+    assert methods(methods=["ar"]) == [("ar", None)]  # nothing drafted: no draft to accept
+    assert methods(methods=["sd", "accept_all"]).count(("accept_all", None)) == 1
+    greedy = methods(methods=["sd"], settings=RunSettings(draft_policy="greedy"))
+    assert greedy[-1] == ("accept_all", "greedy")
+    demo, _ = api.configs(grid="demo", device="cpu")
+    assert [c.method for c in demo].count("accept_all") == 1 and demo[-1].method == "accept_all"
+    baselines, _ = api.configs(grid="baselines", tasks=["arith"], pairs=["ref"], device="cpu", calibrate=False)
+    grid_only, _ = configs_from_grid("baselines", tasks=["arith"], pairs=["ref"], calibrate=False)
+    assert len(baselines) == len(grid_only)  # the grid's anchors already hold it

@@ -24,7 +24,7 @@ from bench.verifiers import make_verifier
 
 GREEDY, HOT = Sampling(temperature=0.0), Sampling(temperature=1.0)
 TIMING = {"wall_time_s", "prefill_time_s", "batch_size", "kv_cache_bytes"}
-FLOATS = {"expected_acceptance_sum", "bias_sum", "weights", "target_logprob_sum"}
+FLOATS = {"expected_acceptance_sum", "bias_sum", "weights", "target_logprob_sum", "target_divergence_sum"}
 METHODS = {
     "ar": {},
     "sd": {},

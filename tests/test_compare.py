@@ -3,6 +3,7 @@
 and token traces (which must not change a decoded token)."""
 
 import dataclasses
+import functools
 import io
 import json
 import math
@@ -16,13 +17,20 @@ from bench.drafters import canonical_drafter
 from bench.errors import BenchError
 from bench.lossless import Drafts
 from bench.reports.compare import compare, sweep_hint
-from bench.reports.compare_format import cells, frame, render
-from bench.reports.judge import judge, judge_frontiers
+from bench.reports.compare_format import cells, frame, render, verdict_text
+from bench.reports.judge import judge as judge_at
+from bench.reports.judge import judge_frontiers as frontiers_at
 from bench.reports.frontier import acceptance_at, gaps, hull_points, quality_at
+from bench.reports.margins import EQUIVALENT, INCONCLUSIVE, Margins, detectable, settle
 from bench.reports.summary import summarise
 from bench.store import load_results, load_traces
 from bench.verifiers.base import MethodInfo
 from bench.verifiers.paper import StaticEnsemble
+
+MARGIN = 0.05  # the simulations' equivalence margin: five points of a share
+judge = functools.partial(judge_at, margin=MARGIN)
+judge_frontiers = functools.partial(frontiers_at, margin=MARGIN)
+NOT_DIFFERENT = (EQUIVALENT, INCONCLUSIVE)  # neither above nor below: what "holds 0" means now
 
 
 def test_frontier_is_the_upper_pareto_hull_read_both_ways():
@@ -71,13 +79,55 @@ def test_paired_bootstrap_interval_covers_a_known_difference_at_its_nominal_rate
     assert 0.95 - band <= covered / draws <= min(1.0, 0.95 + band), covered / draws
 
 
-def test_a_candidate_on_the_frontier_is_indistinguishable_at_the_nominal_rate():
+def test_a_candidate_on_the_frontier_is_not_called_above_or_below_beyond_the_nominal_rate():
     # Delta 0: the candidate lies on the family's frontier, so "above" or "below" is a false call.
     rng = np.random.default_rng(11)
     draws = 200
     calls = [judge(*_draw(rng, 150, 0.0), seed=i)["verdict"] for i in range(draws)]
     band = 3 * math.sqrt(0.95 * 0.05 / draws)
-    assert calls.count("indistinguishable") / draws >= 0.95 - band, calls
+    assert sum(calls.count(v) for v in NOT_DIFFERENT) / draws >= 0.95 - band, calls
+
+
+@pytest.mark.parametrize("delta", [MARGIN, -MARGIN])
+def test_a_true_difference_at_the_margin_is_called_equivalent_at_most_the_nominal_rate(delta):
+    """Equivalence is two one-sided tests at 2.5% each: with the true difference exactly at the
+    margin, "equivalent" is a false call, and its rate must stay within 2.5% plus three binomial
+    standard deviations (Monte-Carlo slack) over the draws."""
+    rng = np.random.default_rng(13 if delta > 0 else 17)
+    draws, nominal = 300, 0.025
+    calls = [judge(*_draw(rng, 150, delta), seed=i)["verdict"] for i in range(draws)]
+    assert calls.count(EQUIVALENT) / draws <= nominal + 3 * math.sqrt(nominal * (1 - nominal) / draws), {
+        v: calls.count(v) for v in set(calls)
+    }
+
+
+def test_no_difference_on_enough_examples_is_called_equivalent_most_of_the_time():
+    """The other side of the test: with no true difference and 600 paired examples (the interval's
+    half-width about half the margin), "equivalent" is the usual call; on 40 examples the same
+    truth is "inconclusive", with a detectable difference larger than the margin."""
+    rng = np.random.default_rng(19)
+    draws = 100
+    calls = [judge(*_draw(rng, 600, 0.0), seed=i)["verdict"] for i in range(draws)]
+    assert calls.count(EQUIVALENT) / draws >= 0.8, {v: calls.count(v) for v in set(calls)}
+    few = [judge(*_draw(rng, 40, 0.0), seed=i) for i in range(20)]
+    inconclusive = [r for r in few if r["verdict"] == INCONCLUSIVE]
+    assert len(inconclusive) >= 15 and all(r["detectable"] > MARGIN for r in inconclusive)
+
+
+def test_the_rule_and_its_words_name_the_margin():
+    assert settle((0.01, 0.2), 0.05) == "above" and settle((-0.2, -0.01), 0.05) == "below"
+    assert settle((-0.04, 0.03), 0.05) == EQUIVALENT
+    assert settle((-0.04, 0.06), 0.05) == INCONCLUSIVE  # holds 0, reaches past the margin
+    assert settle((0.01, 0.03), 0.05) == EQUIVALENT  # told from 0, but smaller than the margin: none
+    assert detectable((-0.1, 0.1)) == pytest.approx((1.959964 + 0.841621) * 0.1 / 1.959964)
+    margins = Margins.parse(["rouge2=1", "fidelity=0.05"])
+    assert margins.of("rouge2") == 1 and margins.of("exact_flexible") == 0.02 and margins.of("fidelity") == 0.05
+    assert margins.named("rouge2") == "rouge2, given" and margins.named("pass@1") == "pass@1, default"
+    for bad in ("rouge2", "rouge2=-1", "=0.1", "rouge2=x"):
+        with pytest.raises(BenchError, match="--margin"):
+            Margins.parse([bad])
+    with pytest.raises(BenchError, match="--margin reference_score=VALUE"):
+        Margins().of("reference_score")  # Spec-Bench's pooled scores: no default, the flag named
 
 
 def _fixed(accepted: list[int], quality: float, n: int = 200) -> dict:
@@ -144,7 +194,7 @@ def test_frontier_verdicts_follow_the_rule():
     crossing = judge_frontiers(_family([3, 6], [0.9, 0.5]), base)
     assert crossing["verdict"] == "crosses"
     assert crossing["largest_lead_ci"][0] > 0 and crossing["largest_deficit_ci"][0] > 0
-    assert judge_frontiers(_family([3, 6], [0.7, 0.7]), base)["verdict"] == "indistinguishable"
+    assert judge_frontiers(_family([3, 6], [0.7, 0.7]), base)["verdict"] == EQUIVALENT  # the same frontier
     apart = judge_frontiers(_family([7, 9], [0.5, 0.4]), base)
     assert apart["verdict"] == "cannot judge" and "no shared acceptance range" in apart["reason"]
 
@@ -172,13 +222,22 @@ def _sweep(rng, n: int, shift: float) -> tuple[list[dict], list[dict]]:
     return out[0::2], out[1::2]
 
 
-def test_a_sweep_split_in_two_is_indistinguishable_from_itself_at_about_the_nominal_rate():
+def test_a_sweep_split_in_two_is_not_called_different_from_itself_beyond_about_the_nominal_rate():
     rng = np.random.default_rng(5)
     draws = 200
     calls = [judge_frontiers(*_sweep(rng, 150, 0.0), seed=i)["verdict"] for i in range(draws)]
     false = (calls.count("dominates") + calls.count("dominated")) / draws
     assert false <= 0.08, {v: calls.count(v) for v in set(calls)}
-    assert calls.count("indistinguishable") / draws >= 0.85
+    assert sum(calls.count(v) for v in NOT_DIFFERENT) / draws >= 0.85
+
+
+def test_a_margin_tighter_than_the_interval_is_never_called_equivalent():
+    # Level sweeps on 150 examples: their mean gap's interval is wider than a 0.1-point margin.
+    rng = np.random.default_rng(23)
+    calls = [frontiers_at(*_sweep(rng, 150, 0.0), margin=0.001, seed=i) for i in range(20)]
+    assert not any(c["verdict"] == EQUIVALENT for c in calls)
+    level = [c for c in calls if c["verdict"] == INCONCLUSIVE]
+    assert level and all(c["mean_gap_ci"][1] - c["mean_gap_ci"][0] > 0.002 for c in level)
 
 
 def _calibrated_sweep(rng, n: int, shift: float) -> tuple[list[dict], list[dict]]:
@@ -224,7 +283,7 @@ def test_calibrated_sweeps_keep_the_frontier_verdicts_false_call_rate_and_power(
     calls = [judge_frontiers(*_calibrated_sweep(rng, 150, 0.0), seed=i)["verdict"] for i in range(draws)]
     false = (calls.count("dominates") + calls.count("dominated")) / draws
     assert false <= 0.08, {v: calls.count(v) for v in set(calls)}
-    assert calls.count("indistinguishable") / draws >= 0.85
+    assert sum(calls.count(v) for v in NOT_DIFFERENT) / draws >= 0.85
     up = [judge_frontiers(*_calibrated_sweep(rng, 150, 0.1), seed=i)["verdict"] for i in range(60)]
     assert up.count("dominates") / len(up) >= 0.95, {v: up.count(v) for v in set(up)}
 
@@ -258,13 +317,15 @@ def test_demo_diversed_is_above_the_static_ensemble_and_an_ensemble_point_is_not
     assert diversed.family == "ensemble" and diversed.family_points == 4
     assert diversed.verdict == "above", diversed
     assert diversed.quality_diff_ci[0] > 0
-    # Each sweep point on its own family's hull is indistinguishable from it; none is above it.
+    # Each sweep point on its own family's hull is not below it (equivalent or inconclusive on 50
+    # examples); none is above it.
     ensemble = [
         c for c in result.points if c.candidate in _labels(rows, "ensemble") and c.family == "ensemble"
     ]
     assert len(ensemble) == 4 and not any(c.verdict == "above" for c in ensemble)
     on_hull = [c for c in ensemble if c.quality_diff == 0]
-    assert on_hull and all(c.verdict == "indistinguishable" for c in on_hull)
+    assert on_hull and all(c.verdict in NOT_DIFFERENT for c in on_hull)
+    assert all(c.metric == "exact_flexible, default" and c.margin == 0.02 for c in ensemble)
     # The ensemble sweep is a candidate family too, never judged against itself: its frontier goes
     # against DIVERSED's (a baseline family, one point), and DIVERSED, run at one setting, gets
     # point verdicts only.
@@ -273,7 +334,8 @@ def test_demo_diversed_is_above_the_static_ensemble_and_an_ensemble_point_is_not
     assert "| above |" in text and "--grid baselines" in text
     assert json.loads(render(result, "json"))["points"][0]["verdict"] in {
         "above",
-        "indistinguishable",
+        EQUIVALENT,
+        INCONCLUSIVE,
         "below",
         "cannot judge",
     }
@@ -298,25 +360,26 @@ def _split(rows: pd.DataFrame, weights: tuple[float, ...]) -> pd.DataFrame:
     return rows
 
 
-def test_the_demo_ensemble_split_in_two_is_indistinguishable_from_itself(demo_results):
+def test_the_demo_ensemble_split_in_two_is_not_told_apart_from_itself(demo_results):
     rows = _split(load_results(demo_results), (0.2, 0.6))
     result = compare(rows, ["ensemble-half", "diversed"])
     # ensemble-half (w=0.2, 0.6) against ensemble (w=0.4, 0.8), and against DIVERSED's single point
     (f,) = _against(result.frontiers, "ensemble")
     assert (f.candidate, f.family, f.candidate_points, f.family_points) == ("ensemble-half", "ensemble", 2, 2)
-    assert f.verdict == "indistinguishable", f
     assert f.mean_gap_ci[0] < 0 < f.mean_gap_ci[1]
+    assert f.verdict == settle(f.mean_gap_ci, f.margin) and f.verdict in NOT_DIFFERENT, f
+    assert f"±{f.margin * 100:.1f}% (exact_flexible, default)" in verdict_text(f)
     lo, hi = f.shared_acceptance
     assert lo < hi and f.largest_lead >= f.mean_gap >= -f.largest_deficit
     # The other way round, the same comparison mirrored.
     (back,) = _against(compare(rows, ["ensemble"]).frontiers, "ensemble-half")
-    assert back.family == "ensemble-half" and back.verdict == "indistinguishable"
+    assert back.family == "ensemble-half" and back.verdict == f.verdict
     assert back.mean_gap == pytest.approx(-f.mean_gap) and back.largest_lead == pytest.approx(
         f.largest_deficit
     )
     # Both tables in every format.
     assert "Frontier against frontier:" in render(result, "markdown")
-    assert "| indistinguishable |" in render(result, "markdown").split("Frontier against frontier:")[1]
+    assert f"| {verdict_text(f)} |" in render(result, "markdown").split("Frontier against frontier:")[1]
     assert set(pd.read_csv(io.StringIO(render(result, "csv")))["comparison"]) == {"point", "frontier"}
     assert json.loads(render(result, "json"))["frontiers"][0]["mean_gap_ci_low"] == f.mean_gap_ci[0]
     assert "% frontier against frontier" in render(result, "latex")
@@ -543,7 +606,7 @@ def test_a_renamed_copy_of_a_baseline_is_judged_like_itself_at_the_nominal_rate(
 
 
 @pytest.mark.slow
-def test_the_static_ensemble_renamed_is_indistinguishable_from_itself_on_the_shipped_pair(tmp_path):
+def test_the_static_ensemble_renamed_is_not_told_apart_from_itself_on_the_shipped_pair(tmp_path):
     """The shipped-pair case: tests/renamed_ensemble.py (pi = share p + (1 - share) q, swept at
     share = 0.1 ... 0.9) beside the calibrated ensemble and both anchors, 50 arith examples as
     `run --grid baselines --method tests/renamed_ensemble.py:RenamedEnsemble --task arith --pair ref
@@ -569,7 +632,7 @@ def test_the_static_ensemble_renamed_is_indistinguishable_from_itself_on_the_shi
     )
     result = compare(load_results(tmp_path), ["renamed"])
     (line,) = [v for v in result.families if v.family == "ensemble"]
-    assert line.kind == "frontier" and line.verdict == "indistinguishable", line
+    assert line.kind == "frontier" and line.verdict in NOT_DIFFERENT, line
     sd = summarise(load_results(tmp_path)).set_index("method").loc["sd", "acceptance_rate"]
     assert line.acceptance == pytest.approx((sd, 1.0))  # both frontiers span [SD's acceptance, 1]
     assert not any("no anchor" in note for *_, note in result.notes)
@@ -636,13 +699,21 @@ def test_verdict_lines_name_each_sides_drafts_where_they_differ():
     nan = float("nan")
     line = FamilyVerdict(
         "panel", "arith", "diversed", "threshold", 1, 7, "point", "below", "", -0.1, (-0.18, -0.02),
-        (0.915, 0.915), {"below": 1}, True, "sampled drafts", "greedy drafts",
+        (0.915, 0.915), {"below": 1}, True, 0.02, "exact_flexible, default", 0.1, [], "sampled drafts",
+        "greedy drafts",
     )
     assert family_line(line).startswith("diversed (1 setting, sampled drafts) vs threshold (7 pts, greedy drafts): below")
     pool = dataclasses.replace(line, family="all baselines, greedy drafts")
     assert "vs all baselines, greedy drafts (7 pts):" in family_line(pool)  # named by its drafts once
     same = dataclasses.replace(line, family_drafts="sampled drafts", gap=nan)
     assert family_line(same) == "diversed (1 setting) vs threshold (7 pts): below"
+    off = dataclasses.replace(same, off_distribution=["diversed (head=h): below"])
+    assert family_line(off).endswith("below; off the target's distribution: diversed (head=h): below")
+    level = dataclasses.replace(same, verdict="inconclusive")
+    assert family_line(level) == (
+        "diversed (1 setting) vs threshold (7 pts): inconclusive: the interval reaches past ±2.0% "
+        "(exact_flexible, default); this sample detects differences of about 10.0% (80% power)"
+    )
     from bench.reports.compare import Verdicts
 
     (got,) = json.loads(render(Verdicts([], [], [line]), "json"))["verdicts"]

@@ -35,7 +35,7 @@ METHODS = {
     "diversed": {},
 }
 TIMINGS = ("wall_time_s", "prefill_time_s", "kv_cache_bytes")
-FLOATS = ("expected_acceptance_sum", "bias_sum", "weights", "target_logprob_sum")
+FLOATS = ("expected_acceptance_sum", "bias_sum", "weights", "target_logprob_sum", "target_divergence_sum")
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -332,7 +332,8 @@ def test_lookup_rows_in_a_batch_decode_as_they_do_alone(tiny_pair):
 
 
 def test_target_loglik_is_the_targets_log_p_of_the_emitted_tokens(tiny_pair):
-    """The fidelity column read from the verify forwards equals a full forward over the text."""
+    """The fidelity columns read from the verify forwards equal a full forward over the text: the
+    temperature-1 log p, and log p_T(y) + H(p_T) at the sampling temperature (1 under greedy)."""
     prompt = repetitive_prompts(tiny_pair.tokenizer)[0]
     for method, drafter, sampling in [("ar", "model", GREEDY), ("sd", "lookup", Sampling(1.0)), ("sd", "model", Sampling(1.0))]:
         gen = decoder(tiny_pair, method, 4, drafter, sampling=sampling).generate(prompt, 20, seed=3)
@@ -341,6 +342,9 @@ def test_target_loglik_is_the_targets_log_p_of_the_emitted_tokens(tiny_pair):
         logp = logits[len(prompt) - 1 : -1].log_softmax(-1)
         want = logp.gather(-1, torch.tensor(gen.token_ids).unsqueeze(-1)).mean().item()
         assert gen.stats.target_loglik == pytest.approx(want, abs=1e-4), (method, drafter)
+        law = (logits[len(prompt) - 1 : -1] / (sampling.temperature or 1.0)).log_softmax(-1)
+        excess = law.gather(-1, torch.tensor(gen.token_ids).unsqueeze(-1)).squeeze(-1) + torch.special.entr(law.exp()).sum(-1)
+        assert gen.stats.target_divergence == pytest.approx(excess.mean().item(), abs=1e-4), (method, drafter)
 
 
 @pytest.mark.slow

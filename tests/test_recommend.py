@@ -192,11 +192,17 @@ def test_recommend_on_the_demo(demo_results, tmp_path):
     # The demo fixture has no ar: a share of ar's quality cannot be judged, an absolute floor can.
     result = CliRunner().invoke(app, ["recommend", str(demo_results), "--quality-floor", "0.9"])
     assert result.exit_code != 0 and "needs ar's run" in str(result.exception)
+    # Without ar no setting is shown on the target's distribution: none is considered unless asked.
+    alone = CliRunner().invoke(app, ["recommend", str(demo_results), "--quality-floor", "abs:0.5", "--format", "json"])
+    (none,) = json.loads(alone.output)
+    assert none["setting"] is None and none["settings"] == 0 and none["left_out"] > 0
     result = CliRunner().invoke(
-        app, ["recommend", str(demo_results), "--quality-floor", "abs:0.5", "--format", "json"]
+        app,
+        ["recommend", str(demo_results), "--quality-floor", "abs:0.5", "--format", "json", "--allow-off-distribution"],
     )
     assert result.exit_code == 0, result.output
     (found,) = json.loads(result.output)
+    assert found["fidelity"] == "off-distribution: not shown, no ar run on these examples"
     assert found["status"] == "confirmed" and found["setting"] and found["run"]
     # Nothing timed (the fixture times no example): no setting is confirmed faster than ar.
     assert found["deploy"] == "ar" and f"the pick (by acceptance), {found['setting']}, keeps" in found["reason"]
@@ -207,11 +213,15 @@ def test_recommend_on_the_demo(demo_results, tmp_path):
     assert found["examples"][0] + found["examples"][1] == total and found["cleared"] >= 1
     # The pick is the fastest among the settings that clear 0.5 accuracy on the selection half.
     assert found["quality"] >= 0.5 and found["floor_quality"] == pytest.approx(0.5)
-    text = CliRunner().invoke(app, ["recommend", str(demo_results), "--quality-floor", "abs:0.5"]).output
+    text = CliRunner().invoke(
+        app, ["recommend", str(demo_results), "--quality-floor", "abs:0.5", "--allow-off-distribution"]
+    ).output
     assert f"| arith | quality 0.5 | ar (the target alone) | {found['setting']} |" in text
     assert "How to run ar, the target alone (arith):" in text
     # A floor no setting can show on half the demo's examples: none, and the fix named.
-    text = CliRunner().invoke(app, ["recommend", str(demo_results), "--quality-floor", "abs:0.999"]).output
+    text = CliRunner().invoke(
+        app, ["recommend", str(demo_results), "--quality-floor", "abs:0.999", "--allow-off-distribution"]
+    ).output
     assert "| arith | quality 0.999 | ar (the target alone) | none |" in text
     assert "arith: deploy ar, the target alone: no setting clears the floor on the selection half." in text
     assert "decode more examples (--limit) or lower the floor" in text
@@ -345,3 +355,26 @@ def test_lossless_settings_are_sd_and_each_family_at_its_lossless_value():
     assert lossless(setting("lossy", lenience=1.0)) and not lossless(setting("lossy", lenience=0.5))
     assert lossless(setting("threshold", speculative_accept_threshold_acc=1.0))
     assert not lossless(setting("relaxed"))
+
+
+def test_a_setting_off_the_targets_distribution_is_not_deployed_unless_asked():
+    """lossy keeps the floor and is twice as fast as ar, but the target finds its tokens far less
+    likely (divergence 0.5 nats per token below ar's): it is left out, and sd (lossless, on the
+    distribution by construction) is deployed; --allow-off-distribution considers lossy again. A
+    margin wide enough to hold the gap puts it back on the distribution."""
+    from result_rows import result_rows
+
+    from bench.reports.margins import Margins
+    from bench.reports.recommend import recommend, render
+
+    n = 200
+    rows = result_rows({"ar": [1.0] * n, "sd": [0.8] * n, "lossy": [0.5] * n})
+    rows.loc[rows["method"] == "lossy", "target_divergence"] = np.resize([-0.4, -0.6], n)
+    (found,) = recommend(rows, Floor.parse("0.9"))
+    assert (found.setting, found.deploy, found.left_out, found.fidelity) == ("sd", "sd", 1, "on-distribution")
+    assert "1 off the target's distribution not considered: --allow-off-distribution" in render([found], "markdown")
+    (found,) = recommend(rows, Floor.parse("0.9"), allow_off_distribution=True)
+    assert (found.setting, found.deploy, found.left_out) == ("lossy", "lossy", 0)
+    assert found.fidelity.startswith("off-distribution: below")
+    (found,) = recommend(rows, Floor.parse("0.9"), Margins.parse(["fidelity=0.7"]))
+    assert (found.setting, found.fidelity) == ("lossy", "on-distribution")

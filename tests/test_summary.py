@@ -163,3 +163,74 @@ def test_calibrated_values_read_at_three_digits_and_close_ones_stay_apart():
     # Without the close point, the family's labels stay at 3 digits.
     alone = summarise(rows[rows["config_id"] != "closer"]).set_index("config_id")
     assert alone.loc["close", "label"] == "cascade (opt, a=-0.00586)"
+
+
+def test_per_token_and_per_example_time_agree_at_equal_lengths(tmp_path):
+    """Greedy lossless sd emits ar's tokens, so every paired example has the same length: time per
+    token and time per example give the same normalised time (and interval)."""
+    rows = run(tmp_path, temperature=0.0)
+    sd, ar = (rows[rows["method"] == m].set_index("example_id") for m in ("sd", "ar"))
+    assert (sd["new_tokens"] == ar.loc[sd.index, "new_tokens"]).all()
+    got = summarise(rows).query("method == 'sd'").iloc[0]
+    assert np.isfinite(got["normalised_time"])
+    assert np.isclose(got["normalised_time"], got["normalised_time_example"])
+    assert np.allclose(got["normalised_time_ci"], got["normalised_time_example_ci"])
+
+
+def test_a_method_that_stops_early_is_not_called_faster():
+    """sd takes ar's time per token but emits half the tokens (it stops early): per example it would
+    look twice as fast; per emitted token it is as fast as ar, and its interval holds 1."""
+    rows = _rows({"ar": [1.0, 2.0, 1.5, 1.0], "sd": [0.5, 1.0, 0.75, 0.5]})
+    rows.loc[rows["method"] == "sd", "new_tokens"] = 4
+    got = summarise(rows).query("method == 'sd'").iloc[0]
+    assert np.isclose(got["normalised_time_example"], 0.5)  # the confounded estimator
+    assert np.isclose(got["normalised_time"], 1.0) and np.isclose(got["speedup"], 1.0)
+    low, high = got["normalised_time_ci"]
+    assert low <= 1.0 <= high
+    table = render(summarise(rows), {"gsm8k": "exact_flexible"}, "markdown")
+    speed = [line for line in table.splitlines() if line.startswith("| sd |")][1]
+    assert "| 1.00 |" in speed and "0.50" in speed  # the speedup, and time per example beside it
+
+
+def test_fidelity_sits_beside_quality_and_marks_settings_off_the_targets_distribution():
+    """ar is the reference (its TV from itself 0); sd's divergence matches ar's example by example
+    (on the distribution); lossy's lies 0.5 nats per token below (off it: below); a setting whose
+    few noisy examples straddle the margin is inconclusive, so off it too; rows written before the
+    column are off it, saying why."""
+    rows = _rows({"ar": [1.0] * 4, "sd": [0.5] * 4, "lossy": [0.5] * 4})
+    rows["target_divergence"] = np.tile([0.02, -0.03, 0.01, 0.0], 3) + np.repeat([0.0, 0.0, -0.5], 4)
+    got = summarise(rows).set_index("method")
+    assert got.loc["ar", "bias"] == 0.0 and got.loc["ar", "fidelity"] == "reference"
+    assert got.loc["sd", "fidelity"] == "on-distribution" and not got.loc["sd", "off_distribution"]
+    assert got.loc["sd", "fidelity_diff_ci"] == (0.0, 0.0)
+    assert got.loc["lossy", "fidelity"] == "off-distribution: below" and got.loc["lossy", "off_distribution"]
+    assert np.isclose(got.loc["lossy", "fidelity_diff"], -0.5) and np.isclose(got.loc["lossy", "target_divergence"], -0.5)
+    noisy = rows.copy()
+    noisy.loc[noisy["method"] == "lossy", "target_divergence"] = [0.3, -0.3, 0.25, -0.25]
+    assert summarise(noisy).set_index("method").loc["lossy", "fidelity"] == "off-distribution: inconclusive"
+    old = summarise(rows.drop(columns="target_divergence")).set_index("method")
+    assert old.loc["sd", "fidelity"].startswith("off-distribution: not recorded") and old.loc["sd", "off_distribution"]
+    table = render(summarise(rows), {"gsm8k": "exact_flexible"}, "markdown")
+    assert "GSM8K TV to target | GSM8K divergence/token | GSM8K fidelity vs ar |" in table
+    lossy = [line for line in table.splitlines() if line.startswith("| lossy |")][0]
+    assert "| off-distribution: below (Δ -0.500 [-0.500, -0.500]) |" in lossy
+
+
+def test_the_divergence_has_mean_zero_under_the_targets_own_law():
+    """log p_T(y) + H(p_T) averaged over y ~ p_T is 0 exactly (its per-token column's known zero), at
+    any temperature; the temperature-1 log p comes out beside it."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from bench.decoding import SpeculativeDecoder
+    from bench.distributions import Sampling
+
+    logits = torch.randn(2, 3, 11, generator=torch.Generator().manual_seed(0)) * 3
+    every = torch.arange(11).expand(2, 3, 11).reshape(2, 33)
+    for t in (0.0, 0.6, 1.0):
+        me = SimpleNamespace(sampling=Sampling(temperature=t))
+        loglik, excess = SpeculativeDecoder._fidelity(me, logits.repeat_interleave(11, dim=1), every)
+        law = (logits / (t or 1.0)).softmax(-1).reshape(2, 33)
+        assert torch.allclose((law * excess).reshape(2, 3, 11).sum(-1), torch.zeros(2, 3), atol=1e-5)
+        assert torch.allclose(loglik, logits.log_softmax(-1).reshape(2, 33), atol=1e-5)

@@ -147,6 +147,9 @@ def test_sampled_tree_rows_in_a_batch_decode_as_they_do_alone(tiny_pair, prompts
         logp = logits[len(prompts[i]) - 1 : -1].log_softmax(-1)
         want = logp.gather(-1, torch.tensor(gen.token_ids).unsqueeze(-1)).mean().item()
         assert gen.stats.target_loglik == pytest.approx(want, abs=1e-4)
+        # the tree path's divergence too (temperature 1: log p + H(p) of each emitted token)
+        excess = logp.gather(-1, torch.tensor(gen.token_ids).unsqueeze(-1)).squeeze(-1) + torch.special.entr(logp.exp()).sum(-1)
+        assert gen.stats.target_divergence == pytest.approx(excess.mean().item(), abs=1e-4)
     assert sum(g.stats.accepted_tokens for g in batch) > 0
 
 

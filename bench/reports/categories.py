@@ -2,9 +2,12 @@
 Spec-Bench's leaderboard: a column per category group (the task file's ``category_groups``, e.g.
 MT-bench's eight pooled), then ``overall``; a row per configuration; one table per measure.
 
-- speedup: Spec-Bench's (its evaluation/speed.py): mean over examples of emitted tokens / seconds,
-  over ``ar``'s same mean, on the examples timed in both (their count in parentheses). Only rows
-  decoded alone have a time: give ``--timing-examples`` the ``--limit`` to time them all.
+- speedup: the estimator of every report (``bench.reports.summary.per_token_time``): ``ar``'s time
+  per emitted token over this configuration's, each the sum of time over the sum of tokens on the
+  examples timed in both (their count in parentheses), with its 95% bootstrap interval over
+  examples. Spec-Bench's own (its evaluation/speed.py: the mean of tokens per second over
+  examples) weighs short examples' rates like long ones' and is not used. Only rows decoded alone
+  have a time: give ``--timing-examples`` the ``--limit`` to time them all.
 - mean accepted tokens: emitted tokens / decoding rounds (= target forwards after the prefill):
   Spec-Bench's "#Mean accepted tokens", the bonus token included; 1.00 for ``ar``.
 - mean log-likelihood: the target's log-probability per emitted token (``target_loglik``, weighted
@@ -23,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from bench.errors import BenchError
-from bench.reports.summary import panels
+from bench.reports.summary import panels, per_token_time
 
 OVERALL = "overall"
 PERCENT = {"exact", "hit", "exact_flexible", "exact_strict", "pass@1"}
@@ -92,9 +95,11 @@ def _measures(part: pd.DataFrame, ar: pd.DataFrame | None, greedy: bool) -> dict
     )
     timed = both[both["wall_time_s"].notna() & both["wall_time_s_ar"].notna()]
     if len(timed):
-        rate = (timed["new_tokens"] / timed["wall_time_s"]).mean()
-        rate_ar = (timed["new_tokens_ar"] / timed["wall_time_s_ar"]).mean()
-        cells["speedup"] = f"{rate / rate_ar:.2f}x ({len(timed)})"
+        ratio, (low, high) = per_token_time(
+            *(timed[c].to_numpy(float) for c in ("wall_time_s", "new_tokens", "wall_time_s_ar", "new_tokens_ar"))
+        )
+        shown = f" [{1 / high:.2f}, {1 / low:.2f}]" if np.isfinite(low) else ""
+        cells["speedup"] = f"{1 / ratio:.2f}x{shown} ({len(timed)})"
     else:
         cells["speedup"] = "NA (0)"
     if greedy and len(both):
@@ -105,7 +110,11 @@ def _measures(part: pd.DataFrame, ar: pd.DataFrame | None, greedy: bool) -> dict
 
 
 TABLES = [
-    ("speedup", "Speedup over ar (Spec-Bench's: mean tokens/s over ar's, on the examples timed in both: their count)"),
+    (
+        "speedup",
+        "Speedup over ar (ar's time per emitted token over this one's, each summed over the examples timed in "
+        "both; [95% bootstrap interval]; (their count))",
+    ),
     ("accepted", "Mean accepted tokens (emitted tokens per decoding round, i.e. per target forward)"),
     ("logprob", "Target's mean log-likelihood per emitted token (no gold answer needed)"),
     ("same", "Same output as ar (share of examples, every turn equal)"),

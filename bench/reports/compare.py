@@ -35,7 +35,8 @@ from bench.calibration.notes import barely_moves, floor_point, reaches_floor
 from bench.errors import BenchError
 from bench.lossless import ANCHORS, Drafts, anchors
 from bench.reports.judge import judge, judge_frontiers
-from bench.reports.summary import PERCENT_METRICS, Panel, panels, quality_metrics, summarise
+from bench.reports.margins import Margins
+from bench.reports.summary import ON, PERCENT_METRICS, Panel, panels, quality_metrics, summarise
 from bench.verifiers import MethodInfo
 
 MIN_EXAMPLES = 10  # fewer paired examples than this: no verdict
@@ -70,10 +71,14 @@ class Comparison:
     speedup: float
     time_spread: float  # how far re-timing the same examples moves norm. time; above SPREAD_LIMIT untrusted
     beyond_sweep: float  # share of resamples whose candidate falls outside the family's acceptance range
-    verdict: str  # above, indistinguishable, below or cannot judge
+    verdict: str  # above, below, equivalent (within the margin), inconclusive or cannot judge
     reason: str
     percent: bool  # quality is a percentage (accuracy, pass@1)
     candidate_family: str  # the candidate configuration's family
+    margin: float  # the quality difference that counts as none (bench.reports.margins)
+    metric: str  # the margin's metric and source, as the verdict names it ("rouge2, default")
+    detectable: float  # the smallest difference this sample detects at 80% power (judge.detectable)
+    fidelity: str  # the candidate's fidelity against ar: on-distribution, or off-distribution and why
     candidate_drafts: str = ""  # what drafted each side ("sampled drafts", "greedy drafts", ...)
     family_drafts: str = ""
 
@@ -96,9 +101,12 @@ class FrontierComparison:
     largest_lead_ci: tuple[float, float]
     largest_deficit: float  # max over the shared range of family minus candidate
     largest_deficit_ci: tuple[float, float]
-    verdict: str  # dominates, dominated, crosses, indistinguishable or cannot judge
+    verdict: str  # dominates, dominated, crosses, equivalent, inconclusive or cannot judge
     reason: str
     percent: bool
+    margin: float  # the mean gap that counts as none
+    metric: str
+    detectable: float  # the smallest mean gap this sample detects at 80% power
     candidate_drafts: str = ""
     family_drafts: str = ""
 
@@ -122,6 +130,10 @@ class FamilyVerdict:
     acceptance: tuple[float, float]  # the shared acceptance range; a point's acceptance twice
     point_verdicts: dict[str, int]  # how the candidate's points fared against this family
     percent: bool
+    margin: float
+    metric: str
+    detectable: float
+    off_distribution: list[str]  # the candidate's settings off the target's distribution, with why
     candidate_drafts: str = ""
     family_drafts: str = ""
 
@@ -248,14 +260,16 @@ def compare(
     candidates: list[str],
     *,
     seed: int = 0,
+    margins: Margins = Margins(),
     summary: pd.DataFrame | None = None,
     found: list[Panel] | None = None,
 ) -> Verdicts:
     """Every candidate against every baseline family and all of them pooled, per panel and task:
     each candidate point against each family's frontier, each swept candidate's frontier against
-    each other family's, and the family lines. ``summary`` and ``found`` (its panels), when the
-    caller has them already, are not computed again."""
-    summary = summarise(rows) if summary is None else summary
+    each other family's, and the family lines, "equivalent" meaning within the task metric's
+    margin (``margins``). ``summary`` and ``found`` (its panels), when the caller has them
+    already, are not computed again."""
+    summary = summarise(rows, margins) if summary is None else summary
     missing = [c for c in candidates if not chosen(summary, [c]).any()]
     if missing:
         raise BenchError(
@@ -271,8 +285,9 @@ def compare(
         for task, part in panel.part.groupby("task", sort=False):
             mine = part[chosen(part, candidates)]
             baselines = baseline_families(part, candidates)
-            percent = metrics.get(task) in PERCENT_METRICS
-            where = {"panel": panel.title, "task": str(task), "percent": percent}
+            metric = metrics.get(task, "quality")
+            where = {"panel": panel.title, "task": str(task), "percent": metric in PERCENT_METRICS,
+                     "margin": margins.of(metric), "metric": margins.named(metric)}  # fmt: skip
             lacking = missing_anchors(part, candidates)
             notes += [(panel.title, str(task), lacking)] if lacking else []
             settings = mine["family"].value_counts()
@@ -318,14 +333,15 @@ def _family_line(
 ) -> FamilyVerdict:
     nan = float("nan")
     if front is not None:
-        kind, verdict, reason = "frontier", front.verdict, front.reason
+        kind, verdict, reason, detectable = "frontier", front.verdict, front.reason, front.detectable
         gap, gap_ci, acceptance = front.mean_gap, front.mean_gap_ci, front.shared_acceptance
     elif len(mine) == 1:
         (c,) = mine
-        kind, verdict, reason = "point", c.verdict, c.reason
+        kind, verdict, reason, detectable = "point", c.verdict, c.reason, c.detectable
         gap, gap_ci, acceptance = c.quality_diff, c.quality_diff_ci, (c.acceptance, c.acceptance)
     else:
-        kind, verdict, reason, gap, gap_ci, acceptance = "own", "own family", "", nan, (nan, nan), (nan, nan)
+        kind, verdict, reason, detectable = "own", "own family", "", nan
+        gap, gap_ci, acceptance = nan, (nan, nan), (nan, nan)
     tally = pd.Series([c.verdict for c in mine]).value_counts().sort_index()
     return FamilyVerdict(
         panel=key[0],
@@ -342,6 +358,10 @@ def _family_line(
         acceptance=acceptance,
         point_verdicts={str(k): int(v) for k, v in tally.items()},
         percent=mine[0].percent,
+        margin=mine[0].margin,
+        metric=mine[0].metric,
+        detectable=detectable,
+        off_distribution=[f"{c.candidate}: {c.fidelity.partition(': ')[2]}" for c in mine if c.fidelity != ON],
         candidate_drafts=mine[0].candidate_drafts,
         family_drafts=mine[0].family_drafts,
     )
@@ -357,7 +377,7 @@ def _point(
     seed: int,
 ) -> Comparison:
     # A candidate that belongs to the family is part of the frontier it is judged against: at best
-    # on it (indistinguishable), below it when other settings of its own family dominate it.
+    # on it (equivalent, or inconclusive on too few examples), below it when other settings of its own family dominate it.
     ids = list(members["config_id"])
     total = len(examples[cand["config_id"]])
     paired = _paired(examples, [cand["config_id"], *ids])
@@ -371,6 +391,7 @@ def _point(
         result = judge(
             _per_example(rows, cand["config_id"], paired),
             [_per_example(rows, cid, paired) for cid in ids] + _floor(members, len(paired)),
+            margin=where["margin"],
             seed=seed,
         )
         if len(paired) < total:
@@ -387,6 +408,7 @@ def _point(
         speedup=float(cand["speedup"]),
         time_spread=float(cand["time_spread"]),
         candidate_family=str(cand["family"]),
+        fidelity=str(cand["fidelity"]),
         candidate_drafts=drafts_text(cand.to_frame().T),
         family_drafts=drafts_text(members),
         **result,
@@ -429,6 +451,7 @@ def _blank_point(reason: str, cand: pd.Series) -> dict[str, Any]:
         "acceptance_diff": nan,
         "acceptance_diff_ci": pair,
         "beyond_sweep": nan,
+        "detectable": nan,
         "verdict": "cannot judge",
         "reason": reason,
     }
@@ -456,6 +479,7 @@ def _frontier(
         "shared_acceptance": pair,
         **{k: nan for k in ("mean_gap", "largest_lead", "largest_deficit")},
         **{k: pair for k in ("mean_gap_ci", "largest_lead_ci", "largest_deficit_ci")},
+        "detectable": nan,
         "verdict": "cannot judge",
     }
     if len(members) < 2:
@@ -467,6 +491,7 @@ def _frontier(
         result = judge_frontiers(
             [_per_example(rows, cid, paired) for cid in cand_ids],
             [_per_example(rows, cid, paired) for cid in ids] + _floor(members, len(paired)),
+            margin=where["margin"],
             seed=seed,
         )
         if len(paired) < total:

@@ -21,6 +21,8 @@ from bench.reports.compare import (
     Verdicts,
     compare,
 )
+from bench.reports.margins import EQUIVALENT, INCONCLUSIVE
+from bench.reports.margins import Margins
 from bench.reports.summary import SPREAD_LIMIT
 from bench.reports.table import spread_note
 
@@ -55,6 +57,28 @@ def _named(name: str, *parts: str) -> str:
     return f"{name} ({shown})" if shown else name
 
 
+def verdict_text(v: Comparison | FrontierComparison | FamilyVerdict) -> str:
+    """A verdict as words, naming its margin: "equivalent within ±2.0% (exact_flexible, default)";
+    "inconclusive" with the margin its interval reaches past and the smallest difference this
+    sample detects (80% power), so a reader sees what more examples would buy."""
+    p, margin = v.percent, f"±{_num(v.margin, v.percent)} ({v.metric})"
+    if v.verdict == EQUIVALENT:
+        return f"{EQUIVALENT} within {margin}"
+    if v.verdict == INCONCLUSIVE:
+        return (
+            f"{INCONCLUSIVE}: the interval reaches past {margin}; this sample detects differences of about "
+            f"{_num(v.detectable, p)} (80% power)"
+        )
+    return v.verdict
+
+
+def verdict_short(v: Comparison | FrontierComparison | FamilyVerdict) -> str:
+    """A verdict in a chart's title: with its margin where the margin decides it."""
+    if v.verdict in (EQUIVALENT, INCONCLUSIVE):
+        return f"{v.verdict} (margin ±{_num(v.margin, v.percent)})"
+    return v.verdict
+
+
 def cells(c: Comparison) -> dict[str, str]:
     """One point comparison as the formatted cells of a table row."""
     p, note = c.percent, spread_note(c.time_spread)
@@ -71,7 +95,8 @@ def cells(c: Comparison) -> dict[str, str]:
         "Δ accept at equal quality [95%]": _num(c.acceptance_diff, True) + _ci(c.acceptance_diff_ci, True),
         "norm. time": _num(c.normalised_time, False) + (f" ({note})" if note else ""),
         "speedup": f"not shown: {note}" if note else _num(c.speedup, False),
-        "verdict": c.verdict + (f": {c.reason}" if c.reason else ""),
+        "fidelity vs ar": c.fidelity,
+        "verdict": verdict_text(c) + (f"; {c.reason}" if c.reason else ""),
     }
 
 
@@ -89,7 +114,7 @@ def frontier_cells(f: FrontierComparison) -> dict[str, str]:
         "mean Δ quality [95%]": _num(f.mean_gap, p) + _ci(f.mean_gap_ci, p),
         "largest lead [95%]": _num(f.largest_lead, p) + _ci(f.largest_lead_ci, p),
         "largest deficit [95%]": _num(f.largest_deficit, p) + _ci(f.largest_deficit_ci, p),
-        "verdict": f.verdict + (f": {f.reason}" if f.reason else ""),
+        "verdict": verdict_text(f) + (f"; {f.reason}" if f.reason else ""),
     }
 
 
@@ -131,12 +156,18 @@ FOOTNOTE = (
     "baselines, greedy drafts), and a line names each side's drafts where they differ. "
     "Δ quality = candidate minus the family's frontier (upper Pareto hull, interpolated) at the "
     "candidate's acceptance rate; [95%] = paired bootstrap over examples. above/below: the interval "
-    "excludes 0. Δ accept is NA where no setting of the family reaches the candidate's quality. "
+    "excludes 0; equivalent: it holds 0 and lies inside ±margin, the largest difference that counts as none "
+    "(per metric: 2 points of accuracy or pass@1, 0.5 of ROUGE x 100, or --margin NAME=VALUE; named in each "
+    "verdict); inconclusive: it reaches past the margin, with the smallest difference this sample detects "
+    "at 80% power. fidelity vs ar: on-distribution where the candidate's divergence (log p(y) + H(p) per "
+    "token, 0 in expectation for the target's own tokens) minus ar's has its paired interval inside the "
+    "fidelity margin (--margin fidelity=VALUE, default 0.1 nats per token), off-distribution otherwise; a "
+    "verdict line names the candidate's settings that are off it. Δ accept is NA where no setting of the family reaches the candidate's quality. "
     "Frontier against frontier (a candidate run at several settings): mean Δ quality = the candidate's "
     "frontier minus the family's, averaged over the acceptance range both span; largest lead/deficit = "
     "the largest gap each way there. dominates: the mean's interval is above 0 and the deficit's lower "
     "end is at most 0 (dominated: the mirror); crosses: both the lead's and the deficit's lower ends are "
-    "above 0; indistinguishable: otherwise. "
+    "above 0; otherwise equivalent when the mean's interval lies inside ±margin, inconclusive when not. "
     f"Speedups are not shown where re-timing the same examples moved the normalised time more than "
     f"{SPREAD_LIMIT:g}x, or where they were timed once. "
 )
@@ -164,11 +195,13 @@ def family_line(v: FamilyVerdict) -> str:
         f"{_named(v.candidate, _count(v.candidate_points, 'setting'), mine)} vs "
         f"{_named(v.family, _count(v.family_points), theirs)}"
     )
-    text = f"{who}: {v.verdict}" + (f", {gap_text(v)}" if gap_text(v) else "")
+    text = f"{who}: {verdict_text(v)}" + (f", {gap_text(v)}" if gap_text(v) else "")
     if v.reason:
         text += f" ({v.reason})"
     if v.candidate_points > 1:
         text += "; point verdicts: " + ", ".join(f"{n} {k}" for k, n in v.point_verdicts.items())
+    if v.off_distribution:  # quality kept or not, these settings write what the target would not
+        text += f"; off the target's distribution: {'; '.join(v.off_distribution)}"
     return text
 
 
@@ -231,11 +264,11 @@ def render(verdicts: Verdicts, fmt: str) -> str:
     return "\n".join(parts)
 
 
-def write_compare(results: Path, candidates: list[str], fmt: str) -> str:
+def write_compare(results: Path, candidates: list[str], fmt: str, margins: Margins = Margins()) -> str:
     from bench.store import load_results
 
     if not candidates:
         raise BenchError(
             "give --candidate NAME (a method, a family or a label as `diversed-bench table` prints it)"
         )
-    return render(compare(load_results(results), candidates), fmt)
+    return render(compare(load_results(results), candidates, margins=margins), fmt)

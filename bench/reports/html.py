@@ -32,7 +32,8 @@ from bench.reports.compare import (
     compare,
     with_anchors,
 )
-from bench.reports.compare_format import cells, family_line, frontier_cells, gap_text
+from bench.reports.compare_format import cells, family_line, frontier_cells, gap_text, verdict_short
+from bench.reports.margins import Margins
 from bench.reports.summary import Panel, panels, quality_metrics, summarise
 from bench.reports.table import table_frames
 from bench.store import load_results, load_traces, manifests
@@ -46,7 +47,7 @@ h3{font-size:15px}table{border-collapse:collapse;margin:8px 0 16px;font-size:12.
 th,td{border:1px solid #ddd;padding:3px 7px;text-align:left;vertical-align:top}
 th{background:#f5f5f7}.scroll{overflow-x:auto;max-width:100%}.muted{color:#6e6e73}.fig{max-width:100%;height:auto}
 .verdict-above{background:#d8f3dc}.verdict-below{background:#ffd6d6}
-.verdict-indistinguishable{background:#eef1f5}.verdict-cannot{background:#fff3cd}
+.verdict-equivalent{background:#eef1f5}.verdict-inconclusive{background:#f4f4f4}.verdict-cannot{background:#fff3cd}
 .verdict-dominates{background:#d8f3dc}.verdict-dominated{background:#ffd6d6}.verdict-crosses{background:#e8dcf5}
 .charts{display:flex;flex-wrap:wrap;gap:12px}.chart{border:1px solid #eee}
 .family{max-width:100%}.family details{max-width:470px}.family-verdicts li{padding:1px 6px;margin:2px 0}
@@ -144,12 +145,12 @@ def _figure(path: Path) -> str:
 
 
 def _plots(found: list[Panel], qualities: dict[str, str]) -> str:
-    from bench.reports.plots import LOGP, PARETO_AXES, plot_pareto
+    from bench.reports.plots import FIDELITY_FIGURES, PARETO_AXES, plot_pareto
 
     out = []
     with tempfile.TemporaryDirectory() as tmp:
         for panel in found:
-            views = [*((x, "quality") for x in PARETO_AXES), ("normalised_time", LOGP)]
+            views = [*((x, "quality") for x in PARETO_AXES), *(("normalised_time", y) for y in FIDELITY_FIGURES)]
             for x, y in views:
                 for path in plot_pareto(panel, qualities, Path(tmp), x, y):
                     if path.suffix == ".png":
@@ -188,7 +189,7 @@ def _family_chart(v: FamilyVerdict, part: pd.DataFrame, candidates: list[str]) -
     series = [(base, BASE, True)] + ([(with_anchors(task, mine)[0], CAND, False)] if len(mine) > 1 else [])
     titles = [
         (f"{v.task}: {_short(v.candidate)} vs {_short(v.family, 30)}", "#1d1d1f"),
-        (v.verdict if v.verdict != "cannot judge" else "cannot judge (the rows below say why)", CAND),
+        (verdict_short(v) if v.verdict != "cannot judge" else "cannot judge (the rows below say why)", CAND),
         (gap_text(v), "#6e6e73"),
     ]
     return chart(
@@ -352,12 +353,14 @@ def _token_view(data: dict[str, Any], ordered: list[str]) -> str:
     )
 
 
-def build_report(results: Path, candidates: list[str], token_examples: int = 100) -> str:
-    """The whole page as one string."""
+def build_report(
+    results: Path, candidates: list[str], token_examples: int = 100, margins: Margins = Margins()
+) -> str:
+    """The whole page as one string; ``margins``: what each verdict calls equivalent."""
     if token_examples < 1:
         raise BenchError(f"--token-examples must be >= 1, got {token_examples}")
     rows = load_results(results)
-    summary = summarise(rows)
+    summary = summarise(rows, margins)
     found, qualities = panels(summary), quality_metrics(summary)
     sections = []
     if candidates:  # the answer first
@@ -370,11 +373,14 @@ def build_report(results: Path, candidates: list[str], token_examples: int = 100
             "(docs/compare.md). <i>all baselines</i>: every baseline point and their anchors (lossless sd, accept_all) pooled (a random "
             "mix of any two settings is attainable). Charts: points with 95% intervals, the baseline's "
             "frontier dashed, the candidate's solid; the point rows fold under each chart.</p>",
-            _verdicts(compare(rows, candidates, summary=summary, found=found), found, candidates),
+            _verdicts(compare(rows, candidates, margins=margins, summary=summary, found=found), found, candidates),
         ]
     sections += [
         "<h2>Table 1</h2>",
-        '<p class="muted">[low, high] is the 95% bootstrap interval over examples.</p>',
+        '<p class="muted">[low, high] is the 95% bootstrap interval over examples. Fidelity beside quality: '
+        "TV to target (0 for ar), the divergence log p(y) + H(p) per token (0 in expectation for the target's "
+        "own tokens) and fidelity vs ar: on-distribution where the divergence's paired interval against ar's lies "
+        "inside the fidelity margin. Time is per emitted token against ar's; time per example beside it.</p>",
     ]
     for title, quality, speed in table_frames(summary, qualities, found):
         sections += [f"<h3>{_esc(title)}</h3>", _table(quality, "table1"), _table(speed, "speed")]
@@ -397,8 +403,10 @@ def build_report(results: Path, candidates: list[str], token_examples: int = 100
     )
 
 
-def write_report(results: Path, output: Path, candidates: list[str], token_examples: int = 100) -> Path:
-    page = build_report(results, candidates, token_examples)
+def write_report(
+    results: Path, output: Path, candidates: list[str], token_examples: int = 100, margins: Margins = Margins()
+) -> Path:
+    page = build_report(results, candidates, token_examples, margins)
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(page, encoding="utf-8")

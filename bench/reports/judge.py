@@ -5,9 +5,14 @@ examples is applied to every configuration, every point and hull is recomputed f
 statistic is taken within the replicate. Two verdicts:
 
 Point (``judge``): a candidate configuration's (acceptance, quality) against a family's frontier
-(its upper Pareto hull, ``bench.reports.frontier``) read at the candidate's acceptance. "above" or
-"below" when the 95% interval of the quality difference excludes zero, "indistinguishable" when it
-holds zero, "cannot judge" with the reason otherwise. The frontier is read only inside the sweep's
+(its upper Pareto hull, ``bench.reports.frontier``) read at the candidate's acceptance:
+"equivalent" when the 95% interval of the quality difference lies inside ±margin (the largest
+difference that counts as none, declared per metric: ``bench.reports.margins``), else "above" or
+"below" when it excludes zero, else "inconclusive", with the smallest difference this sample could
+detect (``detectable``); "cannot judge" with the reason where there is no verdict.
+Equivalence is two one-sided tests at 2.5% each (the 95% interval inside the margin), so a true
+difference at the margin is called "equivalent" at most 2.5% of the time (tests/test_compare.py
+simulates it). The frontier is read only inside the sweep's
 acceptance range. A resample whose candidate falls beyond the range is read at the nearest end of
 the sweep, which bounds the difference on one side only (the frontier does not rise with
 acceptance, but a setting just below the sweep could reach more quality): such resamples count
@@ -17,8 +22,9 @@ Frontier (``judge_frontiers``): a candidate's hull against a family's hull over 
 both span: the mean gap (candidate minus baseline, the area between the hulls over the shared
 range's width) and the largest gap each way. "dominates" when the mean gap's interval lies above 0
 and the candidate's largest deficit is not significant (the lower end of its interval is <= 0),
-"dominated" the mirror, "crosses" when both the largest lead and the largest deficit are
-significant (lower ends > 0), "indistinguishable" otherwise (docs/compare.md).
+"dominated" the mirror (each only where the mean gap's interval reaches past the margin), "crosses" when both the largest lead and the largest deficit are
+significant (lower ends > 0), "equivalent" when neither crosses and the mean gap's interval lies
+inside ±margin, "inconclusive" otherwise (docs/compare.md).
 """
 
 from __future__ import annotations
@@ -28,11 +34,10 @@ from typing import Any
 import numpy as np
 
 from bench.reports.frontier import acceptance_at, gaps, quality_at
+from bench.reports.margins import EQUIVALENT, INCONCLUSIVE, detectable, settle
 from bench.reports.summary import BOOTSTRAP
 
 TAIL = 0.025  # each tail of the 95% interval
-
-
 def _resamples(n: int, seed: int) -> np.ndarray:
     """[1 + BOOTSTRAP, n]: how often each example is drawn, the sample itself first (once each),
     then the resamples. A statistic of a resample is a weighted sum over the examples."""
@@ -62,10 +67,11 @@ def _interval(values: np.ndarray) -> tuple[float, float]:
 
 
 def judge(
-    candidate: dict[str, np.ndarray], family: list[dict[str, np.ndarray]], *, seed: int = 0
+    candidate: dict[str, np.ndarray], family: list[dict[str, np.ndarray]], *, margin: float, seed: int = 0
 ) -> dict[str, Any]:
     """Point estimates, paired-bootstrap intervals and the verdict of one candidate point against
-    one family, all on the same examples (arrays aligned by example)."""
+    one family, all on the same examples (arrays aligned by example); ``margin``: the quality
+    difference that counts as none."""
     counts = _resamples(len(candidate["quality"]), seed)
     (ca, cq), (fa, fq) = _stack([candidate], counts), _stack(family, counts)
     ca, cq = ca[:, 0], cq[:, 0]
@@ -85,6 +91,7 @@ def judge(
         "quality_diff": float(dq[0]),
         "quality_diff_ci": _interval(dq[1:]),
         "beyond_sweep": float(np.mean(below | above)),
+        "detectable": detectable(_interval(dq[1:])),
     }
     if np.nanmin(fq[0]) <= cq[0] <= np.nanmax(fq[0]):
         out.update(
@@ -116,19 +123,18 @@ def judge(
             "family reaches nothing: widen the sweep to higher acceptance",
         )
     else:
-        verdict = "above" if lo > 0 else "below" if hi < 0 else "indistinguishable"
-        reason = ""
+        verdict, reason = settle((lo, hi), margin), ""
     out.update(verdict=verdict, reason=reason)
     return out
 
 
 def judge_frontiers(
-    candidate: list[dict[str, np.ndarray]], family: list[dict[str, np.ndarray]], *, seed: int = 0
+    candidate: list[dict[str, np.ndarray]], family: list[dict[str, np.ndarray]], *, margin: float, seed: int = 0
 ) -> dict[str, Any]:
     """The candidate family's frontier against another family's, over the acceptance range both
     span, on the same examples (arrays aligned by example): the gaps, their paired-bootstrap
     intervals (one resample applied to every configuration of both, hulls recomputed) and the
-    verdict (the rule is the module docstring's)."""
+    verdict (the rule is the module docstring's; ``margin``: the mean gap that counts as none)."""
     counts = _resamples(len(candidate[0]["quality"]), seed)
     (ca, cq), (fa, fq) = _stack(candidate, counts), _stack(family, counts)
     low, high, mean, lead, deficit = gaps(ca, cq, fa, fq)
@@ -140,6 +146,7 @@ def judge_frontiers(
         "largest_lead_ci": _interval(lead[1:]),
         "largest_deficit": float(deficit[0]),
         "largest_deficit_ci": _interval(deficit[1:]),
+        "detectable": detectable(_interval(mean[1:])),
     }
     spans = (
         f"the candidate spans [{np.nanmin(ca[0]):.3f}, {np.nanmax(ca[0]):.3f}], the family "
@@ -162,15 +169,12 @@ def judge_frontiers(
             f"the shared acceptance range [{low[0]:.3f}, {high[0]:.3f}] vanishes in {empty:.0%} of resamples: "
             "widen a sweep so the ranges overlap more",
         )
-    elif m_lo > 0 and not behind:
-        verdict = "dominates"
-    elif m_hi < 0 and not ahead:
-        verdict = "dominated"
     elif ahead and behind:
         verdict = "crosses"
-    else:
-        verdict = "indistinguishable"
+    elif (verdict := settle((m_lo, m_hi), margin)) in (EQUIVALENT, INCONCLUSIVE):
         if ahead or behind:
             reason = f"significantly {'above' if ahead else 'below'} somewhere, but not on average"
+    else:  # above or below by more than the margin; the largest gap that way is significant too
+        verdict = "dominates" if verdict == "above" else "dominated"
     out.update(verdict=verdict, reason=reason)
     return out

@@ -52,13 +52,26 @@ MIN_QUALITY_SPAN = 5.0  # percentage points (or ROUGE x 100)
 HOLLOW = f"hollow: repeats disagree > {SPREAD_LIMIT:g}x (or 1 repeat), not trusted"
 PARETO_AXES = {
     # column: (file name, title, axis label, scale)
-    "normalised_time": ("pareto", "Quality vs time", "time per example vs AR (AR = 1)", 1.0),
+    "normalised_time": ("pareto", "Quality vs time", "time per token vs AR (AR = 1)", 1.0),
     "acceptance_rate": ("pareto_acceptance", "Quality vs acceptance", "acceptance rate (%)", 100.0),
 }
 # The paper's second quality axis, drawn against time: the target's log p per emitted token needs no
 # gold answer and moves with every token a relaxed verifier lets through.
 LOGP = "target_loglik"
-LOGP_FIGURE = ("pareto_logp", "Log p vs time", "target's log p per token")
+# The fidelity axis with a known zero: log p(y) + H(p) per token has mean 0 when the tokens are the
+# target's own, so a setting off the target's distribution is seen as a distance below 0.
+DIVERGENCE = "target_divergence"
+FIDELITY_FIGURES = {
+    # column: (file name, title, axis label, what the caption says it is)
+    LOGP: ("pareto_logp", "Log p vs time", "target's log p per token", "the target's mean log p per emitted token (token-weighted)"),
+    DIVERGENCE: (
+        "pareto_divergence",
+        "Divergence vs time",
+        "log p + H per token (0: the target's own)",
+        "the mean of log p(y) + H(p) per emitted token under the target's sampling law (token-weighted), 0 in "
+        "expectation for the target's own tokens",
+    ),
+}
 
 
 def _tasks(frame: pd.DataFrame) -> list[str]:
@@ -349,11 +362,12 @@ def _pareto_caption(title: str, axes: tuple[str, str], flagged: bool, panel: Pan
     """What a Pareto figure shows, hollow markers explained where it draws one."""
     x, y = axes
     what = (
-        "time per example relative to AR with the same settings, on the same timed examples"
+        "time per emitted token relative to AR with the same settings, on the same timed examples (sum of "
+        "time over sum of tokens)"
         if x == "normalised_time"
         else "acceptance rate = accepted / drafted tokens"
     )
-    quality = "the task's quality" if y == "quality" else "the target's mean log p per emitted token (token-weighted)"
+    quality = "the task's quality" if y == "quality" else FIDELITY_FIGURES[y][3]
     hollow = (
         " Hollow markers: re-timing the same examples moved the normalised time more than "
         f"{SPREAD_LIMIT:g}x, or they were timed once (noise not measured); that time is not to be trusted."
@@ -374,14 +388,14 @@ def _pareto_caption(title: str, axes: tuple[str, str], flagged: bool, panel: Pan
 def plot_pareto(
     panel: Panel, qualities: dict[str, str], out: Path, x: str = "normalised_time", y: str = "quality"
 ) -> list[Path]:
-    """Quality (``y``: the task's, or ``LOGP``) against ``x`` (time relative to AR, or acceptance
+    """Quality (``y``: the task's, or a fidelity axis of ``FIDELITY_FIGURES``) against ``x`` (time relative to AR, or acceptance
     rate). A method swept over one parameter is a line with its points labelled; the static
     ensemble's line is the frontier the paper compares with; every other method (a user's
     verifier too) is a marker of its own."""
     part = panel.part
     name, title, x_label, x_scale = PARETO_AXES[x]
-    if y == LOGP:
-        name, title, y_label = LOGP_FIGURE
+    if y in FIDELITY_FIGURES:
+        name, title, y_label, _ = FIDELITY_FIGURES[y]
     # A task without one quality (Spec-Bench: per category, in the table) has nothing to draw here.
     tasks = [t for t in _tasks(part) if y in part and part.loc[part["task"] == t, y].notna().any()]
     if not tasks:
@@ -634,7 +648,8 @@ def write_plots(results: Path, out: Path) -> list[Path]:
     for panel in panels(summary):
         for x in PARETO_AXES:
             paths += plot_pareto(panel, qualities, out, x)
-        paths += plot_pareto(panel, qualities, out, y=LOGP)
+        for y in FIDELITY_FIGURES:
+            paths += plot_pareto(panel, qualities, out, y=y)
         paths += plot_acceptance_vs_weight(rows, panel, out)
         paths += plot_acceptance_per_position(rows, panel, out)
         paths += plot_weights(rows, panel, out)

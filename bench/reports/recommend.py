@@ -25,6 +25,12 @@ a floor of at most ar's own quality it needs no quality test, only its speed con
 part in the ranking as cleared on both halves, and when the pick is not deployed, the fastest
 lossless setting confirmed faster than ar is (its quality needs no look at either half).
 
+A setting off the target's distribution (``summarise``'s fidelity verdict: its divergence, log p(y)
++ H(p) per token, not shown equivalent to ar's within the fidelity margin) is not considered under a
+quality floor unless asked (``allow_off_distribution``, --allow-off-distribution): a floor on the
+task's metric says nothing of what the metric does not see, and such a setting has changed what the
+target would write. Lossless settings are on it by construction and always considered.
+
 A setting is worth deploying only if it is faster than the target alone: the pick is recommended
 when it is confirmed and its speedup's 95% interval (trustworthy timings only) lies above 1;
 otherwise the recommendation is ``ar``, the target alone, with the reason and the numbers (nothing
@@ -36,7 +42,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +53,7 @@ from scipy import stats
 from bench.errors import BenchError
 from bench.lossless import LOSSLESS_METHOD
 from bench.reports.deploy import how_to_run
+from bench.reports.margins import Margins
 from bench.reports.summary import (
     PERCENT_METRICS,
     SPREAD_LIMIT,
@@ -200,7 +207,9 @@ class Recommendation:
     reason: str  # why, with the measured numbers
     speedup_ci: tuple[float, float]  # the pick's speedup's 95% interval (NaN where not trusted)
     ar_quality: float  # ar's mean quality on these examples (NaN without ar)
+    fidelity: str  # the pick's fidelity against ar (on-distribution, off-distribution: why); "" without a pick
     run: list[tuple[str, str]] = field(default_factory=list)  # how to run what to deploy: (where, what)
+    left_out: int = 0  # settings not considered: off the target's distribution (without --allow-off-distribution)
 
 
 def _examples(rows: pd.DataFrame, config_id: str) -> pd.DataFrame:
@@ -226,22 +235,30 @@ def _candidate(
     return Candidate(str(setting["config_id"]), score, margin[~half], margin[half], acceptance, confirmed, kept)
 
 
-def recommend(rows: pd.DataFrame, floor: Floor) -> list[Recommendation]:
-    """Per panel and task, the setting to deploy under ``floor`` (module docstring: the rule)."""
-    summary = summarise(rows)
+def recommend(
+    rows: pd.DataFrame, floor: Floor, margins: Margins = Margins(), allow_off_distribution: bool = False
+) -> list[Recommendation]:
+    """Per panel and task, the setting to deploy under ``floor`` (module docstring: the rule), among
+    the settings on the target's distribution within the fidelity margin of ``margins`` (all of them
+    with ``allow_off_distribution``)."""
+    summary = summarise(rows, margins)
     metrics = quality_metrics(summary)
     out = []
     for panel in panels(summary):
         for task, part in panel.part.groupby("task", sort=False):
             percent = metrics.get(task) in PERCENT_METRICS
-            out.append(_one(rows, panel.title, str(task), part, floor, percent))
+            off = part.apply(lambda s: bool(s["off_distribution"]) and not lossless(s), axis=1).astype(bool)
+            left_out = set() if allow_off_distribution else set(part.loc[off, "config_id"])
+            found = _one(rows, panel.title, str(task), part, floor, percent, left_out)
+            out.append(replace(found, left_out=len(left_out)))
     return out
 
 
 def _one(
-    rows: pd.DataFrame, title: str, task: str, part: pd.DataFrame, floor: Floor, percent: bool
+    rows: pd.DataFrame, title: str, task: str, part: pd.DataFrame, floor: Floor, percent: bool, left_out: set[str]
 ) -> Recommendation:
-    """One panel and task: every setting but ar, ranked by speedup when every timing is trusted."""
+    """One panel and task: every setting but ar and those ``left_out`` (configuration ids), ranked by
+    speedup when every timing is trusted."""
     ar_rows = part[part["method"] == "ar"]
     if floor.relative and ar_rows.empty:
         raise BenchError(
@@ -249,7 +266,7 @@ def _one(
             "--method ar too, or give an absolute floor (--quality-floor abs:VALUE)"
         )
     ar = _examples(rows, ar_rows["config_id"].iloc[0]) if len(ar_rows) else None
-    settings = part[part["method"] != "ar"]
+    settings = part[(part["method"] != "ar") & ~part["config_id"].isin(left_out)]
     trusted = settings["speedup"].notna() & settings["time_spread"].map(timing_trusted)
     by = "speedup" if len(settings) and trusted.all() else "acceptance"
     candidates = [_candidate(rows, s, ar, floor, by) for _, s in settings.iterrows()]
@@ -266,7 +283,7 @@ def _one(
         nan, first = math.nan, candidates[0] if candidates else Candidate("", math.nan, np.array([]), np.array([]))
         return Recommendation(
             **record, setting=None, method=None, params={}, acceptance=nan, speedup=nan, quality=nan,
-            floor_quality=nan, examples=(len(first.select), len(first.confirm)), status=NOTHING_CLEARS,
+            floor_quality=nan, examples=(len(first.select), len(first.confirm)), status=NOTHING_CLEARS, fidelity="",
         )  # fmt: skip
     c = choice.pick
     assert c is not None
@@ -281,6 +298,7 @@ def _one(
         floor_quality=c.quality - float(np.mean(c.confirm)) if len(c.confirm) else math.nan,
         examples=(len(c.select), len(c.confirm)),
         status=LOSSLESS if c.lossless else "confirmed" if choice.confirmed else "not confirmed on the other half",
+        fidelity=str(pick["fidelity"]),
     )
 
 
@@ -381,6 +399,13 @@ def _why(deploy: str, reason: str, ar_quality: float, percent: bool) -> str:
     return f"deploy ar, the target alone: {reason}{known}"
 
 
+def _left_out(r: Recommendation) -> str:
+    """How many settings were not considered for being off the target's distribution."""
+    if not r.left_out:
+        return ""
+    return f"; {r.left_out} off the target's distribution not considered: --allow-off-distribution considers them"
+
+
 def _head(pick: pd.Series) -> str | None:
     return pick["head"] if isinstance(pick.get("head"), str) and pick["head"] else None
 
@@ -414,8 +439,8 @@ def render(found: list[Recommendation], fmt: str) -> str:
             "",
             "| task | floor | deploy | best setting | ranked by | accept rate (selection half) | speedup "
             "| quality (confirmation half) | floor there | margin's 95% lower bound (selection; confirmation) "
-            "| examples (selection, confirmation) | status |",
-            "|" + "---|" * 12,
+            "| examples (selection, confirmation) | fidelity vs ar | status |",
+            "|" + "---|" * 13,
         ]
         for r in mine:
             deploy = "ar (the target alone)" if r.deploy == TARGET_ALONE else r.deploy
@@ -423,8 +448,9 @@ def render(found: list[Recommendation], fmt: str) -> str:
                 f"| {r.task} | {r.floor} | {deploy} | {r.setting or 'none'} | {r.ranked_by} | {_num(r.acceptance)} | "
                 f"{_num(r.speedup, False)} | {_num(r.quality, r.percent)} | {_num(r.floor_quality, r.percent)} | "
                 f"{_num(r.selection_bound, r.percent)}; {_num(r.confirmation_bound, r.percent)} | "
-                f"{r.examples[0]}, {r.examples[1]} | "
-                f"{r.status} ({r.cleared} of {r.settings} settings cleared the floor on the selection half) |"
+                f"{r.examples[0]}, {r.examples[1]} | {r.fidelity or 'NA'} | "
+                f"{r.status} ({r.cleared} of {r.settings} settings cleared the floor on the selection half"
+                f"{_left_out(r)}) |"
             )
         parts.append("")
         for r in mine:
@@ -440,6 +466,9 @@ def render(found: list[Recommendation], fmt: str) -> str:
         "family at its lossless value) keeps ar's quality by construction: it clears a floor of at most ar's "
         "quality untested, and only its speed is confirmed; where the pick is not deployed, the fastest "
         "lossless setting confirmed faster than ar is. "
+        "Only settings on the target's distribution are considered (fidelity vs ar: the paired interval of "
+        "their divergence, log p(y) + H(p) per token, minus ar's inside the fidelity margin; lossless ones by "
+        "construction) unless --allow-off-distribution is given. "
         "The pick is deployed only where it is also confirmed faster than ar (its speedup's 95% interval "
         "above 1, on trustworthy timings); otherwise ar, the target alone. "
         "Quality and the floor are in the task's unit (shown as %). TARGET and DRAFT: the paths of the "
@@ -448,7 +477,9 @@ def render(found: list[Recommendation], fmt: str) -> str:
     return "\n".join(parts)
 
 
-def write_recommend(results: Path, floor: str, fmt: str) -> str:
+def write_recommend(
+    results: Path, floor: str, fmt: str, margins: Margins = Margins(), allow_off_distribution: bool = False
+) -> str:
     from bench.store import load_results
 
-    return render(recommend(load_results(results), Floor.parse(floor)), fmt)
+    return render(recommend(load_results(results), Floor.parse(floor), margins, allow_off_distribution), fmt)

@@ -1,11 +1,14 @@
 """Results -> per-configuration summaries with bootstrap intervals, grouped into panels.
 
-Normalised time is paired: the mean time of a configuration over the examples it shares with the
+Normalised time is paired and per emitted token: over the examples a configuration shares with the
 ``ar`` run of the same settings (``SHARED_SETTINGS``: task, pair, temperature, budget, seed, data,
-prompt options, device, dtype, engine), divided by ``ar``'s mean time on those same examples
-(docs/spec.md §7, the speed bound). Intervals are 95% percentile bootstraps over examples. Only rows decoded alone carry a time
-(rows decoded in a batch have NaN); times are computed from those rows only, per example and per
-emitted token.
+prompt options, device, dtype, engine), its time per emitted token (sum of time over sum of
+tokens) divided by ``ar``'s on those same examples; speedup is its inverse (docs/spec.md §7, the
+speed bound). Time per example would call a method that stops early faster for stopping; per token
+it is not, and at equal lengths (greedy lossless decoding) the two agree. The ratio of mean times
+per example is kept beside it (``normalised_time_example``). Intervals are 95% percentile
+bootstraps over examples. Only rows decoded alone carry a time (rows decoded in a batch have NaN);
+times are computed from those rows only.
 
 A timing is trusted by what measures noise, not by how much examples differ (a long prompt or a
 draft that fits one text better than another makes examples differ for real, and the bootstrap
@@ -25,6 +28,8 @@ import pandas as pd
 
 from bench.drafters import drafter_label
 from bench.errors import BenchError
+from bench.reports.margins import EQUIVALENT, settle
+from bench.reports.margins import FIDELITY, Margins
 from bench.store import SHARED_SETTINGS
 from bench.verifiers import VERIFIERS, MethodInfo
 from bench.verifiers.base import LABEL_DIGITS
@@ -72,16 +77,75 @@ def _mean_ratio(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return a.mean(-1) / b.mean(-1)
 
 
-def _loglik(g: pd.DataFrame) -> tuple[float, tuple[float, float]]:
-    """The target's mean log p per emitted token over a configuration's examples (token-weighted,
-    as the table reads it) and its bootstrap interval over examples; NaN for rows written before
-    rows carried it."""
-    known = g[g["target_loglik"].notna()] if "target_loglik" in g else g.iloc[:0]
+def _per_token_ratio(t: np.ndarray, n: np.ndarray, t_ar: np.ndarray, n_ar: np.ndarray) -> np.ndarray:
+    """Time per emitted token over ar's, each pooled over the same examples (sum of time over sum
+    of tokens): the one speed estimator of every report."""
+    return _ratio(t, n) / _ratio(t_ar, n_ar)
+
+
+def per_token_time(
+    t: np.ndarray, n: np.ndarray, t_ar: np.ndarray, n_ar: np.ndarray
+) -> tuple[float, tuple[float, float]]:
+    """Normalised time per emitted token of paired examples (time and tokens of a configuration and
+    of ar, aligned by example) and its 95% bootstrap interval over examples (resampled jointly)."""
+    arrays = [np.asarray(a, float) for a in (t, n, t_ar, n_ar)]
+    if not len(arrays[0]):
+        return np.nan, (np.nan, np.nan)
+    return float(_per_token_ratio(*arrays)), bootstrap(_per_token_ratio, *arrays)
+
+
+def _per_token(g: pd.DataFrame, column: str = "target_loglik") -> tuple[float, tuple[float, float]]:
+    """A per-token column's mean over a configuration's examples (token-weighted, as the table reads
+    it: the target's log p, or the zero-mean divergence) and its bootstrap interval over examples;
+    NaN for rows written before rows carried it."""
+    known = g[g[column].notna()] if column in g else g.iloc[:0]
     tokens = known["new_tokens"].to_numpy(float)
     if not tokens.sum():
         return np.nan, (np.nan, np.nan)
-    total = known["target_loglik"].to_numpy(float) * tokens
+    total = known[column].to_numpy(float) * tokens
     return float(total.sum() / tokens.sum()), bootstrap(_ratio, total, tokens)
+
+
+def _divergence_gap(a: np.ndarray, n: np.ndarray, b: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """Token-weighted mean divergence of one configuration minus ar's, on the same examples."""
+    return _ratio(a * n, n) - _ratio(b * m, m)
+
+
+OFF = "off-distribution"
+ON = "on-distribution"
+
+
+def _fidelity(g: pd.DataFrame, ar: pd.DataFrame, margin: float) -> dict[str, Any]:
+    """A configuration's fidelity against ar with its settings, on the examples both decoded: the
+    difference of their token-weighted mean divergence (log p_T(y) + H(p_T), 0 in expectation for
+    ar) with its paired bootstrap interval, and the verdict of ``settle`` within ``margin``. Only
+    "equivalent" is on the target's distribution; a difference, an inconclusive interval, a
+    missing ar run or rows without the column are off it (nothing shows them on it)."""
+    first = g.iloc[0]
+    nan, pair = np.nan, (np.nan, np.nan)
+    out = {"fidelity_diff": nan, "fidelity_diff_ci": pair, "fidelity_margin": margin}
+    if first["method"] == "ar":
+        return {**out, "fidelity_diff": 0.0, "fidelity": "reference", "off_distribution": False}
+    ref = ar[_agrees(ar, first[list(SHARED_SETTINGS)])]
+    column = "target_divergence"
+    if column not in g or g[column].isna().all() or (len(ref) and ref[column].isna().all()):
+        return {**out, "fidelity": f"{OFF}: not recorded (rows of schema 5 and older)", "off_distribution": True}
+    shared = g[["example_id", column, "new_tokens"]].merge(
+        ref[["example_id", column, "new_tokens"]], on="example_id", suffixes=("", "_ar")
+    ).dropna()
+    if not len(shared):
+        return {**out, "fidelity": f"{OFF}: not shown, no ar run on these examples", "off_distribution": True}
+    arrays = [shared[c].to_numpy(float) for c in (column, "new_tokens", f"{column}_ar", "new_tokens_ar")]
+    interval = bootstrap(_divergence_gap, *arrays)
+    verdict = settle(interval, margin) if np.isfinite(interval[0]) else "inconclusive"
+    on = verdict == EQUIVALENT
+    return {
+        **out,
+        "fidelity_diff": float(_divergence_gap(*arrays)),
+        "fidelity_diff_ci": interval,
+        "fidelity": ON if on else f"{OFF}: {verdict}",
+        "off_distribution": not on,
+    }
 
 
 def _repeats(frame: pd.DataFrame, suffix: str = "") -> np.ndarray:
@@ -217,14 +281,18 @@ def _headline(config_id: str, g: pd.DataFrame) -> dict[str, Any]:
         )
         if reached
         else np.nan,
-        "bias": float(np.nansum(g["bias"] * g["reached_per_position"].map(sum)) / reached)
+        # ar is the target: no distance from itself (it verifies nothing, so it logs none)
+        "bias": 0.0
+        if first["method"] == "ar"
+        else float(np.nansum(g["bias"] * g["reached_per_position"].map(sum)) / reached)
         if reached
         else np.nan,
         "quality": quality.mean(),
         "quality_ci": bootstrap(lambda q: q.mean(-1), quality),
         "acceptance_length": g["new_tokens"].sum() / g["rounds"].sum(),
         "drafting_share": g["drafting_rounds"].sum() / g["rounds"].sum() if "drafting_rounds" in g else np.nan,
-        **dict(zip(("target_loglik", "target_loglik_ci"), _loglik(g))),
+        **dict(zip(("target_loglik", "target_loglik_ci"), _per_token(g))),
+        **dict(zip(("target_divergence", "target_divergence_ci"), _per_token(g, "target_divergence"))),
         "weight_mean": float(np.nanmean(g["weight_mean"])) if g["weight_mean"].notna().any() else np.nan,
         "wall_time_s": timed["wall_time_s"].mean(),
         "time_per_token_s": timed["wall_time_s"].sum() / timed["new_tokens"].sum()
@@ -237,8 +305,9 @@ def _headline(config_id: str, g: pd.DataFrame) -> dict[str, Any]:
 
 def _against_ar(g: pd.DataFrame, ar: pd.DataFrame) -> dict[str, Any]:
     """A configuration's time relative to the ar run with its settings, over the examples both
-    timed (NaN where none): normalised time with its interval, speedup and the repeats' spread.
-    Refuses a results directory holding two such ar runs (mixed harness versions)."""
+    timed (NaN where none): normalised time per emitted token with its interval, speedup, the
+    ratio of mean times per example beside them and the repeats' spread. Refuses a results
+    directory holding two such ar runs (mixed harness versions)."""
     first, timed = g.iloc[0], g[g["wall_time_s"].notna()]
     ref = ar[_agrees(ar, first[list(SHARED_SETTINGS)])]
     if ref["config_id"].nunique() > 1:
@@ -247,23 +316,30 @@ def _against_ar(g: pd.DataFrame, ar: pd.DataFrame) -> dict[str, Any]:
             "same settings; the results directory mixes runs of different harness versions: use a fresh one"
         )
     ref = ref[ref["wall_time_s"].notna()]
-    columns = ["example_id", "wall_time_s", *(["wall_times_s"] if "wall_times_s" in g else [])]
+    columns = ["example_id", "wall_time_s", "new_tokens", *(["wall_times_s"] if "wall_times_s" in g else [])]
     shared = timed[columns].merge(ref[columns], on="example_id", suffixes=("", "_ar"))
+    nan, pair = np.nan, (np.nan, np.nan)
     if not len(shared):
-        return {"normalised_time": np.nan, "normalised_time_ci": (np.nan, np.nan), "speedup": np.nan}
+        return {"normalised_time": nan, "normalised_time_ci": pair, "speedup": nan,
+                "normalised_time_example": nan, "normalised_time_example_ci": pair}  # fmt: skip
     t, t_ar = shared["wall_time_s"].to_numpy(float), shared["wall_time_s_ar"].to_numpy(float)
+    n, n_ar = shared["new_tokens"].to_numpy(float), shared["new_tokens_ar"].to_numpy(float)
+    normalised, interval = per_token_time(t, n, t_ar, n_ar)
     return {
-        "normalised_time": t.mean() / t_ar.mean(),
-        "normalised_time_ci": bootstrap(_mean_ratio, t, t_ar),
-        "speedup": t_ar.mean() / t.mean(),
+        "normalised_time": normalised,
+        "normalised_time_ci": interval,
+        "speedup": 1 / normalised,
+        "normalised_time_example": t.mean() / t_ar.mean(),
+        "normalised_time_example_ci": bootstrap(_mean_ratio, t, t_ar),
         # ar against itself is 1 by definition in every repeat: nothing for noise to move
         "time_spread": 1.0 if first["method"] == "ar" else _spread(_repeats(shared), _repeats(shared, "_ar")),
     }
 
 
-def summarise(rows: pd.DataFrame) -> pd.DataFrame:
-    """One row per configuration with its headline numbers and their intervals, and its method as
-    structure (``structure``: parameters, family, swept values, style, order)."""
+def summarise(rows: pd.DataFrame, margins: Margins = Margins()) -> pd.DataFrame:
+    """One row per configuration with its headline numbers and their intervals, its fidelity
+    against ar (on or off the target's distribution within the fidelity margin of ``margins``) and
+    its method as structure (``structure``: parameters, family, swept values, style, order)."""
     if rows.empty:
         raise BenchError("no rows to summarise")
     if "quality" not in rows:
@@ -274,7 +350,7 @@ def summarise(rows: pd.DataFrame) -> pd.DataFrame:
     ar = rows[rows["method"] == "ar"]
     out, firsts = [], {}
     for config_id, g in rows.groupby("config_id", sort=False):
-        out.append({**_headline(config_id, g), **_against_ar(g, ar)})
+        out.append({**_headline(config_id, g), **_against_ar(g, ar), **_fidelity(g, ar, margins.of(FIDELITY))})
         firsts[config_id] = g.iloc[0]
     summary = pd.DataFrame(out)
     _tell_apart(summary, firsts)

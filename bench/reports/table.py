@@ -9,6 +9,7 @@ import pandas as pd
 
 from bench.errors import BenchError
 from bench.reports.categories import category_tables
+from bench.reports.margins import Margins
 from bench.reports.summary import (
     PERCENT_METRICS,
     SPREAD_LIMIT,
@@ -36,6 +37,33 @@ def _cell(value: float, ci: tuple[float, float], percent: bool, digits: int = 1)
     if not ci or np.isnan(ci[0]):
         return body
     return f"{body} [{ci[0] * scale:.{digits}f}, {ci[1] * scale:.{digits}f}]"
+
+
+def _fidelity_columns(task: str, rows: pd.DataFrame, labels: list[str]) -> dict[tuple[str, str], list[str]]:
+    """Table 1's fidelity cells beside quality, per configuration (``rows``: one task's summary
+    rows by label): the TV from the target, the zero-mean divergence with its interval, and the
+    verdict against ar."""
+    def value(label: str, col: str) -> str:
+        if label not in rows.index:
+            return "NA"
+        return _cell(rows.loc[label, col], rows.loc[label, f"{col}_ci"] if f"{col}_ci" in rows else (np.nan, np.nan), False, 3)
+
+    return {
+        (task, "TV to target"): [value(lb, "bias") for lb in labels],
+        (task, "divergence/token"): [value(lb, "target_divergence") for lb in labels],
+        (task, "fidelity vs ar"): [_fidelity_cell(rows, lb) for lb in labels],
+    }
+
+
+def _fidelity_cell(rows: pd.DataFrame, label: str) -> str:
+    """A configuration's fidelity verdict against ar (on or off the target's distribution) with the
+    divergence's difference from ar's and its interval; NA where it did not run this task."""
+    if label not in rows.index:
+        return "NA"
+    row = rows.loc[label]
+    if row["method"] == "ar":
+        return str(row["fidelity"])
+    return f"{row['fidelity']} (Δ {_cell(row['fidelity_diff'], row['fidelity_diff_ci'], False, 3)})"
 
 
 def spread_note(spread: float) -> str:
@@ -76,6 +104,7 @@ def table_frames(
                 for lb in labels
             ]
             quality[(t, "log p/token")] = [_cell(get(lb, "target_loglik"), ci(lb, "target_loglik_ci"), False, 3) for lb in labels]
+            quality.update(_fidelity_columns(t, rows, labels))
             notes = [spread_note(get(lb, "time_spread")) for lb in labels]
             speed[(t, "norm. time")] = [
                 _cell(get(lb, "normalised_time"), ci(lb, "normalised_time_ci"), False, 2)
@@ -85,6 +114,9 @@ def table_frames(
             speed[(t, "speedup")] = [
                 f"not shown: {note}" if note else _cell(get(lb, "speedup"), (np.nan, np.nan), False, 2)
                 for lb, note in zip(labels, notes)
+            ]
+            speed[(t, "norm. time/example")] = [
+                _cell(get(lb, "normalised_time_example"), (np.nan, np.nan), False, 2) for lb in labels
             ]
             speed[(t, "s/example")] = [
                 _cell(get(lb, "wall_time_s"), (np.nan, np.nan), False, 3) for lb in labels
@@ -112,6 +144,11 @@ def _markdown(frame: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def _margin(summary: pd.DataFrame) -> str:
+    """The fidelity margin the summary's verdicts used."""
+    return f"{summary['fidelity_margin'].iloc[0]:g}"
+
+
 def render(summary: pd.DataFrame, quality_metric: dict[str, str], fmt: str) -> str:
     if fmt not in FORMATS:
         raise BenchError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
@@ -129,13 +166,22 @@ def render(summary: pd.DataFrame, quality_metric: dict[str, str], fmt: str) -> s
                 f"### {title}",
                 "",
                 "Acceptance rate and quality (Table 1 layout); [low, high] is the 95% bootstrap interval "
-                "over examples; log p/token: the target's mean log-likelihood of the emitted tokens",
+                "over examples; log p/token: the target's mean log-likelihood of the emitted tokens. "
+                "Fidelity beside quality: TV to target, the mean total variation between the law a token "
+                "was emitted from and the target's (0 for ar); divergence/token, the mean of log p(y) + H(p) "
+                "under the target's sampling law, 0 in expectation when the tokens are the target's own; "
+                "fidelity vs ar, on-distribution where the paired interval of the divergence minus ar's lies "
+                f"within {_margin(summary)} nats per token either way (the fidelity margin, --margin fidelity=VALUE), "
+                "off-distribution otherwise (below or above it, or inconclusive: too few examples to show it)",
                 "",
                 _markdown(q),
                 "",
                 "Time relative to ar with the same settings on the same timed examples (norm. time = "
-                "mean time / ar's mean time, [low, high] its 95% bootstrap interval), tokens per target "
-                "forward (Spec-Bench's mean accepted tokens) and the share of rounds that drafted. "
+                "time per emitted token / ar's, each the sum of time over the sum of tokens, [low, high] its "
+                "95% bootstrap interval over examples; speedup = its inverse; norm. time/example = mean time "
+                "per example / ar's, beside it: a method that stops early looks faster per example, not per "
+                "token), tokens per target forward (Spec-Bench's mean accepted tokens) and the share of "
+                "rounds that drafted. "
                 "Each timed example is decoded --timing-repeats times, interleaved with ar each time; where "
                 f"the normalised time of one repeat and another differ more than {SPREAD_LIMIT:g}x (noise), "
                 "or the examples were timed once (noise not measured), the speedup is not shown: time "
@@ -153,11 +199,15 @@ def render(summary: pd.DataFrame, quality_metric: dict[str, str], fmt: str) -> s
     return "\n".join(parts)
 
 
-def write_table(results: Path, fmt: str, output: Path | None = None) -> tuple[str, Path]:
+def write_table(
+    results: Path, fmt: str, output: Path | None = None, margins: Margins = Margins()
+) -> tuple[str, Path]:
+    """The table of a results directory, written to ``output`` (RESULTS/table.md|tex|csv);
+    ``margins``: the fidelity margin the off-distribution marks use."""
     from bench.store import load_results
 
     rows = load_results(results)
-    summary = summarise(rows)
+    summary = summarise(rows, margins)
     text = render(summary, quality_metrics(summary), fmt)
     if fmt == "markdown":  # tasks with categories (Spec-Bench) add their leaderboard-style tables
         text += "\n" + category_tables(rows, summary)
