@@ -239,6 +239,17 @@ def test_a_trimmed_prompt_keeps_every_loss_position(records):
     assert torch.equal(full["valid"][0, drop:], short["valid"][0]) and torch.equal(full["feats"][0, drop:], short["feats"][0])
 
 
+def test_a_redacted_prompts_file_is_refused_in_one_line(tmp_path):
+    """The shipped file keeps CNN/DM and XSum prompts as hashes only: training from it says how to
+    rebuild the text instead of failing on a missing field."""
+    from bench.learned.eagle import read_prompts
+
+    lines = [{"source": "t0:xsum_x", "row": 0, "split": "train", "sha256": "ab", "shingles": []}]
+    (tmp_path / "p.jsonl").write_text(json.dumps(lines[0]) + "\n")
+    with pytest.raises(BenchError, match="scripts/eagle_prompts.py"):
+        read_prompts(tmp_path / "p.jsonl", "train")
+
+
 def test_cli_train_draft(tmp_path):
     """`diversed-bench train-draft` end to end on the tiny pair: the head, a card naming the
     command, and a re-run that resumes instead of training again."""

@@ -56,6 +56,12 @@ def read_prompts(path: Path, split: str) -> list[dict[str, Any]]:
         )
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     picked = [r for r in rows if r.get("split", "train") == split]
+    redacted = sum("prompt" not in r and "sha256" in r for r in picked)
+    if redacted:
+        raise BenchError(
+            f"prompts file {path}: {redacted} '{split}' prompts ship without their text (CNN/DM and XSum state no "
+            "licence); rebuild it with scripts/eagle_prompts.py (docs/eagle-training.md) and pass --prompts"
+        )
     if not picked or any("prompt" not in r for r in picked):
         raise BenchError(
             f"prompts file {path}: no '{split}' lines with a 'prompt' field; write it with scripts/eagle_prompts.py"
