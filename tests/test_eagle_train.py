@@ -70,6 +70,11 @@ def test_reduced_vocab_round_trips(records):
     assert t2d[counts.argmax()]
     with pytest.raises(BenchError, match="distinct tokens"):
         draft_vocab(records, 511, 512, lambda _: None)
+    said = {int(t) for r in records for t in r["ids"][r["prompt_len"] :]}
+    prompted = {int(t) for r in records for t in r["ids"][: r["prompt_len"]]} - said
+    _, wide = draft_vocab(records, len(said) + 3, 512, lambda _: None)  # 3 slots past the responses' tokens
+    kept = set(torch.nonzero(wide).flatten().tolist())
+    assert said <= kept and len(kept - said) == 3 and kept - said <= prompted
 
 
 def test_unrolled_steps_are_the_decoding_chain():

@@ -187,17 +187,22 @@ def draft_vocab(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``d2t``, ``t2d`` of the ``size`` most frequent response tokens, in the authors' convention
     (cnets.py ``scandata``: ``used_tokens`` sorted, ``d2t[i] = used_tokens[i] - i``,
-    ``t2d[v] = v in used_tokens``); ties broken by the smaller id. Fewer distinct tokens than
-    ``size`` is refused: the head's size would not be the one asked for."""
+    ``t2d[v] = v in used_tokens``); ties broken by the smaller id. Where the responses hold fewer
+    distinct tokens than ``size``, the most frequent prompt tokens fill the rest (the target copies
+    names and numbers from its prompt; a token outside the vocabulary is never drafted). Fewer
+    distinct tokens than ``size`` in prompts and responses together is refused."""
     counts = Counter(tok for r in records for tok in r["ids"][r["prompt_len"] :].tolist())
-    if len(counts) < size:
-        raise BenchError(
-            f"draft vocabulary: the responses hold {len(counts)} distinct tokens, fewer than {size}; pass --draft-vocab {len(counts)} or more prompts"
-        )
     top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:size]
+    if len(top) < size:
+        prompts = Counter(tok for r in records for tok in r["ids"][: r["prompt_len"]].tolist() if tok not in counts)
+        top += sorted(prompts.items(), key=lambda kv: (-kv[1], kv[0]))[: size - len(top)]
+    if len(top) < size:
+        raise BenchError(
+            f"draft vocabulary: prompts and responses hold {len(top)} distinct tokens, fewer than {size}; pass --draft-vocab {len(top)} or more prompts"
+        )
     used = sorted(tok for tok, _ in top)
-    share = sum(c for _, c in top) / sum(counts.values())
-    log(f"draft vocabulary: top {size} of {len(counts)} response tokens cover {share:.2%} of them")
+    share = sum(counts[tok] for tok, _ in top) / sum(counts.values())
+    log(f"draft vocabulary: {size} tokens ({min(len(counts), size)} of the {len(counts)} distinct response tokens) cover {share:.2%} of the responses")
     d2t = torch.tensor(used) - torch.arange(size)
     t2d = torch.zeros(vocab, dtype=torch.bool)
     t2d[torch.tensor(used)] = True
