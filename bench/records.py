@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from bench.config import RunConfig
-from bench.decoding import DecodeStats
+from bench.decode_stats import DecodeStats
 from bench.store import SCHEMA, SHARED_SETTINGS, ResultStore
 
 

@@ -17,7 +17,8 @@ from dataclasses import fields
 import pytest
 import torch
 
-from bench.decoding import DecodeStats, SpeculativeDecoder
+from bench.decode_stats import DecodeStats
+from bench.decoding import SpeculativeDecoder
 from bench.distributions import Sampling
 from bench.head import WeightHead
 from bench.verifiers import make_verifier
