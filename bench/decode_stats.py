@@ -1,4 +1,4 @@
-"""What one decoded example returns: its tokens and counters (docs/spec.md §3, the counters).
+"""What one decoded example returns: its tokens and counters (docs/spec.md §3, the decoding loop).
 
 Kept apart from the loop (``bench.decoding``) because records, progress, conversations, the
 lm-eval backend and ``speed`` read the counters without decoding anything: they import this
