@@ -42,6 +42,29 @@ def test_list_shows_tasks_pairs_and_methods_with_defaults():
     assert "needs --head" in out
 
 
+def test_drafter_help_points_to_list_which_names_every_registered_drafter(monkeypatch):
+    """--drafter's help names no drafter list of its own to keep up: it points to `list`, which
+    reads the registry, so a drafter registered later is listed without an edit of the options."""
+    from dataclasses import dataclass
+
+    from bench.drafters import DRAFTERS, Drafter
+
+    @dataclass
+    class Later(Drafter):
+        name = "later_drafter"
+        help = "a drafter registered after the options were written"
+
+        def draft(self, rows, caps):
+            raise AssertionError("never drafts here")
+
+    monkeypatch.setitem(DRAFTERS, Later.name, Later)
+    out = CliRunner().invoke(app, ["list"]).output
+    assert all(name in out for name in DRAFTERS) and "a drafter registered after" in out
+    for command in ("run", "generate", "speed"):
+        text = " ".join(CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "400"}).output.split())
+        assert "diversed-bench list" in text and "suffix" not in text and "lookup_tree" not in text, command
+
+
 def test_generate_refuses_diversed_without_a_head():
     from bench.errors import BenchError
 
