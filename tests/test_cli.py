@@ -94,6 +94,38 @@ def test_run_sets_and_records_the_cpu_threads(tmp_path):
     assert isinstance(bad.exception, BenchError) and "--threads" in str(bad.exception)
 
 
+def test_a_grids_threads_are_set_recorded_and_not_given_twice(tmp_path):
+    """The demo grid runs its tiny pair on one thread (its kernels are too small to split); a grid's
+    ``threads`` is set and recorded like --threads, and --threads beside it is refused."""
+    import json
+
+    import torch
+
+    from bench.errors import BenchError
+    from bench.grid import load_grid
+
+    assert load_grid("demo")["threads"] == 1
+    grid = tmp_path / "one.yaml"
+    grid.write_text("tasks: [gsm8k]\npairs: [tiny]\nmethods: [ar]\nlimit: 1\nmax_new_tokens: 4\nthreads: 1\n")
+    args = ["run", "--grid", str(grid), "--no-report", "--no-progress", "--device", "cpu"]
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        result = CliRunner().invoke(app, [*args, "--output-dir", str(tmp_path / "r")])
+        assert result.exit_code == 0, result.output
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+    manifest = json.loads(next((tmp_path / "r" / "manifests").glob("*.json")).read_text())
+    assert manifest["cpu_threads"] == 1
+    twice = CliRunner().invoke(app, [*args, "--output-dir", str(tmp_path / "t"), "--threads", "2"])
+    assert isinstance(twice.exception, BenchError) and "sets threads: 1; drop --threads" in str(twice.exception)
+    assert not (tmp_path / "t").exists()  # refused before anything ran
+    grid.write_text(grid.read_text().replace("threads: 1", "threads: 0"))
+    bad = CliRunner().invoke(app, [*args, "--output-dir", str(tmp_path / "b")])
+    assert isinstance(bad.exception, BenchError) and "threads must be a positive integer" in str(bad.exception)
+
+
 def test_bad_input_is_one_line(tmp_path, capsys):
     results = tmp_path / "results"
     tiny_run(results)
