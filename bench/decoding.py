@@ -93,6 +93,8 @@ class SpeculativeDecoder:
                 f"{verifier.name}: needs a weight head; train one with `diversed-bench train` "
                 "and pass --head PATH"
             )
+        if head is not None and not isinstance(head, Head):  # its at_token says which target states it reads
+            raise BenchError(f"{verifier.name}: a head is bench.head's WeightHead or JudgeHead, got {type(head).__name__}")
         self.target, self.verifier = target, verifier
         self.eos = frozenset(eos_token_ids)
         self.device = target.device  # a model's .device walks its parameters: read it once
