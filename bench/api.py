@@ -114,6 +114,7 @@ def run(
     calibrate: bool | None = None,
     accept_all: bool = True,
     train_missing_heads: bool = True,
+    threads: int | None = None,
     verbose: bool = False,
     log: Log = print,
 ) -> RunResult:
@@ -121,9 +122,11 @@ def run(
     unless ``report`` is off or this is one share of several, write the table and the plots.
     ``settings`` and ``sweep`` are `configs`'; ``train_missing_heads`` trains a learned family's
     head where none is cached (off: those families are skipped); ``accept_all`` (on by default)
-    runs the draft alone beside every drafting configuration."""
+    runs the draft alone beside every drafting configuration; ``threads``: CPU threads per
+    operator (torch.set_num_threads), or the grid's ``threads`` key; neither: torch's own."""
     from bench.distributed import Launch
 
+    _set_threads(threads, grid)
     found, grid_limit = configs(grid=grid, tasks=tasks, pairs=pairs, methods=methods, params=params, heads=heads,
                                 settings=settings, sweep=sweep, device=device, dtype=dtype, engine=engine,
                                 calibrate=calibrate, accept_all=accept_all, log=log)  # fmt: skip
@@ -142,6 +145,27 @@ def run(
     if report and shard[1] == 1 and launch.rank == 0:
         text = table_and_plots(output_dir, Path(plots_dir) if plots_dir else output_dir / "plots", log=log)
     return RunResult(output_dir, found, runner.store.rows_written, text)
+
+
+def _set_threads(threads: int | None, grid: str | None) -> None:
+    """Set torch's CPU threads per operator to ``threads`` or the grid's ``threads`` (the demo's
+    reference pair runs kernels too small to split: one thread decodes it several times faster,
+    and a second thread waiting on a busy core stalls every step). A grid's value is fixed, as its
+    other settings are: given again, it is refused."""
+    import torch
+
+    from bench.grid import load_grid
+
+    fixed = load_grid(grid).get("threads") if grid else None
+    if fixed is not None and threads is not None:
+        raise BenchError(f"grid {grid} sets threads: {fixed}; drop --threads (or copy the grid and change it)")
+    count = threads if fixed is None else fixed
+    if count is None:
+        return
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        where = f"grid {grid}: threads" if fixed is not None else "--threads"
+        raise BenchError(f"{where} must be a positive integer, got {count!r}")
+    torch.set_num_threads(count)
 
 
 def _runner(
@@ -194,15 +218,17 @@ class Interrupted(Exception):
 
 
 def table_and_plots(results: Path | str, plots_dir: Path | str, fmt: str = "markdown", log: Log = print) -> str:
-    """Write Table 1 and the figures of a results directory; return the table's text."""
+    """Write Table 1 and the figures of a results directory, as PNG (`plot` adds PDF and SVG: their
+    font embedding was most of the demo's plotting time); return the table's text."""
     from bench.reports.plots import write_plots
     from bench.reports.table import write_table
 
     text, path = write_table(Path(results), fmt)
     log(text)
     log(f"table written to {path}")
-    paths = write_plots(Path(results), Path(plots_dir))
+    paths = write_plots(Path(results), Path(plots_dir), formats=("png",))
     log(f"{len(paths)} plot files written to {plots_dir}/: " + ", ".join(p.name for p in paths if p.suffix == ".png"))
+    log(f"PDF and SVG of them: diversed-bench plot {results} --output-dir {plots_dir}")
     return text
 
 

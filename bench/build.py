@@ -36,10 +36,12 @@ def build_decoder(
     draft_policy: str | None = None,
     trace: bool = False,
     drafter: str | None = None,
+    paired: bool = False,
 ) -> SpeculativeDecoder:
     """The decoder of one method on one pair. ``head`` is a head folder (or ``init``), loaded for
     the pair, or a loaded head; a method that reads no head refuses one instead of ignoring it.
-    ``drafter``: what drafts (``model``, the pair's draft model, by default; ``lookup[:...]``)."""
+    ``drafter``: what drafts (``model``, the pair's draft model, by default; ``lookup[:...]``);
+    ``paired``: a resolved configuration's, whose pairing with the method was checked there."""
     verifier: Verifier = make_verifier(method, **(params or {}))
     if head is not None and not verifier.needs_hidden:
         raise BenchError(f"{verifier.name}: reads no weight head; drop the head or use --method diversed")
@@ -47,7 +49,7 @@ def build_decoder(
     if verifier.uses_draft and draft_len >= 1:
         ctx = draft_context(pair.target, pair.draft, verifier, draft_len=draft_len, sampling=sampling, engine=engine,
                             draft_policy=draft_policy, eos=frozenset(pair.eos_token_ids))  # fmt: skip
-        bound = make_drafter(with_pair_head(drafter or "model", pair.spec.eagle), ctx)
+        bound = make_drafter(with_pair_head(drafter or "model", pair.spec.eagle), ctx, paired=paired)
     if isinstance(head, str) or (head is None and verifier.needs_hidden):
         head = pair_head(head, method, pair, drafter)
     elif head is not None:
@@ -114,7 +116,8 @@ def decoder_for(
 ) -> SpeculativeDecoder:
     """The decoder of a resolved configuration: the one place a ``RunConfig``'s fields become a
     decoder's settings, so that ``run`` and the calibration (and any later entry point) decode every
-    configuration alike; a field added to ``RunConfig`` reaches them all here, or none."""
+    configuration alike; a field added to ``RunConfig`` reaches them all here, or none. Its drafter
+    was checked against its method when it resolved, and is not checked again."""
     return build_decoder(
         pair,
         cfg.method,
@@ -126,4 +129,5 @@ def decoder_for(
         draft_policy=cfg.draft_policy,
         trace=trace,
         drafter=cfg.drafter,
+        paired=True,
     )

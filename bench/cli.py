@@ -94,7 +94,6 @@ def run(  # fmt: skip
     from bench.sandbox import use_sandbox
 
     use_sandbox(sandbox)
-    o.set_threads(threads)
     params = o.params(param, target_weight=target_weight, lenience=lenience, cascade_rule=cascade_rule,
                       cascade_alpha=cascade_alpha, mix=mix)  # fmt: skip
     try:
@@ -109,7 +108,8 @@ def run(  # fmt: skip
             limit=limit, output_dir=output_dir, plots_dir=plots_dir, device=device, dtype=dtype, engine=engine,
             shard=o.shard(shard), batch_size=batch_size, timing_examples=timing_examples,
             timing_repeats=timing_repeats, progress=progress, trace=trace, report=report, calibrate=calibrate,
-            accept_all=accept_all, train_missing_heads=train, verbose=verbose, log=lambda m: typer.echo(m, err=True),
+            accept_all=accept_all, train_missing_heads=train, threads=threads, verbose=verbose,
+            log=lambda m: typer.echo(m, err=True),
         )  # fmt: skip
     except api.Interrupted as stop:
         typer.echo(f"\ninterrupted: {stop}; resume with: diversed-bench {shlex.join(sys.argv[1:])}", err=True)

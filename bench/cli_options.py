@@ -61,27 +61,17 @@ Results = Annotated[Path, typer.Argument(help="Results directory.")]
 Candidates = Annotated[
     Optional[list[str]], _opt("Method, family or label to judge against the baselines; repeatable.", "--candidate")
 ]
+# The drafters are named by `diversed-bench list` (bench.api.registries, from the registry), not
+# here: a new drafter needs no edit of this file, and the options import no drafter to say so.
+_DRAFTER_SPEC = (
+    "What drafts: NAME[:key=value,...], a registered drafter (default: model, the pair's draft model; "
+    "`diversed-bench list` names every drafter with its parameters and defaults; N is --draft-len), or your "
+    "own: path/to/file.py:Class[:key=value,...] or module:Class"
+)
 DrafterOpt = Annotated[
-    Optional[str],
-    _opt(
-        "What drafts: model (the pair's draft model, default), lookup[:ngram=2,min_ngram=1,match=first|recent,"
-        "schedule=constant|heuristic] (prompt lookup, no model; N is --draft-len), lookup_tree[:matches=4,...] "
-        "(lookups merged into a token tree), suffix[:mode=chain|tree,...] (SuffixDecoding) or "
-        "model_tree[:depth=4,topk=2,branch=1] (the draft model's static token tree; nodes capped by --draft-len) or "
-        "eagle[:path=FOLDER_OR_REPO,tree=0|1,...] (an EAGLE head, the pair's by default; `speed --drafter eagle` times its "
-        "steps), or your own: path/to/file.py:Class[:key=value,...] or module:Class. See `list`."
-    ),
+    Optional[str], _opt(f"{_DRAFTER_SPEC}. `speed --drafter eagle` times an EAGLE head's steps.")
 ]
-Drafters = Annotated[
-    Optional[list[str]],
-    _opt(
-        "What drafts: model (default), lookup[:ngram=2,min_ngram=1,match=first|recent,schedule=constant|heuristic] "
-        "(prompt lookup, no model; N is --draft-len), lookup_tree[:matches=4,...], suffix[:mode=chain|tree,...] "
-        "or model_tree[:depth=4,topk=2,branch=1], or your own: path/to/file.py:Class[:key=value,...] (see `list`); "
-        "repeatable, each a configuration.",
-        "--drafter",
-    ),
-]
+Drafters = Annotated[Optional[list[str]], _opt(f"{_DRAFTER_SPEC}; repeatable, each a configuration.", "--drafter")]
 # Flags that stand for a verifier parameter: --target-weight 0.5,0.7 is --param target_weight=0.5,0.7.
 Alias = Annotated[Optional[str], _opt("Short for --param NAME=...; see `list`.")]
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import fields
 
-from bench.decoding import DecodeStats, Generation
+from bench.decode_stats import DecodeStats, Generation
 from bench.errors import BenchError
 from bench.tasks import Example
 

@@ -27,9 +27,11 @@ from bench.verifiers import verifier_class
 PARAM_ALIASES = ("target_weight", "lenience", "cascade_rule", "cascade_alpha", "mix")
 # The settings a grid file may set, shared by all its configurations: RunSettings' fields.
 SHARED_KEYS = tuple(f.name for f in fields(RunSettings))
+# ``threads`` sets no configuration: it is the run's CPU threads per operator (`run --threads`).
 GRID_KEYS = {
-    "tasks", "pairs", "methods", "limit", "head", "params", "sweep", "calibrate", "anchors", *PARAM_ALIASES, *SHARED_KEYS
-}
+    "tasks", "pairs", "methods", "limit", "head", "params", "sweep", "calibrate", "anchors", "threads",
+    *PARAM_ALIASES, *SHARED_KEYS,
+}  # fmt: skip
 
 
 def configs_from_flags(

@@ -132,6 +132,10 @@ class JudgeHead(nn.Module):
         return head
 
 
+# The heads a decoder runs with; the chain round reads ``at_token`` to know which states they read.
+Head = WeightHead | JudgeHead
+
+
 def trained_on(card: dict[str, Any]) -> str:
     """The drafter (a spec) whose drafts a head was trained on: a weight head's rollouts read its
     q and hidden states, a judge's labels were mined from its proposals. Heads from before cards
@@ -171,7 +175,7 @@ def head_folder(path: str) -> Path:
     return Path(path)
 
 
-def load_head(path: str, pair_name: str, hidden_sizes: tuple[int, int]) -> tuple[nn.Module, dict[str, Any]]:
+def load_head(path: str, pair_name: str, hidden_sizes: tuple[int, int]) -> tuple[Head, dict[str, Any]]:
     """A trained head for this pair (DIVERSED's weight head, or a judge's when its card says so),
     or ``init`` for a fresh weight head (w = 0.5 everywhere). ``hidden_sizes``: the widths of the
     draft state (the draft model's, or an EAGLE head's) and the target's it must read."""
@@ -214,7 +218,7 @@ def _checked_card(folder: Path, pair_name: str, hidden_sizes: tuple[int, int]) -
 
 def required_head(
     path: str | None, method: str, pair_name: str, hidden_sizes: tuple[int, int], device: torch.device
-) -> nn.Module:
+) -> Head:
     """The head a head-reading method runs with; never a silent default when none is given."""
     if path is None:
         raise BenchError(f"{method}: needs --head PATH (or --head init for an untrained w = 0.5 head)")

@@ -27,7 +27,8 @@ from lm_eval.api.registry import register_model
 from lm_eval.models.utils import normalize_gen_kwargs, postprocess_generated_text
 
 from bench.context import fit_prompt
-from bench.decoding import DecodeStats, Generation, SpeculativeDecoder
+from bench.decode_stats import DecodeStats, Generation
+from bench.decoding import SpeculativeDecoder
 from bench.distributions import Sampling
 from bench.errors import BenchError
 from bench.pairs import chat_text, encode_prompt, load_pair

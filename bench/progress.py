@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bench.decoding import DecodeStats
+from bench.decode_stats import DecodeStats
 
 
 class Progress:

@@ -22,13 +22,15 @@ from bench.build import decoder_for
 from bench.config import RunConfig, example_seed
 from bench.context import Context, fit_prompt
 from bench.conversation import Messages, check_chat, decode_turns
-from bench.decoding import TRACE_FIELDS, Generation, SpeculativeDecoder
+from bench.decode_stats import Generation
+from bench.decoding import SpeculativeDecoder
 from bench.engines import CompiledEngines, make_engine
 from bench.errors import BenchError
 from bench.pairs import Pair, encode_prompt, load_pair
 from bench.progress import Progress
 from bench.records import fixed_columns, row, write_manifest
 from bench.store import ResultStore
+from bench.trace import TRACE_FIELDS
 from bench.tasks import Example, Task, resolve_task
 
 __all__ = ["RunConfig", "Runner"]

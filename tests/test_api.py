@@ -157,9 +157,13 @@ def test_a_plugin_that_declares_its_sweep_is_reported_like_a_builtin(tmp_path):
         device="cpu", output_dir=out, batch_size=24, timing_examples=0, progress=False, log=lambda m: None,
     )  # fmt: skip
     labels = [c.label for c in result.configs]
-    assert labels[-3:] == ["scaled (s=0.2)", "scaled (s=0.5)", "scaled (s=0.8)"]
+    assert labels[-4:] == ["scaled (s=0.2)", "scaled (s=0.5)", "scaled (s=0.8)", "accept_all"]  # the anchor last
     assert all(label in result.table for label in labels)
-    svg = (out / "plots" / "pareto_acceptance_ref.svg").read_text()
+    from bench.reports.plots import write_plots
+
+    assert {p.suffix for p in (out / "plots").iterdir()} == {".png", ".txt"}  # run: PNG; plot adds PDF, SVG
+    write_plots(out, out / "figures")
+    svg = (out / "figures" / "pareto_acceptance_ref.svg").read_text()
     assert "scaled, s swept" in svg and "ensemble, w swept" in svg and "#123456" in svg
     verdicts = json.loads(api.compare(out, ["scaled"], "json"))
     points, frontiers = verdicts["points"], verdicts["frontiers"]

@@ -17,7 +17,8 @@ from dataclasses import fields
 import pytest
 import torch
 
-from bench.decoding import DecodeStats, SpeculativeDecoder
+from bench.decode_stats import DecodeStats
+from bench.decoding import SpeculativeDecoder
 from bench.distributions import Sampling
 from bench.head import WeightHead
 from bench.verifiers import make_verifier
@@ -73,7 +74,9 @@ def frequent_token(target, prompts, budget) -> int:
 def assert_same_counters(a: DecodeStats, b: DecodeStats, row: int) -> None:
     for f in fields(a):
         if f.name in FLOATS:
-            assert getattr(b, f.name) == pytest.approx(getattr(a, f.name), rel=1e-5, abs=1e-5), (row, f.name)
+            # sums over ~30 tokens of fp32 reductions over the vocabulary (the entropy in
+            # target_divergence_sum): a batch's shapes reorder them by about 1e-6 a token
+            assert getattr(b, f.name) == pytest.approx(getattr(a, f.name), rel=1e-5, abs=1e-4), (row, f.name)
         elif f.name not in TIMING:
             assert getattr(b, f.name) == getattr(a, f.name), (row, f.name)
 

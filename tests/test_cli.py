@@ -42,6 +42,29 @@ def test_list_shows_tasks_pairs_and_methods_with_defaults():
     assert "needs --head" in out
 
 
+def test_drafter_help_points_to_list_which_names_every_registered_drafter(monkeypatch):
+    """--drafter's help names no drafter list of its own to keep up: it points to `list`, which
+    reads the registry, so a drafter registered later is listed without an edit of the options."""
+    from dataclasses import dataclass
+
+    from bench.drafters import DRAFTERS, Drafter
+
+    @dataclass
+    class Later(Drafter):
+        name = "later_drafter"
+        help = "a drafter registered after the options were written"
+
+        def draft(self, rows, caps):
+            raise AssertionError("never drafts here")
+
+    monkeypatch.setitem(DRAFTERS, Later.name, Later)
+    out = CliRunner().invoke(app, ["list"]).output
+    assert all(name in out for name in DRAFTERS) and "a drafter registered after" in out
+    for command in ("run", "generate", "speed"):
+        text = " ".join(CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "400"}).output.split())
+        assert "diversed-bench list" in text and "suffix" not in text and "lookup_tree" not in text, command
+
+
 def test_generate_refuses_diversed_without_a_head():
     from bench.errors import BenchError
 
@@ -69,6 +92,38 @@ def test_run_sets_and_records_the_cpu_threads(tmp_path):
     assert manifest["cpu_threads"] == 1
     bad = CliRunner().invoke(app, [*args, "--output-dir", str(tmp_path / "bad"), "--threads", "0"])
     assert isinstance(bad.exception, BenchError) and "--threads" in str(bad.exception)
+
+
+def test_a_grids_threads_are_set_recorded_and_not_given_twice(tmp_path):
+    """The demo grid runs its tiny pair on one thread (its kernels are too small to split); a grid's
+    ``threads`` is set and recorded like --threads, and --threads beside it is refused."""
+    import json
+
+    import torch
+
+    from bench.errors import BenchError
+    from bench.grid import load_grid
+
+    assert load_grid("demo")["threads"] == 1
+    grid = tmp_path / "one.yaml"
+    grid.write_text("tasks: [gsm8k]\npairs: [tiny]\nmethods: [ar]\nlimit: 1\nmax_new_tokens: 4\nthreads: 1\n")
+    args = ["run", "--grid", str(grid), "--no-report", "--no-progress", "--device", "cpu"]
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        result = CliRunner().invoke(app, [*args, "--output-dir", str(tmp_path / "r")])
+        assert result.exit_code == 0, result.output
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+    manifest = json.loads(next((tmp_path / "r" / "manifests").glob("*.json")).read_text())
+    assert manifest["cpu_threads"] == 1
+    twice = CliRunner().invoke(app, [*args, "--output-dir", str(tmp_path / "t"), "--threads", "2"])
+    assert isinstance(twice.exception, BenchError) and "sets threads: 1; drop --threads" in str(twice.exception)
+    assert not (tmp_path / "t").exists()  # refused before anything ran
+    grid.write_text(grid.read_text().replace("threads: 1", "threads: 0"))
+    bad = CliRunner().invoke(app, [*args, "--output-dir", str(tmp_path / "b")])
+    assert isinstance(bad.exception, BenchError) and "threads must be a positive integer" in str(bad.exception)
 
 
 def test_bad_input_is_one_line(tmp_path, capsys):

@@ -194,6 +194,13 @@ def test_diversed_without_a_head_is_refused(tiny_pair):
         SpeculativeDecoder(tiny_pair.target, tiny_pair.draft, make_verifier("diversed"))
 
 
+def test_a_head_that_is_not_one_of_ours_is_refused_in_one_line(tiny_pair):
+    """The chain round reads a head's ``at_token`` (which target states it reads): a module without
+    it is refused when the decoder is built, not met as an AttributeError mid-round."""
+    with pytest.raises(BenchError, match="WeightHead or JudgeHead, got Linear"):
+        SpeculativeDecoder(tiny_pair.target, tiny_pair.draft, make_verifier("diversed"), head=torch.nn.Linear(2, 1))
+
+
 @pytest.mark.parametrize("damping,low,high", [(0.05, 0.85, 1.0), (0.2, 0.4, 0.7), (0.4, 0.2, 0.4)])
 def test_tiny_pair_acceptance_is_tunable(damping, low, high):
     spec = resolve_pair("tiny")

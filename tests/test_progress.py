@@ -1,7 +1,7 @@
 """Progress lines (bench/progress.py): one line per configuration off a terminal, naming the
 configuration and its own decoding time."""
 
-from bench.decoding import DecodeStats
+from bench.decode_stats import DecodeStats
 from bench.config import RunSettings
 from bench.grid import configs_from_flags
 from bench.progress import Progress

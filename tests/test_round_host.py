@@ -1,9 +1,10 @@
-"""The decoding round's one host copy (``bench.decoding._to_host``): every tensor comes back with
+"""The decoding round's one host copy (``bench.rounds.to_host``): every tensor comes back with
 the values its own ``tolist`` gives, integers as ints, rows as lists, whatever their dtypes."""
 
 import torch
 
-from bench.decoding import _to_host, _tree_depth
+from bench.rounds import to_host as _to_host
+from bench.tree_round import tree_depth as _tree_depth
 
 
 def test_one_copy_gives_each_tensors_own_values():

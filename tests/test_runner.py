@@ -260,3 +260,24 @@ def test_bad_cli_input_is_one_line(tmp_path):
     out = bench_cli(*run, "--output-dir", str(tmp_path / "cli"), "--task", "squad")
     assert out.returncode == 2, out.stderr
     assert "Traceback" not in out.stderr and "unknown task" in out.stderr.strip().splitlines()[-1]
+
+
+def test_a_configurations_pairing_is_checked_once(tmp_path, monkeypatch):
+    """`run` holds a configuration's drafter against what its method reads once, when the
+    configuration resolves, not again when its decoder binds the drafter."""
+    import bench.config
+    import bench.drafters
+
+    original, calls = bench.drafters.drafter_for, []
+
+    def counted(spec, method, reads):
+        calls.append(method)
+        return original(spec, method, reads)
+
+    monkeypatch.setattr(bench.drafters, "drafter_for", counted)
+    monkeypatch.setattr(bench.config, "drafter_for", counted)
+    found = configs(["gsm8k"], ["sd", "lossy"], max_new_tokens=8) + configs(
+        ["gsm8k"], ["sd"], max_new_tokens=8, drafter="lookup"
+    )
+    Runner(tmp_path, limit=1, timing_examples=0, progress=False, log=lambda m: None).run(found)
+    assert sorted(calls) == ["lossy", "sd", "sd"]  # one per configuration: three decoders

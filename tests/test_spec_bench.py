@@ -12,7 +12,7 @@ import pytest
 from conftest import cli_error
 
 from bench.conversation import decode_turns, merge_stats
-from bench.decoding import DecodeStats, Generation
+from bench.decode_stats import DecodeStats, Generation
 from bench.errors import BenchError
 from bench.reports.categories import category_tables, prefix_share
 from bench.reports.summary import summarise

@@ -219,18 +219,14 @@ def test_fidelity_sits_beside_quality_and_marks_settings_off_the_targets_distrib
 def test_the_divergence_has_mean_zero_under_the_targets_own_law():
     """log p_T(y) + H(p_T) averaged over y ~ p_T is 0 exactly (its per-token column's known zero), at
     any temperature; the temperature-1 log p comes out beside it."""
-    from types import SimpleNamespace
-
     import torch
 
-    from bench.decoding import SpeculativeDecoder
-    from bench.distributions import Sampling
+    from bench.verify_step import fidelity
 
     logits = torch.randn(2, 3, 11, generator=torch.Generator().manual_seed(0)) * 3
     every = torch.arange(11).expand(2, 3, 11).reshape(2, 33)
     for t in (0.0, 0.6, 1.0):
-        me = SimpleNamespace(sampling=Sampling(temperature=t))
-        loglik, excess = SpeculativeDecoder._fidelity(me, logits.repeat_interleave(11, dim=1), every)
+        loglik, excess = fidelity(logits.repeat_interleave(11, dim=1), every, t)
         law = (logits / (t or 1.0)).softmax(-1).reshape(2, 33)
         assert torch.allclose((law * excess).reshape(2, 3, 11).sum(-1), torch.zeros(2, 3), atol=1e-5)
         assert torch.allclose(loglik, logits.log_softmax(-1).reshape(2, 33), atol=1e-5)

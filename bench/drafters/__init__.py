@@ -113,10 +113,17 @@ def drafter_for(spec: str | None, method: str, reads: frozenset[str]) -> tuple[t
     return cls, params
 
 
-def make_drafter(spec: str | None, ctx: DraftContext) -> Drafter:
+def make_drafter(spec: str | None, ctx: DraftContext, *, paired: bool = False) -> Drafter:
     """The drafter a decoder runs: its class looked up (``drafter_for``), built from its
-    parameters and bound to the context; a context without a model it declares is refused."""
-    cls, params = drafter_for(spec, ctx.method, ctx.reads)
+    parameters and bound to the context; a context without a model it declares is refused.
+    ``paired``: the spec comes from a resolved configuration, whose ``RunConfig.resolve`` already
+    held the verifier's reads against this drafter (``drafter_for``): only the lookup is left, so
+    a configuration's pairing is checked once, not again at every decoder it builds."""
+    if paired:
+        name, params = parse_drafter(spec)
+        cls = drafter_class(name)
+    else:
+        cls, params = drafter_for(spec, ctx.method, ctx.reads)
     for model in sorted(cls.models):
         if getattr(ctx, model) is None:
             free = [n for n, c in DRAFTERS.items() if model not in c.models]

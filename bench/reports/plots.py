@@ -9,6 +9,7 @@ settings that produced it in a caption file (``<name>.txt``) rather than on the 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -91,9 +92,9 @@ def _grid(n: int) -> tuple[plt.Figure, list[plt.Axes]]:
     return fig, flat[:n]
 
 
-def _save(fig: plt.Figure, out: Path, name: str, caption: str) -> list[Path]:
+def _save(fig: plt.Figure, out: Path, name: str, caption: str, formats: Sequence[str] = FORMATS) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
-    paths = [out / f"{name}.{fmt}" for fmt in FORMATS]
+    paths = [out / f"{name}.{fmt}" for fmt in formats]
     # Text stays text (editable in a paper's figure tools): SVG <text>, TrueType fonts in the PDF.
     with plt.rc_context({"svg.fonttype": "none", "pdf.fonttype": 42}):
         for p in paths:
@@ -386,7 +387,12 @@ def _pareto_caption(title: str, axes: tuple[str, str], flagged: bool, panel: Pan
 
 
 def plot_pareto(
-    panel: Panel, qualities: dict[str, str], out: Path, x: str = "normalised_time", y: str = "quality"
+    panel: Panel,
+    qualities: dict[str, str],
+    out: Path,
+    x: str = "normalised_time",
+    y: str = "quality",
+    formats: Sequence[str] = FORMATS,
 ) -> list[Path]:
     """Quality (``y``: the task's, or a fidelity axis of ``FIDELITY_FIGURES``) against ``x`` (time relative to AR, or acceptance
     rate). A method swept over one parameter is a line with its points labelled; the static
@@ -431,7 +437,7 @@ def plot_pareto(
     fig.suptitle(f"{title} ({panel.slug})", fontsize=11)
     for sweep_points in sweeps:  # once the layout is final, so that label boxes are where they will be drawn
         _place_labels(*sweep_points)
-    return _save(fig, out, f"{name}_{panel.slug}", _pareto_caption(title, (x, y), flagged, panel))
+    return _save(fig, out, f"{name}_{panel.slug}", _pareto_caption(title, (x, y), flagged, panel), formats)
 
 
 MEASURED, LOGGED, THEORY = "measured: accepted / verified", "logged 1 - TV(q, pi)", "theory 1 - w TV(p, q)"
@@ -484,7 +490,9 @@ def _acceptance_vs_weight_axes(
     ax.set_ylim(max(0.0, low - 0.15 * (100 - low) - 1), 100.5)  # the data fill the axes
 
 
-def plot_acceptance_vs_weight(rows: pd.DataFrame, panel: Panel, out: Path) -> list[Path]:
+def plot_acceptance_vs_weight(
+    rows: pd.DataFrame, panel: Panel, out: Path, formats: Sequence[str] = FORMATS
+) -> list[Path]:
     """The static ensemble's per-token acceptance against its target weight, per task, beside what
     the theory predicts from SD: the check that acceptance falls linearly in w."""
     part = panel.part
@@ -509,14 +517,16 @@ def plot_acceptance_vs_weight(rows: pd.DataFrame, panel: Panel, out: Path) -> li
         "1 - SD's per-token acceptance. "
         f"Settings: {panel.title}."
     )
-    return _save(fig, out, f"acceptance_vs_weight_{panel.slug}", caption)
+    return _save(fig, out, f"acceptance_vs_weight_{panel.slug}", caption, formats)
 
 
 def _panel_rows(rows: pd.DataFrame, panel: Panel) -> pd.DataFrame:
     return rows[rows["config_id"].isin(panel.part["config_id"])]
 
 
-def plot_acceptance_per_position(rows: pd.DataFrame, panel: Panel, out: Path) -> list[Path]:
+def plot_acceptance_per_position(
+    rows: pd.DataFrame, panel: Panel, out: Path, formats: Sequence[str] = FORMATS
+) -> list[Path]:
     part = _panel_rows(rows, panel)
     part = part[part["method"] != "ar"]
     tasks = _tasks(part)
@@ -569,10 +579,12 @@ def plot_acceptance_per_position(rows: pd.DataFrame, panel: Panel, out: Path) ->
         "at position i, pooled over examples; error bars: 95% bootstrap intervals over examples. "
         f"Settings: {panel.title}."
     )
-    return _save(fig, out, f"acceptance_per_position_{panel.slug}", caption)
+    return _save(fig, out, f"acceptance_per_position_{panel.slug}", caption, formats)
 
 
-def plot_weights(rows: pd.DataFrame, panel: Panel, out: Path) -> list[Path]:
+def plot_weights(
+    rows: pd.DataFrame, panel: Panel, out: Path, formats: Sequence[str] = FORMATS
+) -> list[Path]:
     part = _panel_rows(rows, panel)
     part = part[part["method"] == "diversed"]
     if part.empty:
@@ -614,7 +626,7 @@ def plot_weights(rows: pd.DataFrame, panel: Panel, out: Path) -> list[Path]:
         "Histogram of the per-token target weight w_t that the DIVERSED head gave each verified "
         f"position; dashed: its mean. Settings: {panel.title}."
     )
-    return _save(fig, out, f"diversed_weights_{panel.slug}", caption)
+    return _save(fig, out, f"diversed_weights_{panel.slug}", caption, formats)
 
 
 def _legend(fig: plt.Figure, axes: list[plt.Axes], order: list[str] | None = None) -> None:
@@ -639,18 +651,20 @@ def _legend(fig: plt.Figure, axes: list[plt.Axes], order: list[str] | None = Non
         )
 
 
-def write_plots(results: Path, out: Path) -> list[Path]:
-    """Every figure of every panel of a results directory; returns the files written."""
+def write_plots(results: Path, out: Path, formats: Sequence[str] = FORMATS) -> list[Path]:
+    """Every figure of every panel of a results directory, in ``formats`` (`run` writes PNG only:
+    PDF's font subsetting and SVG's text took most of the demo's plotting time; `plot` writes
+    all three); returns the files written."""
     rows = load_results(results)
     summary = summarise(rows)
     qualities = quality_metrics(summary)
     paths: list[Path] = []
     for panel in panels(summary):
         for x in PARETO_AXES:
-            paths += plot_pareto(panel, qualities, out, x)
+            paths += plot_pareto(panel, qualities, out, x, formats=formats)
         for y in FIDELITY_FIGURES:
-            paths += plot_pareto(panel, qualities, out, y=y)
-        paths += plot_acceptance_vs_weight(rows, panel, out)
-        paths += plot_acceptance_per_position(rows, panel, out)
-        paths += plot_weights(rows, panel, out)
+            paths += plot_pareto(panel, qualities, out, y=y, formats=formats)
+        paths += plot_acceptance_vs_weight(rows, panel, out, formats)
+        paths += plot_acceptance_per_position(rows, panel, out, formats)
+        paths += plot_weights(rows, panel, out, formats)
     return paths

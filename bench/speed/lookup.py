@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from bench.decoding import DecodeStats
+from bench.decode_stats import DecodeStats
 from bench.distributions import Sampling
 from bench.drafters import canonical_drafter, parse_drafter
 from bench.engines import CompiledEngines, EngineFactory, ModelEngine

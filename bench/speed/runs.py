@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from bench.build import build_decoder
-from bench.decoding import DecodeStats
+from bench.decode_stats import DecodeStats
 from bench.distributions import Sampling
 from bench.engines import EagerEngine, EngineFactory
 from bench.pairs import Pair
