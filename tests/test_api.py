@@ -167,7 +167,7 @@ def test_a_plugin_that_declares_its_sweep_is_reported_like_a_builtin(tmp_path):
     assert "scaled, s swept" in svg and "ensemble, w swept" in svg and "#123456" in svg
     verdicts = json.loads(api.compare(out, ["scaled"], "json"))
     points, frontiers = verdicts["points"], verdicts["frontiers"]
-    assert {p["candidate"] for p in points} == set(labels[-3:])
+    assert {p["candidate"] for p in points} == set(labels[-4:-1])
     # Judged against the one baseline family (with its anchors; one family: no pool), never against itself.
     assert {p["family"] for p in points} == {"ensemble"}
     assert [f["family"] for f in frontiers] == ["ensemble"]
