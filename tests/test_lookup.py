@@ -402,6 +402,7 @@ def test_drafters_sit_in_separate_panels_with_their_counters(tmp_path):
     api.run(
         tasks=["arith"], pairs=["ref"], methods=["ar", "sd", "typical"],
         settings=api.RunSettings(drafter=["model", "lookup"]), limit=4, output_dir=out, batch_size=4, timing_examples=0, progress=False, device="cpu", log=lambda m: None,
+        accept_all=False,
     )  # fmt: skip
     rows = load_results(out)
     assert set(rows["drafter"].dropna()) == {"model", "lookup:match=first,min_ngram=1,ngram=2,schedule=constant"}

@@ -174,6 +174,7 @@ def test_kill_and_resume(tmp_path):
         "48",
         "--no-report",
         "--no-progress",
+        "--no-accept-all",  # 24 rows: ar and sd only
         "--device",
         "cpu",
         "--output-dir",
