@@ -255,6 +255,28 @@ def test_a_redacted_prompts_file_is_refused_in_one_line(tmp_path):
         read_prompts(tmp_path / "p.jsonl", "train")
 
 
+def test_a_stopped_run_exports_its_best_head_without_training_on(tiny_pair, tmp_path):
+    """--export-now with the stopped run's flags: no further step, the head and a card from the
+    checkpoint as it stood, saying so."""
+    lines = [{"prompt": p, "split": "train", "source": "s", "row": i} for i, p in enumerate(PROMPTS)]
+    lines += [{"prompt": "held out: 5 plus 7", "split": "heldout", "source": "s", "row": 98}]
+    (tmp_path / "p.jsonl").write_text("\n".join(map(json.dumps, lines)))
+    settings = FitSettings(steps=6, batch=2, ttt_steps=2, log_every=1, save_every=1)
+    job = DraftJob(prompts=tmp_path / "p.jsonl", out=tmp_path / "out", new_tokens=8, gen_batch=4, chat=False,
+                   draft_vocab=24, fit=settings, depths=(2,))  # fmt: skip
+
+    def killed(line: str) -> None:
+        if line.startswith("step 3/"):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train_draft(tiny_pair, job, log=killed)
+    from dataclasses import replace
+
+    card = train_draft(tiny_pair, replace(job, export_now=True), log=lambda _: None)
+    assert card["steps_done"] == 2 and card["ended"]  # step 3 died before its checkpoint.startswith("exported") and (tmp_path / "out" / "model.safetensors").is_file()
+
+
 def test_cli_train_draft(tmp_path):
     """`diversed-bench train-draft` end to end on the tiny pair: the head, a card naming the
     command, and a re-run that resumes instead of training again."""
@@ -297,11 +319,9 @@ def test_shipped_smollm2_head_is_the_published_layout_and_its_card_matches():
     """bench/reference/smollm2-eagle: the EAGLE-3 keys exactly, fp16 weights, a vocabulary mapping
     of the configured size, under 15 MB, and a card naming the shipped prompts file by its hash
     with disjoint train and held-out rows."""
-    import hashlib
-
     from safetensors.torch import load_file
 
-    from bench.learned.eagle import PACKAGED_PROMPTS
+    from bench.learned.eagle import PACKAGED_PROMPTS, rows_sha256
 
     folder = PACKAGED_PROMPTS.parent
     config = json.loads((folder / "config.json").read_text())
@@ -326,9 +346,11 @@ def test_shipped_smollm2_head_is_the_published_layout_and_its_card_matches():
     size = config["draft_vocab_size"]
     assert state["lm_head.weight"].shape == (size, config["hidden_size"]) and int(state["t2d"].sum()) == size
     assert torch.equal(torch.arange(size) + state["d2t"], torch.nonzero(state["t2d"]).flatten())
-    assert (folder / "model.safetensors").stat().st_size < 15e6
+    # one layer at SmolLM2's width (~10 MB fp16) and lm_head over the draft vocabulary (1.2 KB a token)
+    assert (folder / "model.safetensors").stat().st_size < 11e6 + 1200 * size
     card = json.loads((folder / "card.json").read_text())
-    assert card["prompts"]["sha256"] == hashlib.sha256(PACKAGED_PROMPTS.read_bytes()).hexdigest()
+    # the shipped file's CNN/DM and XSum prompts are hashes: its rows, not its bytes, are the trained-on file's
+    assert card["prompts"]["rows_sha256"] == rows_sha256(PACKAGED_PROMPTS)
     rows = [json.loads(line) for line in PACKAGED_PROMPTS.read_text().splitlines()]
     train = {(r["source"], r["row"]) for r in rows if r["split"] == "train"}
     held = {(r["source"], r["row"]) for r in rows if r["split"] == "heldout"}

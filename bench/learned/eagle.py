@@ -378,12 +378,13 @@ def _save(ckpt: Path, state: dict[str, Any], spent: float, s: FitSettings, head:
 
 def fit(
     head: Any, records: list[dict[str, Any]], target_w: torch.Tensor, s: FitSettings, ckpt: Path, log: Log,
-    held: list[dict[str, Any]] | None = None,
+    held: list[dict[str, Any]] | None = None, train: bool = True,
 ) -> dict[str, Any]:  # fmt: skip
     """Train ``head`` for ``s.steps`` optimizer steps (the 0.8^j-weighted TTT loss), checkpointing
     atomically every ``s.save_every`` steps and logging step, loss, step-0 accuracy, positions/s
     and time left every ``s.log_every``. With ``held`` and ``s.eval_every``, stop once the held-out
-    loss stops falling and end on the best head. Returns the progress (step, history, evals, elapsed)."""
+    loss stops falling and end on the best head. ``train`` False: no step, the checkpoint's head
+    (its best) as it stands. Returns the progress (step, history, evals, elapsed)."""
     from bench.learned.eagle_shards import trim
     from bench.learned.eagle_ttt import collate, ttt_losses, weighted
 
@@ -392,7 +393,7 @@ def fit(
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _schedule(s))
     state = _resume(ckpt, head, opt, sched, s, log)
     began, positions, run_start = time.monotonic(), 0, state["step"]
-    stop = state.get("stopped", False)
+    stop = state.get("stopped", False) or not train
     for step in range(state["step"], s.steps if not stop else state["step"]):
         batch = collate([trim(records[i], s.context) for i in batch_indices(step, s.batch, len(records), s.seed)])
         with torch.autocast(target_w.device.type, dtype=torch.bfloat16, enabled=s.dtype == "bfloat16"):
@@ -443,6 +444,7 @@ class DraftJob:
     fit: FitSettings = FitSettings()
     depths: tuple[int, ...] = (3, 5, 7)
     features: Path | None = None  # where the features live (default OUT/work): runs over subsets of one file share it
+    export_now: bool = False  # no further step: the head and card from the checkpoint as it stands
 
 
 def _vocab(
@@ -510,7 +512,7 @@ def train_draft(pair: Pair, job: DraftJob, log: Log = print) -> dict[str, Any]:
         f"training: {len(train)} sequences, {_response_tokens(train)} response tokens, "
         f"{job.fit.steps} steps of {job.fit.batch}, TTT depth {job.fit.ttt_steps}"
     )
-    state = fit(head, train, target_rows(pair, t2d), job.fit, work / "checkpoint.pt", log, held=valid)
+    state = fit(head, train, target_rows(pair, t2d), job.fit, work / "checkpoint.pt", log, held=valid, train=not job.export_now)
     head.eval()
     accept = [chain_acceptance(head, held, d) for d in job.depths]
     domains = {d: chain_acceptance(head, rs, 5) | {"coverage": coverage(rs, t2d)} for d, rs in by_domain(held_p, held).items()}
@@ -520,7 +522,9 @@ def train_draft(pair: Pair, job: DraftJob, log: Log = print) -> dict[str, Any]:
         "training_total": round(state["elapsed"]),
         "this_run": round(time.monotonic() - began),
     }
-    card = _card(pair, job, (train_p, held_p), (train, held), state, accept, seconds) | {"heldout_by_domain": domains}
+    ended = "held-out loss stopped falling" if state.get("stopped") and not job.export_now else "steps done"
+    ended = "exported as it stood (--export-now)" if job.export_now and state["step"] < job.fit.steps else ended
+    card = _card(pair, job, (train_p, held_p), (train, held), state, accept, seconds) | {"heldout_by_domain": domains, "ended": ended}
     (job.out / "card.json").write_text(json.dumps(card, indent=2) + "\n")
     for a in accept:
         log(f"held-out greedy chain, depth {a['depth']}: {a['tokens_per_round']:.3f} tokens per round ({a['rounds']} rounds)")
@@ -534,6 +538,15 @@ def coverage(records: list[dict[str, Any]], t2d: torch.Tensor) -> float:
     outside it can never be drafted."""
     toks = torch.cat([torch.as_tensor(r["ids"][r["prompt_len"] :]) for r in records]) if records else torch.zeros(0, dtype=torch.long)
     return float(t2d[toks].float().mean()) if len(toks) else float("nan")
+
+
+def rows_sha256(path: Path) -> str:
+    """sha256 of a prompts file's (source, row, split) lines: the same for the file a head trained on
+    and for its shipped copy, whose CNN/DM and XSum prompts are hashes (scripts/eagle_prompts.py)."""
+    import hashlib
+
+    keys = [[r.get("source"), r.get("row"), r.get("split", "train")] for r in _lines(path)]
+    return hashlib.sha256(json.dumps(keys).encode()).hexdigest()
 
 
 def _response_tokens(records: list[dict[str, Any]]) -> int:
@@ -558,6 +571,7 @@ def _card(
         "prompts": {
             "file": job.prompts.name,
             "sha256": hashlib.sha256(job.prompts.read_bytes()).hexdigest(),
+            "rows_sha256": rows_sha256(job.prompts),
             "train": _sources(prompts[0]),
             "heldout": _sources(prompts[1]),
         },
@@ -605,6 +619,7 @@ def train_draft_command(
     eval_every: int = 0,
     patience: int = 3,
     context: int = 0,
+    export_now: bool = False,
 ) -> dict[str, Any]:
     """`diversed-bench train-draft`: load the pair, train its head with these flags, return the
     card (which records ``command``, the line that made it)."""
@@ -626,6 +641,7 @@ def train_draft_command(
         draft_vocab=draft_vocab,
         fit=fit_settings,
         features=features,
+        export_now=export_now,
     )
     card = {**train_draft(load_pair(pair, device=device, dtype=dtype), job, log), "command": command}
     (out / "card.json").write_text(json.dumps(card, indent=2) + "\n")
