@@ -319,7 +319,7 @@ def _schedule(s: FitSettings) -> Callable[[int], float]:
     )
 
 
-def _resume(path: Path, head: Any, opt: Any, sched: Any, s: FitSettings, log: Log) -> dict[str, Any]:
+def _resume(path: Path, head: Any, opt: Any, sched: Any, s: FitSettings, log: Log, then: str = "continuing") -> dict[str, Any]:
     """The checkpoint's progress, loaded into head/optimizer/schedule; fresh when there is none.
     A checkpoint made with other settings is refused (it would silently mix two runs)."""
     if not path.is_file():
@@ -334,7 +334,7 @@ def _resume(path: Path, head: Any, opt: Any, sched: Any, s: FitSettings, log: Lo
     sched.load_state_dict(ck["sched"])
     last = ck["history"][-1]["loss"] if ck["history"] else float("nan")
     log(
-        f"resumed: {path} holds step {ck['step']}/{s.steps} (loss {last:.4f}, {ck['elapsed']:.0f} s trained); continuing"
+        f"resumed: {path} holds step {ck['step']}/{s.steps} (loss {last:.4f}, {ck['elapsed']:.0f} s trained); {then}"
     )
     keep = ("step", "history", "evals", "elapsed", "best", "best_loss", "best_step", "stopped")
     return {"evals": [], **{k: ck[k] for k in keep if k in ck}}
@@ -391,7 +391,7 @@ def fit(
     params = [p for p in head.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=s.lr, betas=(0.9, 0.95), weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _schedule(s))
-    state = _resume(ckpt, head, opt, sched, s, log)
+    state = _resume(ckpt, head, opt, sched, s, log, "continuing" if train else "exporting its best head (--export-now)")
     began, positions, run_start = time.monotonic(), 0, state["step"]
     stop = state.get("stopped", False) or not train
     for step in range(state["step"], s.steps if not stop else state["step"]):
