@@ -144,7 +144,7 @@ def generate_features(
     shards it finds, by prompt, and generates the rest).
 
     Prompts are sorted by length so a batch wastes little left padding."""
-    from bench.learned.eagle_shards import key, read_shards, write_shard
+    from bench.learned.eagle_shards import key, read_shard, read_shards, write_shard
 
     folder.mkdir(parents=True, exist_ok=True)
     done = read_shards(folder)
@@ -172,8 +172,10 @@ def generate_features(
             output_logits=True,
             return_dict_in_generate=True,
         )
-        write_shard(folder, f"shard_{min(chunk):05d}_{len(done):06d}", dict(zip([keys[i] for i in chunk], _rows(gen, width, encoded, eos, layers), strict=True)))
-        done = read_shards(folder)
+        name = f"shard_{min(chunk):05d}_{len(done):06d}"
+        rows = _rows(gen, width, encoded, eos, layers)
+        write_shard(folder, name, dict(zip([keys[i] for i in chunk], rows, strict=True)))
+        done.update(read_shard(folder, name))  # the memory-mapped views, as a rerun reads them
         made += len(chunk)
         rate = made / (time.monotonic() - start)
         log(

@@ -57,14 +57,20 @@ def read_shards(folder: Path) -> dict[str, Record]:
     (``final`` starts at the last prompt position)."""
     out: dict[str, Record] = {}
     for meta_path in sorted(folder.glob("*.pt")):
-        stem = meta_path.name[: -len(".pt")]
-        feats = np.load(folder / f"{stem}.feats.npy", mmap_mode="r")
-        final = np.load(folder / f"{stem}.final.npy", mmap_mode="r")
-        at = fin = 0
-        for m in torch.load(meta_path, weights_only=False):
-            n, resp = len(m["ids"]) - 1, len(m["ids"]) - m["prompt_len"]
-            out[m["key"]] = {**m, "feats": feats[at : at + n], "final": final[fin : fin + resp]}
-            at, fin = at + n, fin + resp
+        out.update(read_shard(folder, meta_path.name[: -len(".pt")]))
+    return out
+
+
+def read_shard(folder: Path, stem: str) -> dict[str, Record]:
+    """One shard's records (see ``read_shards``)."""
+    feats = np.load(folder / f"{stem}.feats.npy", mmap_mode="r")
+    final = np.load(folder / f"{stem}.final.npy", mmap_mode="r")
+    out: dict[str, Record] = {}
+    at = fin = 0
+    for m in torch.load(folder / f"{stem}.pt", weights_only=False):
+        n, resp = len(m["ids"]) - 1, len(m["ids"]) - m["prompt_len"]
+        out[m["key"]] = {**m, "feats": feats[at : at + n], "final": final[fin : fin + resp]}
+        at, fin = at + n, fin + resp
     return out
 
 
