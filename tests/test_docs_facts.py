@@ -1,11 +1,15 @@
 """The docs agree with the repository and the code: every command in scripts/ is cited by a docs
-page (and named in docs/layout.md), and every script anything cites exists.
+page (and named in docs/layout.md), every script anything cites exists, and docs/layout.md names
+every folder of the top level and of bench/.
 
 scripts/ holds only commands a page cites for what they make or measure; a one-off measurement
 whose numbers no page shows any more leaves the tree (its page then names the commit that held it)."""
 
 import re
+import subprocess
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs"
@@ -49,3 +53,24 @@ def test_every_script_cited_exists():
         if m.group(1) not in present
     )
     assert not missing, "\n".join(missing)
+
+
+def folders() -> list[str]:
+    """The tracked folders docs/layout.md describes: the top level's and every one under bench/."""
+    listed = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True)
+    if listed.returncode:
+        pytest.skip(f"not a git checkout ({listed.stderr.strip()}): the folders are those of the tracked files")
+    found = set()
+    for name in listed.stdout.splitlines():
+        parts = Path(name).parts[:-1]
+        found |= {parts[0]} if parts else set()
+        if parts[:1] == ("bench",):
+            found |= {"/".join(parts[:n]) for n in range(2, len(parts) + 1)}
+    return sorted(found)
+
+
+def test_the_layout_names_every_folder():
+    layout, tracked = LAYOUT.read_text(), folders()
+    assert {"bench", "tests", "bench/reports"} <= set(tracked), tracked
+    unnamed = [f for f in tracked if not re.search(rf"(?<![\w.-]){re.escape(Path(f).name)}/", layout)]
+    assert not unnamed, f"folders docs/layout.md does not name (as NAME/): {unnamed}"
