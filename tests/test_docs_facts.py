@@ -1,6 +1,7 @@
 """The docs agree with the repository and the code: every command in scripts/ is cited by a docs
 page (and named in docs/layout.md), every script anything cites exists, and docs/layout.md names
-every folder of the top level and of bench/; the numbers the code defines (the results schema,
+every folder of the top level and of bench/; tests/README.md names every test file and
+anything cites only test files that exist; the numbers the code defines (the results schema,
 the equivalence margins, run's defaults, the drafters' and the verifiers' defaults) are the docs'.
 
 scripts/ holds only commands a page cites for what they make or measure; a one-off measurement
@@ -165,3 +166,29 @@ def test_no_page_states_another_schema_as_the_current_one():
         if int(m.group(1) or m.group(2)) != store.SCHEMA
     ]
     assert not stale, stale
+
+
+# --- the test files, as the pages name them ------------------------------------------------------
+
+TESTS = REPO / "tests"
+TEST_PATH = re.compile(r"(?<![\w.-])tests/([\w/]+\.py)\b")
+README_ROW = re.compile(r"`((?:[\w]+/)*test_\w+\.py)`")
+
+
+def test_every_test_file_is_named_in_the_tests_readme_and_every_name_exists():
+    files = {p.relative_to(TESTS).as_posix() for p in TESTS.rglob("test_*.py")}
+    named = set(README_ROW.findall((TESTS / "README.md").read_text()))
+    assert len(files) > 50, "the test files were not found"
+    assert not files - named, f"test files tests/README.md does not name (by their path under tests/): {sorted(files - named)}"
+    assert not named - files, f"tests/README.md names files that do not exist: {sorted(named - files)}"
+
+
+def test_every_test_file_cited_exists():
+    sources = [*_citing(), REPO / ".ci" / "run", REPO / ".ci" / "readme_commands", REPO / "pyproject.toml"]
+    missing = sorted(
+        f"{path.relative_to(REPO)}: tests/{m.group(1)}"
+        for path in sources
+        for m in TEST_PATH.finditer(path.read_text(errors="replace"))
+        if not (TESTS / m.group(1)).is_file()
+    )
+    assert not missing, "\n".join(missing)
