@@ -15,7 +15,7 @@ Picking the best of many settings on the examples that judge it would overstate 
 every setting and every run): the setting is SELECTED on one half (the highest score among those
 that clear the floor there) and CONFIRMED on the other, where one test of one setting holds its
 nominal rate: a confirmed floor holds on fresh examples with probability at least 95% (the
-simulation in tests/test_recommend.py measures it). A setting that fails its confirmation is
+simulation in tests/reports/test_recommend.py measures it). A setting that fails its confirmation is
 reported as such; the next best is not tried (that would be a second look at the same half).
 
 A lossless setting (``sd`` with any drafter, or a family at its lossless value: ensemble w = 1,

@@ -452,7 +452,7 @@ def test_baselines_grid_takes_any_candidate_task_and_pair():
         tasks=["arith"],
         pairs=["ref"],
         candidates=["example_verifier:ConfidenceEnsemble"],
-        calibrate=False,  # the classes' fixed sweeps (calibrated ones: tests/test_calibration.py)
+        calibrate=False,  # the classes' fixed sweeps (calibrated ones: tests/runs/test_calibration.py)
     )
     methods = [c.method for c in configs]
     assert methods.count("ensemble") == 5 and methods.count("lossy") == 4 and methods.count("cascade") == 5
@@ -615,7 +615,7 @@ def test_the_static_ensemble_renamed_is_not_told_apart_from_itself_on_the_shippe
 
     from bench import api
 
-    plugin = str(Path(__file__).parent / "renamed_ensemble.py") + ":RenamedEnsemble"
+    plugin = str(Path(__file__).parents[1] / "renamed_ensemble.py") + ":RenamedEnsemble"
     api.run(
         tasks=["arith"],
         pairs=["ref"],

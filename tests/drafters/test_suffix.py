@@ -26,7 +26,7 @@ from bench.drafters.suffix import SuffixCache, SuffixDecoding, SuffixTree
 from bench.errors import BenchError
 from bench.verifiers import make_verifier
 
-REFERENCE = Path(__file__).parent / "data" / "suffix_reference.json"
+REFERENCE = Path(__file__).parents[1] / "data" / "suffix_reference.json"
 
 
 @dataclass
@@ -272,7 +272,7 @@ def test_greedy_sd_on_suffix_and_lookup_trees_equals_ar(tiny_pair, spec):
     tree drafters' rounds verifying token trees (some with branches); the finished rows'
     responses are in the suffix drafter's global tree afterwards."""
     from bench.drafters import DRAFTERS, DraftContext
-    from tests.test_lookup import repetitive_prompts
+    from tests.drafters.test_lookup import repetitive_prompts
 
     prompts = repetitive_prompts(tiny_pair.tokenizer) + [tiny_pair.tokenizer(t).input_ids for t in BRANCHING]
     kw = dict(draft_len=6, sampling=Sampling(temperature=0.0), eos_token_ids=tiny_pair.eos_token_ids)

@@ -15,7 +15,7 @@ from bench.pairs import load_pair
 from bench.tasks import Task, resolve_task
 from bench.learned.reinforce import TrainConfig, Trainer
 
-PLUGIN = str(Path(__file__).with_name("learned_verifier.py")) + ":ConfidentJudge"
+PLUGIN = str(Path(__file__).parents[1] / "learned_verifier.py") + ":ConfidentJudge"
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +128,7 @@ def test_verifiers_name_their_recipe_and_import_nothing_of_training():
         "assert ('reinforce', {}) in named, named; "
         "print(sorted(m for m in sys.modules if m.startswith('bench.learned')))"
     )
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=Path(__file__).parents[1])
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=Path(__file__).parents[2])
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr + out.stdout
 
 

@@ -25,7 +25,7 @@ from bench.verifiers import (
     verifier_class,
 )
 
-PLUGIN = str(Path(__file__).parent / "example_verifier.py") + ":ConfidenceEnsemble"
+PLUGIN = str(Path(__file__).parents[1] / "example_verifier.py") + ":ConfidenceEnsemble"
 
 
 def _counted(f):

@@ -12,7 +12,7 @@ import pytest
 
 from bench.cli import app
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
 CITING = ["bench", "pairs", "tasks", "docs", "scripts", "tests"]  # where citations are looked for
 TEXT = {".py", ".yaml", ".yml", ".md", ".txt", ".toml", ".cfg"}

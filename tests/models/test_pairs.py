@@ -68,7 +68,7 @@ def test_synthetic_pair_keeps_real_shapes_and_tunable_acceptance(tmp_path):
     from bench.verifiers import make_verifier
 
     spec = yaml.safe_load(
-        (__import__("pathlib").Path(__file__).parents[1] / "pairs" / "llama3-shapes.yaml").read_text()
+        (__import__("pathlib").Path(__file__).parents[2] / "pairs" / "llama3-shapes.yaml").read_text()
     )
     real_t, real_d = spec["synthetic"]["target_config"], spec["synthetic"]["draft_config"]
     assert (

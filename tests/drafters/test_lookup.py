@@ -291,7 +291,7 @@ def decoder(pair, method: str, n: int, drafter: str, engine=None, sampling=GREED
 
 def check_against_transformers(pair, prompts, n: int, ngram: int, budget: int, engine=None) -> None:
     """Greedy lookup sd on ``engine`` (eager by default) equals transformers' prompt lookup and
-    eager ar (the compiled engine's ar is checked against eager in tests/test_compiled.py)."""
+    eager ar (the compiled engine's ar is checked against eager in tests/engines/test_compiled.py)."""
     sd = decoder(pair, "sd", n, f"lookup:ngram={ngram}", engine)
     ar = decoder(pair, "ar", n, "model")
     for prompt in prompts:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
 LAYOUT = DOCS / "layout.md"
 TEXT = {".py", ".sh", ".md", ".yaml", ".yml", ".json", ".toml"}

@@ -24,7 +24,7 @@ from bench.metrics import extract_code, extract_flexible, extract_strict
 from bench.sandbox.bwrap import BwrapJail
 from bench.tasks import Task, resolve_task
 
-DATA = Path(__file__).parent / "data" / "real_outputs"
+DATA = Path(__file__).parents[1] / "data" / "real_outputs"
 TASKS = ("gsm8k", "mbpp", "humaneval", "xsum")
 CODE_CASES = {
     "fenced",

@@ -74,7 +74,7 @@ def test_teacher_forced_eagle_proposals_are_the_drafters_first_tokens(ref, eagle
 def test_teacher_forced_proposals_of_the_shipped_head_on_smollm2(smollm2):
     """Real weights, fp32, the pair's own head (``--drafter eagle``, no path): the same equality on
     two prompts, and the state a draft+target judge reads is the drafter's ``Draft.hidden``."""
-    if not smollm2.spec.eagle or not (Path(__file__).resolve().parents[1] / "bench" / smollm2.spec.eagle).is_dir():
+    if not smollm2.spec.eagle or not (Path(__file__).resolve().parents[2] / "bench" / smollm2.spec.eagle).is_dir():
         pytest.skip("the smollm2 EAGLE head is not shipped in this checkout (docs/eagle.md)")
     prompts = [list(smollm2.tokenizer("The capital of France is").input_ids), list(smollm2.tokenizer("def add(a, b):").input_ids)]
     seen = decoded_chains(smollm2, "eagle", prompts, 0.0)

@@ -278,7 +278,7 @@ def test_bad_parameter_values_are_one_clear_line(method, params, needle):
 
 
 def test_lossless_ends_equal_sd_under_greedy_decoding(tiny_pair):
-    from tests.test_decoding import decoder, prompts
+    from tests.decoding.test_decoding import decoder, prompts
 
     for prompt in prompts(tiny_pair.tokenizer, 2):
         sd = decoder(tiny_pair, "sd").generate(prompt, 16)

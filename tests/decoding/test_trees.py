@@ -5,7 +5,7 @@ runs tree rounds. On the tiny pair, in fp32:
   in ragged batches, across steps after a committed path (whose K/V the engine moved into place);
 - greedy tree ``sd`` (a test drafter hiding the greedy continuation among distractors) equals
   ``ar`` and transformers' ``generate`` token for token, alone and in a ragged batch, and counts
-  its verified nodes; the real architectures' checkpoints are checked in tests/test_fidelity.py.
+  its verified nodes; the real architectures' checkpoints are checked in tests/engines/test_fidelity.py.
 """
 
 from __future__ import annotations

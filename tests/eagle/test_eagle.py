@@ -445,7 +445,7 @@ def test_greedy_sd_on_eagle_drafts_is_ar_on_smollm2(smollm2, tmp_path, tree, whi
     from bench.build import build_decoder
 
     if which == "shipped":
-        folder = Path(__file__).resolve().parent.parent / "bench" / "reference" / "smollm2-eagle"
+        folder = Path(__file__).resolve().parents[2] / "bench" / "reference" / "smollm2-eagle"
         if not (folder / "config.json").exists():
             pytest.skip("the smollm2 EAGLE head is not trained yet (docs/eagle.md)")
     else:

@@ -13,7 +13,7 @@ from bench.runner import Runner
 from bench.store import load_results
 from bench.verifiers import Verifier, verifier_class
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # the helpers' folder, tests/
 
 
 def test_verifier_from_a_file_runs_without_pythonpath(tmp_path, monkeypatch):

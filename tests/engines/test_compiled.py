@@ -3,7 +3,7 @@
 Compiling costs seconds per graph on a CPU, so one factory serves the whole module: the tiny pair
 compiles its few step widths once (target N + 1 and 1, draft 1 and 2) and every test reuses them.
 Every method on the real pairs' architectures (Llama 3, Qwen3, Gemma 3), compiled against eager, is
-checked in tests/test_fidelity.py, on the graphs its checks against transformers compile anyway.
+checked in tests/engines/test_fidelity.py, on the graphs its checks against transformers compile anyway.
 """
 
 import math

@@ -4,7 +4,7 @@ pair. A drafter: greedy lossless ``sd`` on its drafts equals ``ar``, alone and i
 a sampled batch decodes as it does alone (unless the drafter learns from finished examples); no row drafts past its cap; what it declares is honoured (bound with
 only the models it declares, it drafts; what it supplies reaches the rule; a rule reading more, or
 a context lacking a model it declares, is refused in one line). A verifier: its emitted law is its
-declared rule's (tests/test_verifiers.py), a chain is a one-wide tree (tests/test_tree_verify.py),
+declared rule's (tests/verifiers/test_verifiers.py), a chain is a one-wide tree (tests/verifiers/test_tree_verify.py),
 and a lossless setting keeps greedy ``sd`` == ``ar`` (here). A drafter written as one file runs
 under every rule and meets the same contract (the last test)."""
 
@@ -20,7 +20,7 @@ from bench.errors import BenchError
 from bench.verifiers import VERIFIERS, SpeculativeDecoding, make_verifier
 from tests.eagle_checkpoints import write_eagle_head
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # the helpers' folder, tests/
 EXAMPLE = str(HERE / "example_drafter.py") + ":BigramChain"
 N, BUDGET, GREEDY = 4, 12, Sampling(0.0)
 TEXTS = [
@@ -120,7 +120,7 @@ def check_refusals(ref, spec: str, cls) -> None:
 
 
 # A lossless setting of each registered rule (its calibration's lossless end, sd itself); the rules
-# that read a trained head are left to their own tests (tests/test_judges.py, test_learned.py).
+# that read a trained head are left to their own tests (tests/learned/test_judges.py, test_learned.py).
 LOSSLESS = [("sd", {})] + [
     (name, cls.calibration.values(cls.calibration.lossless))
     for name, cls in VERIFIERS.items()

@@ -1,6 +1,6 @@
 """Hub pair files load offline through the real loading code, from tiny random checkpoints saved
 in a hub cache layout (tests/hub_checkpoints.py): a padded target vocabulary, a spread target, hub
-data. What the three real pairs decode is checked against transformers in tests/test_fidelity.py."""
+data. What the three real pairs decode is checked against transformers in tests/engines/test_fidelity.py."""
 
 import json
 import os

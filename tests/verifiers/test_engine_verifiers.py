@@ -235,7 +235,7 @@ LOSSLESS_UNDER_GREEDY = [
 
 @pytest.mark.slow
 def test_lossless_settings_equal_sd_under_greedy_and_relaxed_delta_is_lossy(tiny_pair):
-    from tests.test_decoding import decoder, prompts
+    from tests.decoding.test_decoding import decoder, prompts
 
     relaxed_differs = 0
     for prompt in prompts(tiny_pair.tokenizer, 2):

@@ -10,11 +10,11 @@ from bench.errors import BenchError
 from bench.grid import configs_from_grid
 from bench.verifiers import MethodInfo, verifier_class
 
-PLUGIN = str(Path(__file__).parent / "example_verifier.py") + ":ConfidenceEnsemble"
+PLUGIN = str(Path(__file__).parents[1] / "example_verifier.py") + ":ConfidenceEnsemble"
 
 
 def test_baselines_grid_sweeps_every_family_and_the_candidates_param():
-    configs, limit = configs_from_grid(  # fixed sweeps; calibrated ones: tests/test_calibration.py
+    configs, limit = configs_from_grid(  # fixed sweeps; calibrated ones: tests/runs/test_calibration.py
         "baselines", tasks=["arith"], pairs=["ref"], candidates=[PLUGIN], params={"floor": ["0.1", "0.9"]},
         calibrate=False,
     )  # fmt: skip
@@ -104,7 +104,7 @@ def test_a_sweep_that_names_no_parameter_is_refused():
 
 
 def test_a_decoder_is_constructed_in_one_place():
-    root = Path(__file__).resolve().parents[1] / "bench"
+    root = Path(__file__).resolve().parents[2] / "bench"
     found = [p.relative_to(root).as_posix() for p in root.rglob("*.py") if "SpeculativeDecoder(" in p.read_text()]
     assert found == ["build.py"]
 

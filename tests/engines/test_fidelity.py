@@ -17,7 +17,7 @@ loading code, and prompted with the GSM8K task's prompts under each tokenizer's 
 One compiled-engine factory serves the module, and every batch has three rows, so each model
 compiles its step widths once (target 1 and N + 1, draft 1 and 2). On those graphs, every method
 (ar, sd, lossy, cascade, ensemble, DIVERSED) decodes on the compiled engine exactly as on eager,
-tokens and counters, the check of tests/test_compiled.py on these architectures.
+tokens and counters, the check of tests/engines/test_compiled.py on these architectures.
 """
 
 import huggingface_hub.constants as hub_constants

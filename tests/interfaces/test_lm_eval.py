@@ -26,8 +26,8 @@ from bench.config import example_seed
 from bench.store import load_results
 from bench.verifiers import make_verifier
 
-TASKS = Path(__file__).parent / "lm_eval_tasks"
-REPO = Path(__file__).resolve().parents[1]
+TASKS = Path(__file__).parents[1] / "lm_eval_tasks"
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -213,7 +213,7 @@ def test_the_backend_decodes_on_the_engine_it_is_given_and_its_rows_say_so(tmp_p
     """sd's target and draft steps both run on the engine given (built, not compiled: an engine
     compiles at its first decode); rows decoded through the backend say which engine ran. The rows
     come from ar, which compiles one graph where sd compiles three (the engine, not the method, is
-    what is checked; tests/test_compiled.py checks each method's compiled decode against eager)."""
+    what is checked; tests/engines/test_compiled.py checks each method's compiled decode against eager)."""
     from bench.engines import CompiledEngine, EagerEngine
     from bench.store import load_results
 

@@ -57,7 +57,7 @@ def test_installed_package_has_its_data_files(tmp_path):
     assert "humaneval" in out.stdout, out.stdout
 
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_lm_eval_extra_installs_as_documented():
@@ -72,7 +72,7 @@ def test_every_package_folder_is_declared_in_pyproject():
     only an installed copy (CI's) fails, on import."""
     import tomllib
 
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     declared = set(tomllib.loads((repo / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     found = {
         ".".join(init.parent.relative_to(repo).parts)
