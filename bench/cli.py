@@ -351,6 +351,7 @@ def train_draft(  # fmt: skip
     seed: o.DraftSeed = 0, chat_template: o.DraftChat = True, device: o.Device = "cpu", dtype: o.Dtype = None,
     features: o.DraftFeatures = None, train_dtype: o.DraftTrainDtype = "float32", eval_every: o.DraftEvalEvery = 0,
     patience: o.DraftPatience = 3, context: o.DraftTrainContext = 0, export_now: o.DraftExportNow = False,
+    layers: o.DraftLayers = 1,
 ) -> None:
     """Train an EAGLE-3 draft head for a pair offline, on the target's own greedy responses
     (bench/learned/eagle.py); a re-run resumes every stage. Writes the head in the published
@@ -364,7 +365,7 @@ def train_draft(  # fmt: skip
         out=out, pair=pair, prompts=prompts, num_prompts=num_prompts, new_tokens=new_tokens, gen_batch=gen_batch,
         draft_vocab=draft_vocab, steps=steps, batch=batch, ttt_steps=ttt_steps, lr=lr, seed=seed,
         chat_template=chat_template, device=device, dtype=dtype, features=features, train_dtype=train_dtype,
-        eval_every=eval_every, patience=patience, context=context, export_now=export_now,
+        eval_every=eval_every, patience=patience, context=context, export_now=export_now, layers=layers,
         command=shlex.join(["diversed-bench", *sys.argv[1:]]), log=typer.echo,
     )  # fmt: skip
     typer.echo(f"head written to {out}/ (card.json: {card['steps_done']} steps, final loss {card['final_loss']:.4f})")

@@ -292,4 +292,5 @@ DraftTrainDtype = Annotated[str, _opt("The head's products in float32 or bfloat1
 DraftEvalEvery = Annotated[int, _opt("Held-out loss on the 'valid' prompts every N steps; training stops when it has not fallen for --patience evaluations and keeps the best head (0: never).")]
 DraftPatience = Annotated[int, _opt("Evaluations without a new best held-out loss before training stops.")]
 DraftExportNow = Annotated[bool, _opt("With the same flags as a run that was stopped: no further step; write the head (the best by held-out loss) and its card from the checkpoint as it stands.")]
+DraftLayers = Annotated[int, _opt("Decoder layers of the head: 1 is the authors' EAGLE-3; more add vLLM's plain Llama layers after the first (a wider head, at one more layer's cost per draft step).")]
 DraftTrainContext = Annotated[int, _opt("Prompt positions each training sequence keeps before its response (0: all): the head then learns to attend that far back; training time falls with it. Acceptance is always counted on the whole prompt.")]

@@ -77,12 +77,15 @@ def test_reduced_vocab_round_trips(records):
     assert said <= kept and len(kept - said) == 3 and kept - said <= prompted
 
 
-def test_unrolled_steps_are_the_decoding_chain():
+@pytest.mark.parametrize("layers", [1, 2, 3])
+def test_unrolled_steps_are_the_decoding_chain(layers):
     """Step 0 of the unroll is the decoding head over the sequence; step j at position t is the
     head fed its own output j times after position t (cache of step 0's keys), as it drafts; an
-    unroll from a later position computes the same logits there."""
+    unroll from a later position computes the same logits there. With layers after the midlayer
+    too (each keeps its own keys: a layer that feeds another computes every position at step 0)."""
     torch.manual_seed(0)
     cfg = HeadConfig(
+        num_hidden_layers=layers,
         hidden_size=32,
         intermediate_size=48,
         num_attention_heads=4,
@@ -155,6 +158,25 @@ def test_exported_head_loads_in_the_published_layout(tiny_pair, records, tmp_pat
     torch.testing.assert_close(a[1], b[1], atol=2e-2, rtol=2e-2)
     result = chain_acceptance(loaded, records, 3)
     assert result["rounds"] > 0 and 1.0 <= result["tokens_per_round"] <= 4.0
+
+
+def test_a_two_layer_head_starts_as_the_one_layer_head_and_round_trips(tiny_pair, records, tmp_path):
+    """``--layers 2``: the layer after the midlayer starts as the identity (its output projections
+    at zero), so its first draft logits are the one-layer head's under the same seed; exported, it
+    loads back through bench.eagle's loader as a two-layer EAGLE-3 head with the same logits."""
+    d2t, t2d = draft_vocab(records, 32, tiny_pair.target.config.vocab_size, lambda _: None)
+    one, two = new_head(tiny_pair, d2t, t2d, 0, True), new_head(tiny_pair, d2t, t2d, 0, True, layers=2)
+    batch = collate(records[:2])
+    a, b = (unroll(h, batch["feats"], batch["tokens"], 2) for h in (one, two))
+    torch.testing.assert_close(a[1], b[1])
+    for p in two.later_layers()[0].parameters():
+        p.data.normal_(0, 0.2)
+    export_head(two, head_config(tiny_pair, 32, layers=2), tmp_path / "head")
+    loaded = load_eagle_head(tmp_path / "head", tiny_pair.target).float()
+    assert loaded.config.num_hidden_layers == 2 and len(loaded.later_layers()) == 1
+    want, got = (unroll(h, batch["feats"], batch["tokens"], 2) for h in (two, loaded))
+    torch.testing.assert_close(want[1], got[1], atol=2e-2, rtol=2e-2)
+    assert not torch.allclose(want[1], a[1], atol=1e-2)
 
 
 def test_train_draft_writes_head_and_card(tiny_pair, tmp_path):
