@@ -25,15 +25,14 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from bench.reports.summary import (  # noqa: E402
-    PERCENT_METRICS,
     SPREAD_LIMIT,
-    TASK_ORDER,
-    TASK_TITLES,
     Panel,
     bootstrap,
     panels,
     quality_metrics,
+    sorted_tasks,
     summarise,
+    task_facts,
     timing_trusted,
 )
 from bench.store import load_results  # noqa: E402
@@ -76,7 +75,7 @@ FIDELITY_FIGURES = {
 
 
 def _tasks(frame: pd.DataFrame) -> list[str]:
-    return sorted(frame["task"].unique(), key=lambda t: TASK_ORDER.index(t) if t in TASK_ORDER else 99)
+    return sorted_tasks(frame["task"].unique())
 
 
 def _grid(n: int) -> tuple[plt.Figure, list[plt.Axes]]:
@@ -107,10 +106,6 @@ def _save(fig: plt.Figure, out: Path, name: str, caption: str, formats: Sequence
 
 def quality_label(metric: str) -> str:
     return QUALITY_LABELS.get(metric, metric)
-
-
-def _scale(metric: str) -> float:
-    return 100.0 if metric in PERCENT_METRICS else 1.0
 
 
 def _err(value: float, ci: Any, scale: float) -> list[list[float]] | None:
@@ -414,7 +409,7 @@ def plot_pareto(
     for ax, task in zip(axes, tasks):
         rows = part[part["task"] == task]
         metric = qualities.get(task, "quality") if y == "quality" else y
-        q_scale = _scale(metric)
+        q_scale = 100.0 if y == "quality" and task_facts(task).percent else 1.0
         for _, r in rows[rows["method"] == "ar"].iterrows():  # the reference: a line, never hidden
             ax.axhline(r[y] * q_scale, color="black", ls="--", lw=0.9, label="ar (target alone)")
         for family_name, family in rows[(rows["method"] != "ar") & rows[x].notna()].groupby("family", sort=False):
@@ -426,7 +421,7 @@ def plot_pareto(
         if x == "acceptance_rate" and _pooled_hull(ax, rows, q_scale):
             drawn.insert(1, POOLED_LINE)
         _bound_quality_axis(ax, metric)
-        ax.set_title(TASK_TITLES.get(task, task), fontsize=10)
+        ax.set_title(task_facts(task).title, fontsize=10)
         ax.set_xlabel(x_label)
         ax.set_ylabel(quality_label(metric) if y == "quality" else y_label)
         ax.grid(alpha=0.3)
@@ -504,7 +499,7 @@ def plot_acceptance_vs_weight(
     fig, axes = _grid(len(tasks))
     for ax, task in zip(axes, tasks):
         _acceptance_vs_weight_axes(ax, part[part["task"] == task], examples, styles)
-        ax.set_title(TASK_TITLES.get(task, task), fontsize=10)
+        ax.set_title(task_facts(task).title, fontsize=10)
         ax.set_xlabel("target weight w")
         ax.set_ylabel("per-token acceptance (%)")
         ax.grid(alpha=0.3)
@@ -567,7 +562,7 @@ def plot_acceptance_per_position(
                 capsize=1.5,
                 **style,
             )
-        ax.set_title(TASK_TITLES.get(task, task), fontsize=10)
+        ax.set_title(task_facts(task).title, fontsize=10)
         ax.set_xlabel("position in the draft")
         ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
         ax.set_ylabel("acceptance rate (%)")
@@ -617,7 +612,7 @@ def plot_weights(
                 ha="left" if mean < 0.75 else "right",
                 fontsize=8,
             )
-        ax.set_title(TASK_TITLES.get(task, task), fontsize=10)
+        ax.set_title(task_facts(task).title, fontsize=10)
         ax.set_xlabel("weight on the target, w_t")
         ax.set_ylabel("verified positions")
     _legend(fig, axes)

@@ -20,6 +20,7 @@ whole timed set to another (docs/engines-and-timing.md).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,16 +35,6 @@ from bench.store import SHARED_SETTINGS
 from bench.verifiers import VERIFIERS, MethodInfo
 from bench.verifiers.base import LABEL_DIGITS
 
-PERCENT_METRICS = {"exact_flexible", "exact_strict", "pass@1"}
-TASK_ORDER = ["gsm8k", "cnndm", "xsum", "mbpp", "humaneval", "spec_bench"]
-TASK_TITLES = {
-    "gsm8k": "GSM8K",
-    "cnndm": "CNNDM",
-    "xsum": "XSum",
-    "mbpp": "MBPP",
-    "humaneval": "HumanEval",
-    "spec_bench": "Spec-Bench",
-}
 BOOTSTRAP = 1000
 # max / min over repeats of the normalised time beyond which a timing is noise: re-timing the same
 # examples moved the answer by more than a fifth, so no speedup is shown.
@@ -419,13 +410,34 @@ def panels(summary: pd.DataFrame) -> list[Panel]:
     return out
 
 
-def quality_metrics(summary: pd.DataFrame) -> dict[str, str]:
-    from bench.tasks import resolve_task
+@dataclass(frozen=True)
+class TaskFacts:
+    """How reports name, order and scale a task, as its YAML file declares (``title``, ``order``,
+    ``percent``, ``quality``: bench.tasks.TaskSpec). A task whose file no longer resolves (a
+    user's file moved since the run) keeps its name, sorts last and shows a plain number."""
 
-    out = {}
-    for task in summary["task"].unique():
-        try:
-            out[task] = resolve_task(task).quality
-        except BenchError:
-            out[task] = "quality"
-    return out
+    title: str
+    order: int
+    percent: bool
+    quality: str
+
+
+def task_facts(task: str) -> TaskFacts:
+    """The report facts of the task rows name ``task``."""
+    from bench.tasks import UNORDERED, resolve_task
+
+    try:
+        spec = resolve_task(task)
+    except BenchError:
+        return TaskFacts(task, UNORDERED, False, "quality")
+    return TaskFacts(spec.title or task, spec.order, spec.percent, spec.quality)
+
+
+def sorted_tasks(tasks: Iterable[str]) -> list[str]:
+    """Tasks in their files' order (ties: as given)."""
+    return sorted(tasks, key=lambda t: task_facts(t).order)
+
+
+def quality_metrics(summary: pd.DataFrame) -> dict[str, str]:
+    """Each task's quality metric, by task."""
+    return {task: task_facts(task).quality for task in summary["task"].unique()}
