@@ -29,7 +29,6 @@ if TYPE_CHECKING:
 Log = Callable[[str], None]
 
 PAPER_TASKS = ("gsm8k", "cnndm", "xsum", "mbpp")
-ALL_METHODS = ("ar", "sd", "lossy", "cascade", "ensemble", "diversed")
 
 
 def configs(
@@ -67,17 +66,31 @@ def configs(
                                          pairs=pairs or (), candidates=methods or (), heads=heads, params=params,
                                          settings=settings, calibrate=calibrate)  # fmt: skip
         return anchor(found), limit
-    chosen = list(methods or ALL_METHODS)
-    if "diversed" in chosen and not heads:
-        log(
-            "diversed: skipped, no --head given. Train one with `diversed-bench train --task TASK --pair PAIR`, "
-            "then pass --head PATH (or --head init for an untrained w = 0.5 head)."
-        )
-        chosen.remove("diversed")
+    chosen = list(methods or _default_methods(heads, log))
     found = configs_from_flags(tasks=list(tasks or PAPER_TASKS), pairs=list(pairs or ["tiny"]), methods=chosen,
                                heads=heads, params=params, settings=settings, sweep=sweep,
                                calibrate=bool(calibrate), device=device, dtype=dtype, engine=engine)  # fmt: skip
     return anchor(found), None
+
+
+def _default_methods(heads: Sequence[str], log: Log) -> list[str]:
+    """The methods a run that names none decodes: those whose class says so (``default_run``), in
+    their order; without --head, one that reads a head is skipped, saying how to get one (a run that
+    names no method trains no head unasked: DIVERSED's REINFORCE takes long)."""
+    from bench.verifiers import VERIFIERS
+
+    chosen = []
+    for name, cls in sorted(VERIFIERS.items(), key=lambda kv: kv[1].order):
+        if not cls.default_run:
+            continue
+        if cls.needs_hidden and not heads:
+            log(
+                f"{name}: skipped, no --head given. Train one with `diversed-bench train --method {name} --task TASK "
+                "--pair PAIR`, then pass --head PATH (or --head init for an untrained head)."
+            )
+            continue
+        chosen.append(name)
+    return chosen
 
 
 @dataclass

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib
+import matplotlib.colors
 import matplotlib.ticker
 
 matplotlib.use("Agg")
@@ -35,6 +36,7 @@ from bench.reports.summary import (  # noqa: E402
     task_facts,
     timing_trusted,
 )
+from bench.lossless import LOSSLESS_METHOD  # noqa: E402
 from bench.store import load_results  # noqa: E402
 
 FORMATS = ("png", "pdf", "svg")
@@ -467,11 +469,11 @@ def _acceptance_vs_weight_axes(
         ms=7,
         label=LOGGED,
     )
-    sd = rows[rows["method"] == "sd"]
+    sd = rows[rows["method"] == LOSSLESS_METHOD]  # its acceptance is 1 - TV(p, q)
     if len(sd):
         tv = 1 - float(sd["per_token_acceptance"].iloc[0])
         w = np.linspace(0, 1, 50)
-        ax.plot(w, (1 - w * tv) * 100, "--", color=styles["sd"]["color"], label=THEORY)
+        ax.plot(w, (1 - w * tv) * 100, "--", color=styles[LOSSLESS_METHOD]["color"], label=THEORY)
         ax.text(0.03, 0.05, f"TV(p, q) = {tv:.3f} (from SD)", transform=ax.transAxes, fontsize=8)
     shown = np.concatenate(
         [
@@ -515,6 +517,13 @@ def plot_acceptance_vs_weight(
     return _save(fig, out, f"acceptance_vs_weight_{panel.slug}", caption, formats)
 
 
+def _shaded(color: str, value: float) -> tuple[float, float, float, float]:
+    """A family's colour at one point of its shaded parameter (0 .. 1), from a light tint of its
+    declared colour (0) through the colour itself to a dark shade of it (1)."""
+    ramp = matplotlib.colors.LinearSegmentedColormap.from_list("shade", ["white", color, "black"])
+    return ramp(0.25 + 0.5 * min(max(value, 0.0), 1.0))
+
+
 def _panel_rows(rows: pd.DataFrame, panel: Panel) -> pd.DataFrame:
     return rows[rows["config_id"].isin(panel.part["config_id"])]
 
@@ -531,6 +540,7 @@ def plot_acceptance_per_position(
     order = list(dict.fromkeys(panel.part["config_id"]))  # the table's order, sweeps ascending
     styles = method_styles(panel.part)
     params = dict(zip(panel.part["config_id"], panel.part["params"]))
+    infos = dict(zip(panel.part["config_id"], panel.part["method_info"]))
     legends = dict(zip(panel.part["config_id"], panel.part["legend"]))
     for ax, task in zip(axes, tasks):
         groups = dict(list(part[part["task"] == task].groupby("config_id", sort=False)))
@@ -543,12 +553,12 @@ def plot_acceptance_per_position(
             drafted = np.stack(g["drafted_per_position"].to_numpy()).astype(float)
             rate = acc.sum(0) / np.maximum(drafted.sum(0), 1) * 100
             err = np.hstack([_rate_err(acc[:, i], drafted[:, i]) for i in range(len(rate))])
-            method = g["method"].iloc[0]
+            method, shade = g["method"].iloc[0], infos[config_id].shade
             style = {**styles[method], "markersize": 6}
             k = seen[method] = seen.get(method, -1) + 1
-            if method == "ensemble":  # the sweep: darker green for more weight on the target
-                style["color"] = plt.cm.Greens(0.35 + 0.6 * float(params[config_id]["target_weight"]))
-            ls = ("-", "--", ":", "-.")[k % 4] if method != "ensemble" else "-"
+            if shade:  # the class's shaded sweep (the ensemble's: darker for more weight on the target)
+                style["color"] = _shaded(style["color"], float(params[config_id][shade]))
+            ls = ("-", "--", ":", "-.")[k % 4] if not shade else "-"
             dodge = 0.04 * (len(seen_labels) - (len(groups) - 1) / 2)  # bars side by side, not on top
             seen_labels.append(label)
             ax.errorbar(

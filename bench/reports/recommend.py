@@ -62,7 +62,7 @@ from bench.reports.summary import (
     timing_trusted,
 )
 from bench.reports.table import spread_note
-from bench.verifiers import MethodInfo
+from bench.verifiers import MethodInfo, method_info
 
 ALPHA = 0.05  # one-sided: a cleared floor holds with 95% confidence
 FORMATS = ("markdown", "json")
@@ -342,9 +342,9 @@ def _deployment(
         deploy=deploy,
         reason=_why(deploy, reason, ar_quality, percent),
         speedup_ci=speed[1] if speed else (math.nan, math.nan),
-        run=how_to_run(TARGET_ALONE, {}, None, alone)
+        run=how_to_run(method_info(TARGET_ALONE), {}, None, alone)
         if pick is None or deploy == TARGET_ALONE
-        else how_to_run(str(pick["method"]), dict(pick["params"]), _head(pick), pick),
+        else how_to_run(pick["method_info"], dict(pick["params"]), _head(pick), pick),
     )
 
 

@@ -174,11 +174,15 @@ def _agrees(frame: pd.DataFrame, values: pd.Series) -> pd.Series:
 def row_info(row: pd.Series) -> MethodInfo:
     """What a row's method declares: the ``method_info`` it was written with; rows of schema 3
     (written before rows carried it) take a built-in's from the registry, and a plug-in's is
-    rebuilt from its parameters (every numeric one swept, as a class that declares no sweep)."""
+    rebuilt from its parameters (every numeric one swept, as a class that declares no sweep). A
+    declaration added since a row was written (``shipped_in``, ``shade``) is a built-in's class's."""
     text = row.get("method_info")
-    if isinstance(text, str) and text:
-        return MethodInfo.from_json(text)
     method = str(row["method"])
+    if isinstance(text, str) and text:
+        stored = json.loads(text)
+        later = MethodInfo.of(VERIFIERS[method]) if method in VERIFIERS else None
+        added = {k: getattr(later, k) for k in MethodInfo.__dataclass_fields__ if k not in stored} if later else {}
+        return MethodInfo(**stored, **added)
     if method in VERIFIERS:
         return MethodInfo.of(VERIFIERS[method])
     return MethodInfo(name=method, defaults=json.loads(row.get("params") or "{}"), sweep={})

@@ -189,6 +189,21 @@ class Verifier(ABC):
     # How the rule runs on a token tree (bench/verifiers/tree.py, docs/spec.md §10, token trees):
     # "lossless", "sglang" or "target_only"; None: not defined on trees, refused there.
     tree_rule: ClassVar[str | None] = None
+    # Parameters with a flag and a grid key of their own besides --param (``--target-weight``): a
+    # grid takes every registered class's; `run`'s flags are spelled in bench/cli.py, and
+    # tests/test_contracts.py holds them equal to the registered classes' aliases.
+    aliases: ClassVar[tuple[str, ...]] = ()
+    # The engine call that ships this rule outside the harness, a key of
+    # bench.reports.deploy.ENGINE_CALLS (`recommend` prints it with the engine's own names); None:
+    # no engine ships it, only this harness's `generate` runs it.
+    shipped_in: ClassVar[str | None] = None
+    # Whether `run` decodes it when no method is named (the paper's six); one that reads a head
+    # and trains none of its own is then skipped, saying how to get one, unless --head is given.
+    default_run: ClassVar[bool] = False
+    # A parameter in [0, 1] whose value shades the family's colour from point to point in the
+    # per-position plots (the ensemble's target weight: darker for more weight on the target),
+    # its points then drawn with one line style; None: each point takes the next line style.
+    shade: ClassVar[str | None] = None
     # Swept parameters whose value here leaves the learned head as trained (DIVERSED's logit shift
     # 0): labels leave them out at that value, so a trained head's one point reads as before.
     neutral: ClassVar[Mapping[str, Any]] = {}
@@ -324,6 +339,8 @@ class MethodInfo:
     draft_reads: list[str] = field(default_factory=list)
     calibration: dict[str, Any] | None = None  # the class's Calibration as plain data
     neutral: dict[str, Any] = field(default_factory=dict)
+    shipped_in: str | None = None
+    shade: str | None = None
 
     @classmethod
     def of(cls, verifier: type[Verifier]) -> MethodInfo:
@@ -351,6 +368,8 @@ class MethodInfo:
             draft_reads=sorted(verifier.draft_reads),
             calibration={**asdict(calibration), "ties": dict(calibration.ties)} if calibration else None,
             neutral=dict(verifier.neutral),
+            shipped_in=verifier.shipped_in,
+            shade=verifier.shade,
         )
 
     def to_json(self) -> str:
