@@ -217,6 +217,17 @@ class Verifier(ABC):
         its own recipe object (docs/methods.md, writing a learned verifier)."""
         return None
 
+    def check_head(self, given: bool) -> None:
+        """The one refusal of a head this rule does not read (never ignored) or of none where it
+        reads one (never a silent default), for every decoder (``SpeculativeDecoder`` calls it)."""
+        if given and not self.needs_hidden:
+            raise BenchError(f"{self.name}: reads no head; drop --head (head= in lm-eval's model_args) or use a method that reads one")
+        if not given and self.needs_hidden:
+            raise BenchError(
+                f"{self.name}: needs a head; pass --head PATH (head=PATH in lm-eval's model_args), a folder from "
+                f"`diversed-bench train --method {self.name}`, or init for an untrained one"
+            )
+
     def reads(self) -> frozenset[str]:
         """What this configuration reads of the draft: the class's ``draft_reads`` unless a
         parameter changes it."""
