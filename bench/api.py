@@ -66,31 +66,38 @@ def configs(
                                          pairs=pairs or (), candidates=methods or (), heads=heads, params=params,
                                          settings=settings, calibrate=calibrate)  # fmt: skip
         return anchor(found), limit
-    chosen = list(methods or _default_methods(heads, log))
+    chosen = _trained_or_given(list(methods or _default_methods()), heads, log)
     found = configs_from_flags(tasks=list(tasks or PAPER_TASKS), pairs=list(pairs or ["tiny"]), methods=chosen,
                                heads=heads, params=params, settings=settings, sweep=sweep,
                                calibrate=bool(calibrate), device=device, dtype=dtype, engine=engine)  # fmt: skip
     return anchor(found), None
 
 
-def _default_methods(heads: Sequence[str], log: Log) -> list[str]:
+def _default_methods() -> list[str]:
     """The methods a run that names none decodes: those whose class says so (``default_run``), in
-    their order; without --head, one that reads a head is skipped, saying how to get one (a run that
-    names no method trains no head unasked: DIVERSED's REINFORCE takes long)."""
+    their order."""
     from bench.verifiers import VERIFIERS
 
-    chosen = []
-    for name, cls in sorted(VERIFIERS.items(), key=lambda kv: kv[1].order):
-        if not cls.default_run:
-            continue
-        if cls.needs_hidden and not heads:
+    return [name for name, cls in sorted(VERIFIERS.items(), key=lambda kv: kv[1].order) if cls.default_run]
+
+
+def _trained_or_given(chosen: list[str], heads: Sequence[str], log: Log) -> list[str]:
+    """``chosen`` without the methods that read a head only `train` trains (``trains_in_run``
+    False: DIVERSED's REINFORCE takes long) when no --head is given, each skip said with how to
+    train one."""
+    from bench.verifiers import verifier_class
+
+    kept = []
+    for name in chosen:
+        cls = verifier_class(name)
+        if cls.needs_hidden and not cls.trains_in_run and not heads:
             log(
-                f"{name}: skipped, no --head given. Train one with `diversed-bench train --method {name} --task TASK "
-                "--pair PAIR`, then pass --head PATH (or --head init for an untrained head)."
+                f"{cls.name}: skipped, no --head given. Train one with `diversed-bench train --method {cls.name} "
+                "--task TASK --pair PAIR`, then pass --head PATH (or --head init for an untrained head)."
             )
             continue
-        chosen.append(name)
-    return chosen
+        kept.append(name)
+    return kept
 
 
 @dataclass

@@ -191,7 +191,7 @@ def test_every_verifier_declares_well_formed_facts(cls):
     assert set(cls.aliases) <= own, f"{cls.name}: aliases name no parameter"
     assert cls.shade is None or cls.shade in own
     assert cls.shipped_in is None or cls.shipped_in in ENGINE_CALLS
-    assert isinstance(cls.default_run, bool) and isinstance(cls.order, int)
+    assert isinstance(cls.default_run, bool) and isinstance(cls.trains_in_run, bool) and isinstance(cls.order, int)
     assert info.shipped_in == cls.shipped_in and info.shade == cls.shade  # rows carry them
     matplotlib.lines.Line2D([], [], **dict(cls.style))  # every style key is a line property
 

@@ -197,9 +197,12 @@ class Verifier(ABC):
     # bench.reports.deploy.ENGINE_CALLS (`recommend` prints it with the engine's own names); None:
     # no engine ships it, only this harness's `generate` runs it.
     shipped_in: ClassVar[str | None] = None
-    # Whether `run` decodes it when no method is named (the paper's six); one that reads a head
-    # and trains none of its own is then skipped, saying how to get one, unless --head is given.
+    # Whether `run` decodes it when no method is named (the paper's six).
     default_run: ClassVar[bool] = False
+    # Whether a `run` from flags trains its missing head (a judge's classifier: quick); False: only
+    # `train` does (DIVERSED's REINFORCE takes long), and such a run given no --head skips it,
+    # saying how to train one.
+    trains_in_run: ClassVar[bool] = True
     # A parameter in [0, 1] whose value shades the family's colour from point to point in the
     # per-position plots (the ensemble's target weight: darker for more weight on the target),
     # its points then drawn with one line style; None: each point takes the next line style.

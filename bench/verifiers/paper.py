@@ -211,6 +211,7 @@ class Diversed(MixtureVerifier):
 
     name: ClassVar[str] = "diversed"
     default_run: ClassVar[bool] = True
+    trains_in_run: ClassVar[bool] = False
     # The paper's method is a baseline family (issue 45): a plug-in is judged against its frontier.
     baseline: ClassVar[bool] = True
     needs_hidden: ClassVar[bool] = True
