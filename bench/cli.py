@@ -1,5 +1,5 @@
-"""The ``diversed-bench`` command line: each command parses its flags and calls one function of
-``bench.api`` (or of the module that owns the job)."""
+"""The ``diversed-bench`` command line: each command parses its flags and calls one typed function
+of ``bench.api``, the one facade (tests and notebooks call the same functions)."""
 
 from __future__ import annotations
 
@@ -137,10 +137,9 @@ def table(  # fmt: skip
 
     Example: diversed-bench table results --format latex
     """
-    from bench.reports.margins import Margins
-    from bench.reports.table import write_table
+    from bench import api
 
-    text, path = write_table(results, format, output, Margins.parse(margin))
+    text, path = api.table(results, format, output, margin or ())
     typer.echo(f"{text}\nwritten to {path}")
 
 
@@ -153,9 +152,9 @@ def plot(  # fmt: skip
 
     Example: diversed-bench plot results --output-dir figures
     """
-    from bench.reports.plots import write_plots
+    from bench import api
 
-    typer.echo("\n".join(str(p) for p in write_plots(results, output_dir or results / "plots")))
+    typer.echo("\n".join(str(p) for p in api.plot(results, output_dir)))
 
 
 @app.command()
@@ -319,9 +318,9 @@ def merge(
 
     Example: diversed-bench merge shards/job0 shards/job1 shards/job2 --output-dir results
     """
-    from bench.store import merge as merge_dirs
+    from bench import api
 
-    typer.echo(f"{merge_dirs(sources, output_dir)} rows from {len(sources)} directories in {output_dir}")
+    typer.echo(f"{api.merge(sources, output_dir)} rows from {len(sources)} directories in {output_dir}")
 
 
 @app.command()
@@ -333,12 +332,11 @@ def score(  # fmt: skip
 
     Example: diversed-bench score --task gsm8k --data fixture --predictions preds.jsonl
     """
+    from bench import api
     from bench.sandbox import use_sandbox
-    from bench.scoring import score_predictions
 
     use_sandbox(sandbox)
-    out = output or predictions.with_suffix(".scores.jsonl")
-    summary = score_predictions(task, data, predictions, out, split=split)
+    summary, out = api.score(task, predictions, data=data, split=split, output=output)
     typer.echo(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in summary.items()))
     typer.echo(f"per-example scores: {out}")
 
@@ -359,9 +357,9 @@ def train_draft(  # fmt: skip
 
     Example: diversed-bench train-draft --pair smollm2 --out heads/smollm2-eagle --num-prompts 120 --draft-vocab 1536 --steps 240 --batch 4 --ttt-steps 5
     """
-    from bench.learned.eagle import train_draft_command
+    from bench import api
 
-    card = train_draft_command(
+    card = api.train_draft(
         out=out, pair=pair, prompts=prompts, num_prompts=num_prompts, new_tokens=new_tokens, gen_batch=gen_batch,
         draft_vocab=draft_vocab, steps=steps, batch=batch, ttt_steps=ttt_steps, lr=lr, seed=seed,
         chat_template=chat_template, device=device, dtype=dtype, features=features, train_dtype=train_dtype,

@@ -55,15 +55,14 @@ from bench.lossless import LOSSLESS_METHOD
 from bench.reports.deploy import how_to_run
 from bench.reports.margins import Margins
 from bench.reports.summary import (
-    PERCENT_METRICS,
     SPREAD_LIMIT,
     panels,
-    quality_metrics,
     summarise,
+    task_facts,
     timing_trusted,
 )
 from bench.reports.table import spread_note
-from bench.verifiers import MethodInfo
+from bench.verifiers import MethodInfo, method_info
 
 ALPHA = 0.05  # one-sided: a cleared floor holds with 95% confidence
 FORMATS = ("markdown", "json")
@@ -242,11 +241,10 @@ def recommend(
     the settings on the target's distribution within the fidelity margin of ``margins`` (all of them
     with ``allow_off_distribution``)."""
     summary = summarise(rows, margins)
-    metrics = quality_metrics(summary)
     out = []
     for panel in panels(summary):
         for task, part in panel.part.groupby("task", sort=False):
-            percent = metrics.get(task) in PERCENT_METRICS
+            percent = task_facts(str(task)).percent
             off = part.apply(lambda s: bool(s["off_distribution"]) and not lossless(s), axis=1).astype(bool)
             left_out = set() if allow_off_distribution else set(part.loc[off, "config_id"])
             found = _one(rows, panel.title, str(task), part, floor, percent, left_out)
@@ -344,9 +342,9 @@ def _deployment(
         deploy=deploy,
         reason=_why(deploy, reason, ar_quality, percent),
         speedup_ci=speed[1] if speed else (math.nan, math.nan),
-        run=how_to_run(TARGET_ALONE, {}, None, alone)
+        run=how_to_run(method_info(TARGET_ALONE), {}, None, alone)
         if pick is None or deploy == TARGET_ALONE
-        else how_to_run(str(pick["method"]), dict(pick["params"]), _head(pick), pick),
+        else how_to_run(pick["method_info"], dict(pick["params"]), _head(pick), pick),
     )
 
 

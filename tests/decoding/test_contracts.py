@@ -166,3 +166,43 @@ def test_a_drafter_written_as_one_file_runs_under_every_rule_and_meets_the_contr
     assert set(rows["label"]) >= {"sd (bigram limit=3)"}
     with pytest.raises(BenchError, match="limit must be an integer >= 1"):
         drafter_class(split_spec(spec)[0])(limit=0)
+
+
+def _verifier_classes() -> list:
+    from bench.verifiers import verifier_class
+
+    return [*VERIFIERS.values(), verifier_class(str(HERE / "example_verifier.py") + ":ConfidenceEnsemble")]
+
+
+@pytest.mark.parametrize("cls", _verifier_classes(), ids=lambda c: c.name)
+def test_every_verifier_declares_well_formed_facts(cls):
+    """What a class declares about its method (read generically by grids, `run`, plots and
+    `recommend`) names its own parameters and the keys that exist, so a plug-in's facts are held
+    to the same form as a built-in's."""
+    from dataclasses import fields
+
+    import matplotlib.lines
+
+    from bench.reports.deploy import ENGINE_CALLS
+    from bench.verifiers import MethodInfo
+
+    own = {f.name for f in fields(cls)}
+    info = MethodInfo.of(cls)  # refuses a sweep or calibration that names no parameter
+    assert set(cls.aliases) <= own, f"{cls.name}: aliases name no parameter"
+    assert cls.shade is None or cls.shade in own
+    assert cls.shipped_in is None or cls.shipped_in in ENGINE_CALLS
+    assert isinstance(cls.default_run, bool) and isinstance(cls.trains_in_run, bool) and isinstance(cls.order, int)
+    assert info.shipped_in == cls.shipped_in and info.shade == cls.shade  # rows carry them
+    matplotlib.lines.Line2D([], [], **dict(cls.style))  # every style key is a line property
+
+
+def test_runs_alias_flags_are_the_registered_classes_aliases():
+    """`run --target-weight` and its kind are spelled in bench/cli.py (typer's flags are static):
+    they are exactly the aliases the registered classes declare, which grids take as keys."""
+    import inspect
+
+    from bench import cli, cli_options
+    from bench.grid import param_aliases
+
+    flags = {n for n, p in inspect.signature(cli.run).parameters.items() if p.annotation in ("o.Alias", cli_options.Alias)}
+    assert flags == set(param_aliases())

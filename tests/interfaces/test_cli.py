@@ -189,7 +189,7 @@ def test_ctrl_c_prints_what_was_saved_and_the_command_that_resumes(tmp_path, mon
 
 def test_plots_follow_the_results_folder(tmp_path, monkeypatch):
     seen = []
-    monkeypatch.setattr("bench.reports.plots.write_plots", lambda results, out: seen.append(out) or [])
+    monkeypatch.setattr("bench.reports.plots.write_plots", lambda results, out, **formats: seen.append(out) or [])
     CliRunner().invoke(app, ["plot", str(tmp_path / "mine")])
     assert seen == [tmp_path / "mine" / "plots"]
 

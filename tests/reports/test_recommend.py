@@ -13,6 +13,7 @@ import pytest
 
 from bench.errors import BenchError
 from bench.reports.deploy import how_to_run
+from bench.verifiers import method_info
 from bench.reports.recommend import (
     ALPHA,
     LOSSLESS,
@@ -120,7 +121,7 @@ SETTING = {"pair": "ref", "draft_len": 5, "temperature": 1.0}
 
 
 def _runs(method: str, params: dict, head: str | None = None) -> dict[str, str]:
-    return dict(how_to_run(method, params, head, SETTING))
+    return dict(how_to_run(method_info(method), params, head, SETTING))
 
 
 def test_the_ensemble_runs_in_transformers_with_the_names_its_generation_config_takes():

@@ -364,5 +364,5 @@ def test_run_and_calibration_build_a_configurations_decoder_alike(tmp_path, monk
         assert (ran["drafter"], ran["drafter_settings"].get("ngram")) in {("ModelDrafter", None), ("PromptLookup", 3)}
         assert (ran["drafter"] == "PromptLookup") == cfg.drafter.startswith("lookup")
         pair = runner.pair(cfg)
-        want = cfg.head and required_head(cfg.head, cfg.method, pair.spec.name, pair.hidden_sizes, pair.device)
+        want = cfg.head and required_head(cfg.head, pair.spec.name, pair.hidden_sizes, pair.device)
         assert ran["head"] == (want and {k: v.tolist() for k, v in want.state_dict().items()})

@@ -258,3 +258,24 @@ def test_broken_task_yaml_is_one_line_with_file_and_line(tmp_path):
     assert str(path) in message and "line 3" in message
     path.write_text("- just\n- a list\n")
     assert "expected a mapping" in cli_error("run", "--task", str(path))
+
+
+def test_reports_read_a_tasks_title_order_and_percent_from_its_yaml(tmp_path):
+    """A task's report facts live in its file: a user's task file declares them and every report
+    reads them from there; one whose file is gone keeps its name, sorts last, plain number."""
+    from bench.reports.summary import sorted_tasks, task_facts
+
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(
+        "name: mine\ndataset: {path: x, split: test}\nquery: '{q}'\nmetric: gsm8k\nquality: exact_flexible\n"
+        "title: Mine\norder: -1\npercent: true\n"
+    )
+    facts = task_facts(str(mine))
+    assert (facts.title, facts.order, facts.percent, facts.quality) == ("Mine", -1, True, "exact_flexible")
+    assert sorted_tasks(["arith", "cnndm", str(tmp_path / "gone.yaml"), str(mine), "gsm8k"])[:3] == [
+        str(mine), "gsm8k", "cnndm"
+    ]
+    assert task_facts("gsm8k").title == "GSM8K" and task_facts("gsm8k").percent
+    assert not task_facts("cnndm").percent and task_facts("arith").title == "arith"
+    gone = task_facts(str(tmp_path / "gone.yaml"))
+    assert (gone.title, gone.percent) == (str(tmp_path / "gone.yaml"), False)
