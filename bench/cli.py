@@ -219,7 +219,8 @@ def train(  # fmt: skip
     rollout_tokens: o.RolloutTokens = None, chat_template: o.TrainChat = None, data: o.TrainData = None,
     output_dir: o.HeadDir = None, seed: o.TrainSeed = None, device: o.Device = "auto", dtype: o.Dtype = None,
     engine: o.Engine = "eager", truncate_prompt: o.Truncate = None, draft_temperature: o.DraftTemperature = None,
-    drafter: o.TrainDrafter = None, verbose: o.Verbose = False,
+    drafter: o.TrainDrafter = None, rollout: o.RolloutRule = None, draft_len: o.TrainDraftLen = None,
+    allow_flat_reward: o.AllowFlatReward = None, verbose: o.Verbose = False,
 ) -> None:
     """Train a learned verifier's head with both models frozen (DIVERSED's REINFORCE by default; a
     judge's mined labels and classifier with --method autojudge/selfjudge, or any plug-in's recipe);
@@ -235,7 +236,8 @@ def train(  # fmt: skip
         engine=engine, verbose=verbose, log=typer.echo, algorithm=algorithm, lr=lr, batch_size=batch_size,
         epochs=epochs, num_prompts=num_prompts, reg_weight=reg_weight, temperature=temperature,
         rollout_tokens=rollout_tokens, chat_template=chat_template, seed=seed, truncate_prompt=truncate_prompt,
-        draft_temperature=draft_temperature, drafter=drafter,
+        draft_temperature=draft_temperature, drafter=drafter, rollout=rollout, draft_len=draft_len,
+        allow_flat_reward=allow_flat_reward,
     )  # fmt: skip
     drafts = f" --drafter {drafter}" if drafter and drafter != "model" else ""  # a head reads its drafter's states
     typer.echo(f"head written to {folder}/ ; use it with: diversed-bench run --method {method}{drafts} --head {folder}")

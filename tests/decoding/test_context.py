@@ -119,7 +119,7 @@ def test_train_truncates_left_when_asked_and_logs_the_cut(tmp_path):
 
     pair = load_pair("ref", device="cpu")
     task = Task(resolve_task("gsm8k"), "fixture", split="train")  # the task's 4 shots: ~1000 tokens
-    cfg = TrainConfig(batch_size=2, epochs=1, num_prompts=2, rollout_tokens=4, truncate_prompt="left")
+    cfg = TrainConfig(batch_size=2, epochs=1, num_prompts=2, rollout_tokens=4, truncate_prompt="left", allow_flat_reward=True)
     trainer = Trainer(pair, task, cfg, tmp_path, reward=lambda example, rollout, text: 0.0)
     trainer.train()
     lengths = [len(pair.tokenizer(e.prompt).input_ids) for e in task.examples(2, 0)]

@@ -1,5 +1,5 @@
-"""DIVERSED's head on EAGLE drafts: training rollouts read the q and hidden states the decoding
-drafter hands the verifier, `train --drafter eagle` writes a head whose card names its drafter,
+"""DIVERSED's head on EAGLE drafts: training rollouts read, at every drafted position, the q and
+hidden states decoding hands the verifier (replayed against decoding itself, position by position), `train --drafter eagle` writes a head whose card names its drafter,
 and a run refuses a head trained on another drafter's states (on smollm2 the draft model's and
 the EAGLE head's are both 576 wide, so only the card tells them apart)."""
 
@@ -13,12 +13,14 @@ from typer.testing import CliRunner
 
 from bench.build import build_decoder
 from bench.cli import app
-from bench.distributions import Sampling, process, tv
-from bench.drafters.eagle import DraftContext, EagleDrafter
+from bench.distributions import Sampling, tv
 from bench.errors import BenchError
 from bench.head import WeightHead, save_head
+import bench.learned.reinforce
+import bench.learned.rollout_rounds
+import bench.verify_step
 from bench.learned.reinforce import rollouts
-from bench.learned.rollout_drafts import EagleDrafts, _Row
+from bench.learned.rollout_drafts import EagleDrafts
 from tests.eagle_checkpoints import write_eagle_head
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -30,54 +32,88 @@ def eagle(tmp_path, tiny_pair):
     return write_eagle_head(tmp_path / "eagle", tiny_pair.target.config, "eagle3", draft_vocab=400, seed=1)
 
 
-def decoding_law(pair, folder, seq: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """q and hidden of the token after ``seq`` as `run --drafter eagle` drafts it (a fresh
-    EagleDrafter handed the target's states of every token but the last, its chain's first step),
-    and the target's p there."""
-    drafter = EagleDrafter(path=str(folder)).bind(DraftContext(target=pair.target, sampling=Sampling(1.0)))
-    layers = drafter.target_layers(pair.target.config.num_hidden_layers)
-    with torch.no_grad():
-        out = pair.target(torch.tensor([seq]), output_hidden_states=True)
-        states = torch.cat([out.hidden_states[i] for i in layers], dim=-1)[0]
-        row = _Row(0, list(seq), generator=torch.Generator().manual_seed(0))
-        drafter.take_states([row], [states[:-1]])
-        chain = drafter.chain(row, 1)
-    assert chain is not None
-    return chain["q"][0], chain["hidden"][0], process(out.logits[0, -1], Sampling(1.0))
+class RecordingHead(WeightHead):
+    """A weight head that keeps the (h_draft, h_target) decoding hands it, a round per call."""
+
+    def __init__(self, draft_hidden: int, target_hidden: int) -> None:
+        super().__init__(draft_hidden, target_hidden)
+        self.calls: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def forward(self, h_draft, h_target):
+        self.calls.append((h_draft[0].float().clone(), h_target[0].float().clone()))
+        return super().forward(h_draft, h_target)
 
 
-def check_rollouts(pair, spec: str, path: str, prompts: list[list[int]], tokens: int) -> list:
-    """At every step of the rollouts on ``spec``'s drafts, the rollout's q(y), TV(p, q) and h_draft
-    are those of EagleDrafter (the head at ``path``) decoding the same tokens."""
+def decoded(pair, spec: str, head: RecordingHead, prompt: list[int], budget: int, monkeypatch) -> tuple[list, list]:
+    """`run --method diversed --drafter SPEC` on one prompt at T = 1: the emitted tokens, and per
+    round the drafted count k, the accepted count a and the q, p the verifier read."""
+    rounds = []
+    real_verify = bench.verify_step.verify
+
+    def spy(verifier, round_, bonus, generators):
+        verdict = real_verify(verifier, round_, bonus, generators)
+        rounds.append((round_.draft.shape[1], int(verdict.accepted[0]), round_.q[0].float(), round_.p[0].float()))
+        return verdict
+
+    monkeypatch.setattr(bench.verify_step, "verify", spy)
+    decoder = build_decoder(pair, "diversed", head=head, drafter=spec, sampling=Sampling(1.0), draft_len=5)
+    tokens = decoder.generate_batch([prompt], budget, [11])[0].token_ids
+    monkeypatch.undo()
+    return tokens, rounds
+
+
+def replayed(pair, spec: str, head: WeightHead, prompt: list[int], tokens: list[int], rounds: list, monkeypatch):
+    """The decoding-matched rollout forced to decoding's tokens and verdicts (``sample`` and
+    ``accept`` replay them): everything else, the rounds, the states, q and p, it computes."""
+    verdicts = iter([v for k, a, _, _ in rounds for v in [True] * a + [False] * (a < k)])
+    drawn = iter(tokens)
+    monkeypatch.setattr(bench.learned.reinforce, "sample", lambda pi, gens: torch.tensor([next(drawn)]))
+    monkeypatch.setattr(bench.learned.rollout_rounds, "accept", lambda pi_y, q_y, gens: torch.tensor([next(verdicts)]))
+    out = rollouts(pair, head, [prompt], len(tokens), 1.0, [torch.Generator()], drafts=EagleDrafts(pair, spec, 1.0), rollout="decoding")
+    monkeypatch.undo()
+    return out[0]
+
+
+def check_as_decoding(pair, spec: str, prompt: list[int], budget: int, monkeypatch) -> tuple:
+    """Every position decoding's head reads (each round's drafts up to its first rejection), in
+    order: the trainer's rollout reads the same h_draft, h_target, q(y) and TV(p, q) there, and
+    draws from p exactly where decoding emits its bonus."""
     torch.manual_seed(0)
-    draft_hidden, target_hidden = EagleDrafts(pair, spec, 1.0).width, pair.hidden_sizes[1]
-    head = WeightHead(draft_hidden, target_hidden).to(pair.device)
+    head = RecordingHead(EagleDrafts(pair, spec, 1.0).width, pair.hidden_sizes[1]).to(pair.device)
     torch.nn.init.normal_(head.linear.weight, std=0.05)  # w varies: the policy mixes the two laws
-    gens = [torch.Generator().manual_seed(3 + b) for b in range(len(prompts))]
-    out = rollouts(pair, head, prompts, tokens, 1.0, gens, drafts=EagleDrafts(pair, spec, 1.0))
-    for prompt, r in zip(prompts, out):
-        for t, token in enumerate(r.tokens):
-            q, hidden, p = decoding_law(pair, path, prompt + r.tokens[:t])
-            torch.testing.assert_close(r.q_y[t], q[token], rtol=1e-4, atol=1e-6)
-            torch.testing.assert_close(r.tv[t], tv(p, q), rtol=1e-4, atol=1e-5)
-            torch.testing.assert_close(r.h_draft[t], hidden.float(), rtol=1e-4, atol=1e-4)
-    return out
+    tokens, rounds = decoded(pair, spec, head, prompt, budget, monkeypatch)
+    r = replayed(pair, spec, head, prompt, tokens, rounds, monkeypatch)
+    assert r.tokens == tokens
+    reached = [min(a + 1, k) for k, a, _, _ in rounds]
+    hd = torch.cat([h[:n] for (h, _), n in zip(head.calls, reached)])
+    ht = torch.cat([h[:n] for (_, h), n in zip(head.calls, reached)])
+    q = torch.cat([q[:n] for (_, _, q, _), n in zip(rounds, reached)])
+    p = torch.cat([p[:n] for (_, _, _, p), n in zip(rounds, reached)])
+    at = torch.tensor(tokens)[r.drafted]
+    assert int(r.drafted.sum()) == len(hd) and int((~r.drafted).sum()) == len(tokens) - len(hd)
+    torch.testing.assert_close(r.h_draft[r.drafted], hd, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(r.h_target[r.drafted], ht, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(r.q_y[r.drafted], q.gather(-1, at[:, None])[:, 0], rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(r.tv[r.drafted], tv(p, q), rtol=1e-4, atol=1e-5)
+    return r, rounds
 
 
-def test_eagle_rollouts_read_the_q_and_hidden_states_decoding_hands(tiny_pair, eagle):
-    """Two prompts of different lengths, batched: every step reads what decoding reads."""
-    prompts = [[1, 17, 250, 3, 99, 41], [7, 300, 12]]
-    out = check_rollouts(tiny_pair, f"eagle:path={eagle}", str(eagle), prompts, 6)
-    assert sum(len(r.tokens) for r in out) >= 8 and out[0].tv.min() > 0.05  # q is not p: the head's own law
-    model = rollouts(tiny_pair, WeightHead(64, 64), prompts, 6, 1.0, [torch.Generator().manual_seed(s) for s in (3, 4)])
-    assert not torch.equal(model[0].h_draft[0], out[0].h_draft[0])
+def test_eagle_rollouts_read_every_drafted_positions_states_as_decoding_hands_them(tiny_pair, eagle, monkeypatch):
+    """Rounds with fed-back positions (2-5) and with a bonus: position by position, the trainer's
+    rollout reads what decoding reads."""
+    r, rounds = check_as_decoding(tiny_pair, f"eagle:path={eagle}", [1, 17, 250, 3, 99, 41], 24, monkeypatch)
+    assert max(a for _, a, _, _ in rounds) >= 1 and r.tv.min() > 0.05  # fed-back positions ran; q is the head's own law
+    first = [a < k for k, a, _, _ in rounds]
+    assert any(first) and not all(first)  # rejections and full rounds (bonus tokens from p) both occur
+    model = rollouts(tiny_pair, WeightHead(64, 64), [[1, 17, 250, 3, 99, 41]], 6, 1.0, [torch.Generator().manual_seed(3)])
+    assert not torch.equal(model[0].h_draft[0], r.h_draft[0])
 
 
-def test_eagle_rollouts_on_smollm2_read_its_shipped_head_as_decoding_does(smollm2):
+def test_eagle_rollouts_on_smollm2_read_its_shipped_head_as_decoding_does(smollm2, monkeypatch):
     """The pair's own head (``--drafter eagle``, bench/reference/smollm2-eagle), fp32."""
-    prompts = [smollm2.tokenizer(text).input_ids for text in ("The capital of France is", "Write one sentence about rain:")]
-    out = check_rollouts(smollm2, "eagle", "reference/smollm2-eagle", prompts, 4)
-    assert all(len(r.tokens) == 4 for r in out)
+    prompt = smollm2.tokenizer("The capital of France is").input_ids
+    r, rounds = check_as_decoding(smollm2, "eagle", prompt, 12, monkeypatch)
+    assert len(r.tokens) == 12 and max(a for _, a, _, _ in rounds) >= 1
 
 
 def test_train_on_eagle_drafts_names_them_and_run_refuses_another_drafter(tmp_path, tiny_pair, eagle):
@@ -86,7 +122,7 @@ def test_train_on_eagle_drafts_names_them_and_run_refuses_another_drafter(tmp_pa
     the field existed) under eagle, while the matching pairings decode."""
     spec = f"eagle:path={eagle}"
     args = ["train", "--method", "diversed", "--drafter", spec, "--task", "gsm8k", "--pair", "tiny", "--data", "fixture",
-            "--num-prompts", "2", "--batch-size", "2", "--epochs", "1", "--rollout-tokens", "4", "--device", "cpu",
+            "--num-prompts", "2", "--batch-size", "2", "--epochs", "1", "--rollout-tokens", "4", "--device", "cpu", "--allow-flat-reward",
             "--output-dir", str(tmp_path / "head")]  # fmt: skip
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output

@@ -23,6 +23,7 @@ def fake_rollout(t=5, hidden=4, seed=0):
         0.5 * (p + q),
         torch.zeros(t, dtype=torch.bool),
         torch.zeros(t, dtype=torch.bool),
+        torch.ones(t, dtype=torch.bool),
     )
 
 
@@ -118,6 +119,7 @@ def rewarded_rollout(target_likes: bool, seed: int, t: int = 6, hidden: int = 4)
         0.5 * (p + q),  # sampled by the fresh head, w = 0.5: every ratio starts at 1
         torch.zeros(t, dtype=torch.bool),
         torch.zeros(t, dtype=torch.bool),
+        torch.ones(t, dtype=torch.bool),
     )
 
 
@@ -137,7 +139,7 @@ def test_reinforce_pp_step_moves_w_towards_the_rewarded_model(rewarded):
 
 def test_checkpoint_resume_gives_the_uninterrupted_head(tiny_pair, tmp_path):
     task = Task(resolve_task("gsm8k"), "fixture", split="train", num_fewshot=0)
-    cfg = TrainConfig(lr=0.05, batch_size=2, epochs=2, num_prompts=4, rollout_tokens=12)
+    cfg = TrainConfig(lr=0.05, batch_size=2, epochs=2, num_prompts=4, rollout_tokens=12, allow_flat_reward=True)
     whole = Trainer(tiny_pair, task, cfg, tmp_path / "whole", reward=match_target)
     whole.train()
     Trainer(tiny_pair, task, cfg, tmp_path / "cut", reward=match_target).train(
@@ -183,7 +185,7 @@ def test_train_says_when_the_split_has_fewer_prompts_than_asked(tmp_path):
     said: list[str] = []
     api.train(
         task="gsm8k", pair="tiny", data="fixture", output_dir=tmp_path, device="cpu", log=said.append,
-        num_prompts=50, epochs=1, batch_size=8, rollout_tokens=2,
+        num_prompts=50, epochs=1, batch_size=8, rollout_tokens=2, allow_flat_reward=True,
     )  # fmt: skip
     available = len(Task(resolve_task("gsm8k"), "fixture", split="train").rows())
     assert said[0] == (

@@ -59,7 +59,7 @@ def test_training_killed_inside_its_checkpoint_resumes_from_the_last_one(tiny_pa
     """The kill lands in step 3's checkpoint write, after its log was written: the run resumes
     from step 2 (its log cut to match), says so in one line, and ends where an unkilled run ends."""
     task = Task(resolve_task("gsm8k"), "fixture", split="train", num_fewshot=0)
-    cfg = TrainConfig(lr=0.05, batch_size=2, epochs=2, num_prompts=4, rollout_tokens=12)
+    cfg = TrainConfig(lr=0.05, batch_size=2, epochs=2, num_prompts=4, rollout_tokens=12, allow_flat_reward=True)
     folder = tmp_path / "head"
     Trainer(tiny_pair, task, cfg, folder).train(until=2)
     with monkeypatch.context() as m:
