@@ -66,13 +66,17 @@ def head_folder(path: str) -> str:
 
 @dataclass
 class EagleDrafter(Drafter):
-    """Drafts with an EAGLE-3 or EAGLE-1 head: a chain, or (``tree=1``) EAGLE-2's dynamic tree of
-    at most ``total`` nodes, ``depth`` levels, ``topk`` children per expanded node."""
+    """Drafts with an EAGLE-3 or EAGLE-1 head: a chain (at T > 0 the *sampled chain*, each token a
+    draw from q, so the relaxed verifiers have a q to read), or (``tree=1``) EAGLE-2's dynamic tree
+    of at most ``total`` nodes, ``depth`` levels, ``topk`` children per expanded node: the authors'
+    drafting at every temperature, the top-k children verified by the q-free rule."""
 
     name: ClassVar[str] = "eagle"
     help: ClassVar[str] = (
         "an EAGLE draft head reading the target's states: path=FOLDER_OR_REPO (none: the pair file's head); "
-        "tree=1: EAGLE-2's dynamic tree of at most total nodes, depth levels, topk children (docs/eagle.md)"
+        "tree=0: a chain, the head's argmax at T = 0 and at T > 0 the sampled chain (draws from q, which the relaxed verifiers read); "
+        "tree=1: the authors' drafting at every temperature, EAGLE-2's top-k dynamic tree of at most total nodes, depth levels, "
+        "topk children, verified by the q-free rule (docs/eagle.md)"
     )
     supplies: ClassVar[frozenset[str]] = frozenset({"q", "q_logits", "hidden"})
     models: ClassVar[frozenset[str]] = frozenset({"target"})

@@ -191,7 +191,7 @@ class Verifier(ABC):
     tree_rule: ClassVar[str | None] = None
     # Parameters with a flag and a grid key of their own besides --param (``--target-weight``): a
     # grid takes every registered class's; `run`'s flags are spelled in bench/cli.py, and
-    # tests/test_contracts.py holds them equal to the registered classes' aliases.
+    # tests/decoding/test_contracts.py holds them equal to the registered classes' aliases.
     aliases: ClassVar[tuple[str, ...]] = ()
     # The engine call that ships this rule outside the harness, a key of
     # bench.reports.deploy.ENGINE_CALLS (`recommend` prints it with the engine's own names); None:
