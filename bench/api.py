@@ -479,7 +479,7 @@ def _speed_lookup(
     ``category`` times one category group of the task (Spec-Bench's ``summarization``); a
     multi-turn example is timed on its first turn only, as ``speed`` decodes one prompt each."""
     from bench.pairs import encode_prompt, load_pair
-    from bench.speed.fidelity import Judge
+    from bench.speed.fidelity import Fidelity
     from bench.speed.lookup import measure_lookup
     from bench.speed.report import write
 
@@ -490,7 +490,7 @@ def _speed_lookup(
     source, examples = _speed_examples(task, data, num_fewshot, prompts, category, log)
     loaded = load_pair(pair, device=device, dtype=dtype)
     encoded = [encode_prompt(loaded, e.prompt, chat_template) for e in examples]
-    result = measure_lookup(loaded, Judge(loaded, source, examples, encoded), list(draft_lens), max_new_tokens,
+    result = measure_lookup(loaded, Fidelity(loaded, source, examples, encoded), list(draft_lens), max_new_tokens,
                             repeats, drafter, runs, engines[engine], log=log, temperature=temperature)  # fmt: skip
     result.update(engine=engine, chat_template=chat_template, task=task, data=data, num_fewshot=num_fewshot,
                   category=category)  # fmt: skip

@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING
 from bench.decoding import SpeculativeDecoder, draft_context
 from bench.distributions import Sampling
 from bench.drafters import drafter_class, make_drafter, parse_drafter
-from bench.drafters.eagle import head_folder, with_pair_head
+from bench.drafters.eagle import draft_head_source, with_pair_head
 from bench.eagle.heads import resolve_head
 from bench.engines import EagerEngine, EngineFactory
 from bench.errors import BenchError
 from torch import nn
 
-from bench.head import read_card, required_head, trained_on
+from bench.verifier_heads import read_card, required_head, trained_on
 from bench.pairs import Pair
 from bench.verifiers import Verifier, make_verifier
 
@@ -79,7 +79,7 @@ def pair_head(path: str | None, method: str, pair: Pair, drafter: str | None) ->
     name, params = parse_drafter(with_pair_head(drafter or "model", pair.spec.eagle))
     sizes = pair.hidden_sizes
     if name == "eagle" and params["path"]:  # no path: the drafter refuses in one line when it binds
-        config = json.loads((resolve_head(head_folder(params["path"])) / "config.json").read_text())
+        config = json.loads((resolve_head(draft_head_source(params["path"])) / "config.json").read_text())
         sizes = (int(config["hidden_size"]), sizes[1])
     return required_head(path, method, pair.spec.name, sizes, pair.device)
 
@@ -107,7 +107,7 @@ def check_drafts(trained: str | None, drafter: str | None, pair: Pair, method: s
 
 def _resolved(path: str) -> str:
     """An EAGLE head path as the drafter loads it (a folder, resolved; else a hub id)."""
-    folder = head_folder(path)
+    folder = draft_head_source(path)
     return str(Path(folder).resolve()) if Path(folder).is_dir() else folder
 
 

@@ -170,9 +170,9 @@ def compare(  # fmt: skip
 
     Example: diversed-bench compare results --candidate diversed
     """
-    from bench.api import compare as judge
+    from bench.api import compare as compare_families
 
-    typer.echo(judge(results, candidate or [], format, margin or ()))
+    typer.echo(compare_families(results, candidate or [], format, margin or ()))
 
 
 @app.command()
@@ -353,12 +353,12 @@ def train_draft(  # fmt: skip
     patience: o.DraftPatience = 3, context: o.DraftTrainContext = 0, export_now: o.DraftExportNow = False,
 ) -> None:
     """Train an EAGLE-3 draft head for a pair offline, on the target's own greedy responses
-    (bench/learned/eagle.py); a re-run resumes every stage. Writes the head in the published
+    (bench/eagle/train.py); a re-run resumes every stage. Writes the head in the published
     layout and card.json (data, steps, loss, held-out acceptance).
 
     Example: diversed-bench train-draft --pair smollm2 --out heads/smollm2-eagle --num-prompts 120 --draft-vocab 1536 --steps 240 --batch 4 --ttt-steps 5
     """
-    from bench.learned.eagle import train_draft_command
+    from bench.eagle.train import train_draft_command
 
     card = train_draft_command(
         out=out, pair=pair, prompts=prompts, num_prompts=num_prompts, new_tokens=new_tokens, gen_batch=gen_batch,

@@ -31,7 +31,7 @@ from bench.drafters import Draft, DraftContext, Drafter, check_draft_policy, mak
 from bench.drafters.model import padded
 from bench.engines import EagerEngine, EngineFactory, ModelEngine, to_device
 from bench.errors import BenchError
-from bench.head import Head
+from bench.verifier_heads import VerifierHead
 from bench.rounds import Row, RoundHost, round_counts, to_host
 from bench.trace import record_trace, trace_probs
 from bench.tree_round import check_trees, tree_round
@@ -80,7 +80,7 @@ class SpeculativeDecoder:
         draft_len: int = 5,
         sampling: Sampling = Sampling(),
         eos_token_ids: Sequence[int] = (),
-        head: Head | None = None,
+        head: VerifierHead | None = None,
         engine: EngineFactory = EagerEngine,
         draft_policy: str | None = None,
         trace: bool = False,
@@ -93,8 +93,8 @@ class SpeculativeDecoder:
                 f"{verifier.name}: needs a weight head; train one with `diversed-bench train` "
                 "and pass --head PATH"
             )
-        if head is not None and not isinstance(head, Head):  # its at_token says which target states it reads
-            raise BenchError(f"{verifier.name}: a head is bench.head's WeightHead or JudgeHead, got {type(head).__name__}")
+        if head is not None and not isinstance(head, VerifierHead):  # its at_token says which target states it reads
+            raise BenchError(f"{verifier.name}: a verifier head (bench.verifier_heads) is a WeightHead or JudgeHead, got {type(head).__name__}")
         self.target, self.verifier = target, verifier
         self.eos = frozenset(eos_token_ids)
         self.device = target.device  # a model's .device walks its parameters: read it once

@@ -17,7 +17,7 @@ from torch import Tensor
 from bench.distributions import Sampling, pick
 from bench.drafters import Draft
 from bench.engines import to_device
-from bench.head import Head
+from bench.verifier_heads import VerifierHead
 from bench.rounds import RoundHost
 from bench.verifiers import Round, Verifier, verify
 
@@ -36,7 +36,7 @@ def verify_chain(
     *,
     sampling: Sampling,
     greedy_draft: bool,
-    head: Head | None,
+    head: VerifierHead | None,
 ) -> tuple[Tensor, Tensor, GroupSums, dict[int, Tensor]]:
     """The verdicts of a round: rows that drafted as many tokens are verified together (a
     batch of one is one group). Returns accepted counts and next tokens [B], the per-position
@@ -107,7 +107,7 @@ def chain_round(
 
 def _weights(
     verifier: Verifier,
-    head: Head | None,
+    head: VerifierHead | None,
     draft: Draft,
     h_target: Tensor | None,
     sel: slice | Tensor,

@@ -329,7 +329,7 @@ def test_run_and_calibration_build_a_configurations_decoder_alike(tmp_path, monk
     from dataclasses import fields
 
     from bench.decoding import SpeculativeDecoder
-    from bench.head import required_head
+    from bench.verifier_heads import required_head
     from bench.runner import Runner
     from bench.verifiers import make_verifier
 

@@ -16,7 +16,7 @@ from bench.cli import app
 from bench.distributions import Sampling, process, tv
 from bench.drafters.eagle import DraftContext, EagleDrafter
 from bench.errors import BenchError
-from bench.head import WeightHead, save_head
+from bench.verifier_heads import WeightHead, save_head
 from bench.learned.reinforce import rollouts
 from bench.learned.rollout_drafts import EagleDrafts, _Row
 from tests.eagle_checkpoints import write_eagle_head

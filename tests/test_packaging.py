@@ -20,12 +20,12 @@ from bench.pairs import pair_names
 from bench.tasks import task_names
 assert task_names() == ["arith", "cnndm", "gsm8k", "humaneval", "mbpp", "spec_bench", "xsum"], task_names()
 assert "tiny" in pair_names() and "llama3" in pair_names() and "ref" in pair_names()
-from bench.head import head_folder
+from bench.verifier_heads import verifier_head_folder
 from bench.reference import DRAFT_DIR, TARGET_DIR, TOKENIZER_DIR
 for folder in (TARGET_DIR, DRAFT_DIR):
     assert (folder / "model.safetensors").is_file() and (folder / "config.json").is_file(), folder
 assert (TOKENIZER_DIR / "tokenizer.json").is_file()
-assert (head_folder(load_grid("demo")["head"]) / "head.safetensors").is_file()
+assert (verifier_head_folder(load_grid("demo")["head"]) / "head.safetensors").is_file()
 assert (fixture_dir("spec_bench") / "test.jsonl").is_file()
 for task in ("gsm8k", "cnndm", "xsum", "mbpp"):
     assert (fixture_dir(task) / "test.jsonl").is_file() and (fixture_dir(task) / "train.jsonl").is_file()

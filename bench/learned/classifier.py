@@ -18,7 +18,7 @@ from bench.pairs import encode_prompt
 from bench.errors import BenchError
 from bench.learned import Recipe, TrainJob
 from bench.learned.features import PairOracle, token_features
-from bench.head import JudgeHead, check_features
+from bench.verifier_heads import JudgeHead, check_features
 from bench.learned.logistic import AUTOJUDGE, SELFJUDGE, fit_judge, validation_questions
 from bench.learned.miners import Steps, autojudge, run_many, selfjudge
 from bench.tasks import Example

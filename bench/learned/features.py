@@ -25,7 +25,7 @@ from transformers import PreTrainedModel
 from bench.distributions import Sampling
 from bench.drafters.eagle import DraftContext, EagleDrafter
 from bench.errors import BenchError
-from bench.head import feature_vector
+from bench.verifier_heads import feature_vector
 from bench.learned.miners import Drafted, Greedy, Likelihood, Swapped
 from bench.learned.shared import Shared, forward_shared, share
 from bench.pairs import Pair

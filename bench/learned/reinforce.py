@@ -32,7 +32,7 @@ from bench.distributions import Sampling, process, sample, tv
 from bench.drafters.eagle import with_pair_head
 from bench.engines import EagerEngine, EngineFactory, ModelEngine
 from bench.errors import BenchError
-from bench.head import WeightHead, save_head
+from bench.verifier_heads import WeightHead, save_head
 from bench.learned import Recipe, TrainJob
 from bench.learned.rollout_drafts import ModelDrafts, RolloutDrafts, drafter_setting, rollout_drafts
 from bench.pairs import Pair, encode_prompt

@@ -1,4 +1,5 @@
-"""The heads a decoder runs with, read from the hidden states at each drafted token.
+"""The verifier heads: what a verifier reads from the hidden states at each drafted token (the draft
+heads that propose tokens are bench.eagle's).
 
 DIVERSED's weight head: w_t = sigmoid(u . [h_draft ; h_target] + c), one dot product a token.
 
@@ -133,7 +134,7 @@ class JudgeHead(nn.Module):
 
 
 # The heads a decoder runs with; the chain round reads ``at_token`` to know which states they read.
-Head = WeightHead | JudgeHead
+VerifierHead = WeightHead | JudgeHead
 
 
 def trained_on(card: dict[str, Any]) -> str:
@@ -146,7 +147,7 @@ def trained_on(card: dict[str, Any]) -> str:
 def read_card(path: str) -> dict[str, Any] | None:
     """The card of the head at ``path``, or None where there is none (``init``, a missing
     folder: ``load_head`` says what to do)."""
-    card_file = head_folder(path) / CARD_FILE
+    card_file = verifier_head_folder(path) / CARD_FILE
     return json.loads(card_file.read_text()) if card_file.is_file() else None
 
 
@@ -165,7 +166,7 @@ def save_head(head: WeightHead, folder: Path, card: dict[str, Any]) -> None:
 PACKAGED = "bench:"
 
 
-def head_folder(path: str) -> Path:
+def verifier_head_folder(path: str) -> Path:
     """A folder path, or ``bench:RELATIVE`` for a head shipped inside the package (the reference
     pair's), so that the demo's grid works from any directory."""
     if path.startswith(PACKAGED):
@@ -175,7 +176,7 @@ def head_folder(path: str) -> Path:
     return Path(path)
 
 
-def load_head(path: str, pair_name: str, hidden_sizes: tuple[int, int]) -> tuple[Head, dict[str, Any]]:
+def load_head(path: str, pair_name: str, hidden_sizes: tuple[int, int]) -> tuple[VerifierHead, dict[str, Any]]:
     """A trained head for this pair (DIVERSED's weight head, or a judge's when its card says so),
     or ``init`` for a fresh weight head (w = 0.5 everywhere). ``hidden_sizes``: the widths of the
     draft state (the draft model's, or an EAGLE head's) and the target's it must read."""
@@ -183,7 +184,7 @@ def load_head(path: str, pair_name: str, hidden_sizes: tuple[int, int]) -> tuple
         return WeightHead(*hidden_sizes), {"pair": pair_name, "trained": False}
     from safetensors.torch import load_file
 
-    folder = head_folder(path)
+    folder = verifier_head_folder(path)
     if folder.is_file():
         raise BenchError(
             f"--head {folder} is a file; give the folder that holds {HEAD_FILE} and {CARD_FILE} "
@@ -218,7 +219,7 @@ def _checked_card(folder: Path, pair_name: str, hidden_sizes: tuple[int, int]) -
 
 def required_head(
     path: str | None, method: str, pair_name: str, hidden_sizes: tuple[int, int], device: torch.device
-) -> Head:
+) -> VerifierHead:
     """The head a head-reading method runs with; never a silent default when none is given."""
     if path is None:
         raise BenchError(f"{method}: needs --head PATH (or --head init for an untrained w = 0.5 head)")

@@ -115,10 +115,10 @@ def weighted(losses: list[Tensor]) -> Tensor:
 
 
 def collate(records: list[dict[str, Any]]) -> Batch:
-    """Records (bench.learned.eagle.generate_features) as a right-padded batch: ``tokens`` is
+    """Records (bench.eagle.train.generate_features) as a right-padded batch: ``tokens`` is
     token t + 1 at position t, ``valid`` marks positions whose next token is a response token.
-    Memory-mapped records (bench.learned.eagle_shards) are read here, a batch at a time."""
-    from bench.learned.eagle_shards import materialise
+    Memory-mapped records (bench.eagle.shards) are read here, a batch at a time."""
+    from bench.eagle.shards import materialise
 
     records = [materialise(r) for r in records]
     n = max(len(r["ids"]) - 1 for r in records)
@@ -144,7 +144,7 @@ def chain_acceptance(head: Eagle3Head, records: list[dict[str, Any]], depth: int
     responses, counted. While a chain is right its inputs are the true tokens, so step j of the
     teacher-forced unroll at position n - 1 is the chain's (j+1)-th draft after token n: a round
     from n accepts the run of leading hits there, plus the target's own token."""
-    from bench.learned.eagle_shards import materialise
+    from bench.eagle.shards import materialise
 
     tokens = rounds = 0
     hits = [0] * depth
