@@ -337,7 +337,7 @@ def generate(
         bos_token_id=getattr(loaded.tokenizer, "bos_token_id", None),
     )
     gen = decoder.generate(ids, max_new_tokens, seed=seed)
-    out = loaded.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
+    out = loaded.text(gen.token_ids)
     return Generated(out, text, note, len(ids), dropped, gen.stats)
 
 
@@ -594,11 +594,12 @@ def fetch(pair: str, *, wheel: Path | str | None = None, force: bool = False, lo
 def registries() -> str:
     """The tasks, pairs, methods (with their parameters, defaults and sweeps) and drafters (each
     class's help line and its parameters' defaults), as text."""
-    from dataclasses import MISSING, fields
+    from dataclasses import MISSING
 
     from bench.config import learns
     from bench.drafters import DRAFTERS
     from bench.pairs import pair_names, resolve_pair
+    from bench.plugins import parameters
     from bench.tasks import resolve_task, task_names
     from bench.verifiers import VERIFIERS
 
@@ -612,16 +613,16 @@ def registries() -> str:
         )
     lines.append("pairs:")
     for name in pair_names():
-        spec = resolve_pair(name)
+        pair = resolve_pair(name)
         what = {
-            "hub": f"{spec.target} / {spec.draft}",
-            "packaged": f"bench/{spec.target} / bench/{spec.draft}, shipped in the package, offline",
-            "fetched": f"{spec.fetch.get('requirement')} (diversed-bench fetch {name}) / early-exit draft",
-        }.get(spec.kind, "built in code, offline")
+            "hub": f"{pair.target} / {pair.draft}",
+            "packaged": f"bench/{pair.target} / bench/{pair.draft}, shipped in the package, offline",
+            "fetched": f"{pair.fetch.get('requirement')} (diversed-bench fetch {name}) / early-exit draft",
+        }.get(pair.kind, "built in code, offline")
         lines.append(f"  {name:<{width}}{what}")
     lines.append("methods (the rule; the parameters' defaults; the fixed sweep and the calibration path of --grid baselines):")
     for name, cls in sorted(VERIFIERS.items(), key=lambda kv: kv[1].order):
-        params = ", ".join(f"{f.name}={f.default}" for f in fields(cls) if f.default is not MISSING)
+        params = ", ".join(f"{f.name}={f.default}" for f in parameters(cls) if f.default is not MISSING)
         trains = cls.needs_hidden and learns(name, {})
         extra = (" (needs --head, or its cached head: trains it if missing)" if trains else " (needs --head)") if cls.needs_hidden else ""
         extra += " (drafts greedily)" if cls.uses_draft and cls.draft_policy == "greedy" else ""
@@ -632,7 +633,7 @@ def registries() -> str:
         lines.append(f"  {'':<{width}}{params or 'no parameters'}{extra}" + (f"; sweep {sweep}" if sweep else ""))
     lines.append("drafters (--drafter NAME[:key=value,...], or path/to/file.py:Class[:key=value,...]; N = --draft-len):")
     for name, drafter in DRAFTERS.items():
-        params = ", ".join(f"{f.name}={f.default}" for f in fields(drafter) if f.default is not MISSING)  # type: ignore[arg-type]
+        params = ", ".join(f"{f.name}={f.default}" for f in parameters(drafter) if f.default is not MISSING)
         lines.append(f"  {name:<{width}}{drafter.help}")
         lines.append(f"  {'':<{width}}{params or 'no parameters'}")
     return "\n".join(lines)

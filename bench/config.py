@@ -25,7 +25,7 @@ from bench.drafters import canonical_drafter, check_draft_policy, drafter_class,
 from bench.errors import BenchError
 from bench.lossless import Drafts, anchors
 from bench.pairs import pick_device, pick_dtype, resolve_pair
-from bench.plugins import typed
+from bench.plugins import parameters, typed
 from bench.store import SCHEMA
 from bench.tasks import default_data, resolve_task
 from bench.verifiers import CALIBRATED, MethodInfo, make_verifier, verifier_class
@@ -84,7 +84,7 @@ class RunConfig:
             drafter_for(drafts.drafter, cls.name, verifier.reads())
         resolved = replace(
             self,
-            params={f.name: getattr(verifier, f.name) for f in fields(verifier)},  # type: ignore[arg-type]
+            params={f.name: getattr(verifier, f.name) for f in parameters(verifier)},
             draft_len=self.draft_len if cls.uses_draft else 0,
             draft_policy=drafts.policy,
             drafter=drafts.drafter,
@@ -244,7 +244,7 @@ def expand_methods(
     that reads a head runs once per head."""
     methods = list(dict.fromkeys(methods))
     params = params or {}
-    known = {f.name for m in methods for f in fields(verifier_class(m))}  # type: ignore[arg-type]
+    known = {f.name for m in methods for f in parameters(verifier_class(m))}
     stray = sorted(set(params) - known)
     if stray:
         raise BenchError(
@@ -259,7 +259,7 @@ def expand_methods(
         kinds = typing.get_type_hints(cls)
         values = {
             f.name: list(params[f.name])
-            for f in fields(cls)  # type: ignore[arg-type]
+            for f in parameters(cls)
             if f.name in params
         }
         if sweep:

@@ -329,7 +329,7 @@ class DiversedLM(LM):
                 self.store, cfg, self.pair.device, None, lm_eval={"task": task, "version": _lm_eval_version()}
             )
             self._manifests.add(cfg.config_id)
-        text = self.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
+        text = self.pair.text(gen.token_ids)
         cut = postprocess_generated_text(text, until, None)
         self.store.append(
             row(

@@ -232,7 +232,7 @@ class Runner:
             return ids
 
         def answer(token_ids: list[int]) -> str:
-            return job.task.cut(job.pair.tokenizer.decode(token_ids, skip_special_tokens=True)).strip()
+            return job.task.cut(job.pair.text(token_ids)).strip()
 
         return decode_turns(examples, gens, batch, prompt, answer, job.seed)  # type: ignore[return-value]
 
@@ -316,7 +316,7 @@ class Runner:
     def row(self, job: _Job, example: Example, gen: Generation, turns: list[str] | None = None) -> dict[str, Any]:
         """An example's row; a multi-turn task's rows add every turn's answer (``turn_completions``),
         the completion being the last turn's."""
-        completion = job.pair.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
+        completion = job.pair.text(gen.token_ids)
         return row(
             job.fixed,
             example.example_id,

@@ -85,6 +85,11 @@ class JudgeHead(nn.Module):
     with no ranks (one a test or plug-in builds by hand) outputs p itself."""
 
     at_token: ClassVar[bool] = True  # reads the target's state with the drafted token as input
+    mean: Tensor  # the buffers (saved with the head): the scaler's, the logistic unit's, the ranks
+    scale: Tensor
+    weight: Tensor
+    bias: Tensor
+    ranks: Tensor
 
     def __init__(self, features: str, draft_hidden: int, target_hidden: int) -> None:
         super().__init__()

@@ -213,6 +213,18 @@ class EagleHead(nn.Module):
 
     kind: str
     config: HeadConfig
+    embed_tokens: nn.Embedding
+    # EAGLE-3's reduced draft vocabulary (buffers); an EAGLE-1 head has none, so ``hasattr`` tells.
+    d2t: Tensor
+    t2d: Tensor
+
+    def head_input(self, out: Tensor) -> Tensor:
+        """What the draft logits are read from, of an output (a drafter's ``hidden``)."""
+        raise NotImplementedError
+
+    def logits(self, out: Tensor) -> Tensor:
+        """Scores over the draft vocabulary [..., draft_vocab]."""
+        raise NotImplementedError
 
     def target_layers(self, num_layers: int) -> tuple[int, ...]:
         """The target's ``hidden_states`` indices (transformers' ``output_hidden_states``) whose

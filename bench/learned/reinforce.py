@@ -368,10 +368,7 @@ class Trainer:
 
     def rewards(self, batch: list[Example], sampled: list[Rollout]) -> Tensor:
         """[B] the reward of each rollout's decoded completion."""
-        tok = self.pair.tokenizer
-        rewards = [
-            self.reward(e, r, tok.decode(r.tokens, skip_special_tokens=True)) for e, r in zip(batch, sampled)
-        ]
+        rewards = [self.reward(e, r, self.pair.text(r.tokens)) for e, r in zip(batch, sampled)]
         return torch.tensor(rewards, device=self.pair.device)
 
     def learn(self, sampled: list[Rollout], reward_t: Tensor) -> Tensor:

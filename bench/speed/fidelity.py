@@ -40,7 +40,7 @@ class Fidelity:
         self.pair, self.task, self.examples, self.prompts = pair, task, examples, prompts
 
     def texts(self, outputs: list[list[int]]) -> list[str]:
-        return [self.pair.tokenizer.decode(o, skip_special_tokens=True) for o in outputs]
+        return [self.pair.text(o) for o in outputs]
 
     def quality(self, texts: list[str]) -> tuple[float | None, str]:
         """Mean of the task's primary score over the prompts that have one (a Spec-Bench category
