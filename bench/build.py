@@ -14,9 +14,8 @@ from bench.drafters.eagle import draft_head_source, with_pair_head
 from bench.eagle.heads import resolve_head
 from bench.engines import EagerEngine, EngineFactory
 from bench.errors import BenchError
-from torch import nn
 
-from bench.verifier_heads import read_card, required_head, trained_on
+from bench.verifier_heads import VerifierHead, read_card, required_head, trained_on
 from bench.pairs import Pair
 from bench.verifiers import Verifier, make_verifier
 
@@ -29,7 +28,7 @@ def build_decoder(
     method: str,
     params: dict | None = None,
     *,
-    head: str | nn.Module | None = None,
+    head: str | VerifierHead | None = None,
     draft_len: int = 5,
     sampling: Sampling = Sampling(),
     engine: EngineFactory = EagerEngine,
@@ -69,7 +68,7 @@ def build_decoder(
     )
 
 
-def pair_head(path: str | None, method: str, pair: Pair, drafter: str | None) -> nn.Module:
+def pair_head(path: str | None, method: str, pair: Pair, drafter: str | None) -> VerifierHead:
     """The head at ``path`` for this pair and drafter: trained on this drafter's drafts (its card,
     checked first: another drafter's widths would fail the width check confusingly), reading the
     draft's state at its width, an EAGLE head's own (its config.json) under ``--drafter eagle``."""

@@ -103,6 +103,20 @@ class RunConfig:
             split=self.split or spec.dataset["split"],
         )
 
+    @property
+    def data_source(self) -> str:
+        """``data`` of a configuration ``resolve`` made concrete (the runner's, the calibration's)."""
+        if self.data is None:
+            raise BenchError(f"configuration {self.task}/{self.method}: no data source; resolve it first (RunConfig.resolve)")
+        return self.data
+
+    @property
+    def budget(self) -> int:
+        """``max_new_tokens`` of a configuration ``resolve`` made concrete."""
+        if self.max_new_tokens is None:
+            raise BenchError(f"configuration {self.task}/{self.method}: no token budget; resolve it first (RunConfig.resolve)")
+        return self.max_new_tokens
+
     def drafts(self) -> Drafts:
         """What this configuration drafts, as it runs: the drafter's canonical spec (None for a
         method that drafts nothing) and the draft policy ("greedy" under greedy decoding, whose

@@ -117,7 +117,7 @@ class SpeculativeDecoder:
         trees = self.drafter.tree_widths(self.draft_len) if self.drafter else ()
         if trees:  # refused before anything decodes, not at the first tree round
             check_trees(self.verifier, self.trace)
-        made = engine(target, widths, trees) if trees else engine(target, widths)  # type: ignore[call-arg]
+        made = engine(target, widths, trees) if trees else engine(target, widths)
         self.engines = [self._keeping_states(made, target)] + (self.drafter.engines if self.drafter else [])
 
     @property
@@ -222,8 +222,9 @@ class SpeculativeDecoder:
             if finished:
                 alive = [i for i in range(len(rows)) if i not in finished]
                 done += [rows[i] for i in finished]
-                for i in sorted(finished) if self.drafter else ():  # it may learn from a response
-                    self.drafter.finish(rows[i])  # type: ignore[union-attr]
+                if self.drafter:  # it may learn from a response
+                    for i in sorted(finished):
+                        self.drafter.finish(rows[i])
                 rows = [rows[i] for i in alive]
                 for engine in self.engines if rows else ():
                     engine.select(alive)
@@ -233,14 +234,14 @@ class SpeculativeDecoder:
         self, done: list[Row], wall: float, prefill: float, cache_bytes: int
     ) -> list[Generation]:
         """The finished rows' Generations in prompt order, their stats completed."""
-        out: list[Generation | None] = [None] * len(done)
+        out: dict[int, Generation] = {}
         for row in done:
             s = row.stats
             s.wall_time_s, s.prefill_time_s, s.kv_cache_bytes = wall, prefill, cache_bytes
             s.new_tokens = len(row.out)
             s.weights = torch.cat(row.weights).tolist() if row.weights else []
             out[row.index] = Generation(row.out, s, row.trace if self.trace else None)
-        return out  # type: ignore[return-value]
+        return [out[i] for i in range(len(done))]
 
     def _round(self, rows: list[Row]) -> set[int]:
         """One round over the batch: draft, one target forward, verify, one host read, emit, count.

@@ -96,7 +96,7 @@ def _verifier(method: str, params: dict[str, Any], head: str | None) -> tuple[di
 class _Job(NamedTuple):
     """One generate_until request on its way through the decoder."""
 
-    index: int
+    slot: int  # its request's place in lm-eval's list (``index`` would shadow tuple.index)
     example_id: str
     request: Instance
     prompt: list[int]
@@ -300,7 +300,7 @@ class DiversedLM(LM):
                     [j.prompt for j in chunk], budget, [example_seed(self.seed, j.example_id) for j in chunk]
                 )
                 for job, gen in zip(chunk, gens):
-                    out[job.index] = self.record(job, sampling, budget, gen)
+                    out[job.slot] = self.record(job, sampling, budget, gen)
                 done += len(chunk)
                 log.info("diversed: %d/%d generate_until requests", done, len(requests))
         for config_id in self._manifests:

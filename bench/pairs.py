@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers import GenerationMixin, PreTrainedModel, PreTrainedTokenizerBase
 
 from bench.engines.layout import attention_layout
 from bench.errors import BenchError
@@ -109,6 +109,14 @@ class Pair:
         configured = self.target.generation_config.eos_token_id
         ids.update(configured if isinstance(configured, list) else [configured])
         return sorted(i for i in ids if i is not None)
+
+    @property
+    def generating_target(self) -> GenerationMixin:
+        """The target as transformers' ``generate`` runs it (the comparisons' side, the EAGLE
+        trainer's responses): every causal-LM class has it, PreTrainedModel itself declares none."""
+        if not isinstance(self.target, GenerationMixin):
+            raise BenchError(f"pair {self.spec.name}: the target ({type(self.target).__name__}) has no generate()")
+        return self.target
 
     def text(self, ids: list[int]) -> str:
         """One output's text, special tokens dropped: how every output is read (scored, compared,
@@ -351,8 +359,8 @@ def _load_tiny_pair(spec: PairSpec, dev: torch.device, torch_dtype: torch.dtype)
     except TypeError as exc:
         raise BenchError(f"pair {spec.name}: bad tiny settings ({exc})") from None
     target, draft, tok = build_tiny_pair(cfg)
-    # transformers types PreTrainedModel.to through a decorator whose signature drops ``self``.
-    target, draft = (m.to(dev, torch_dtype) for m in (target, draft))  # type: ignore[arg-type]
+    # transformers types PreTrainedModel.to through a decorator whose signature drops ``self``:
+    target, draft = (m.to(dev, torch_dtype) for m in (target, draft))  # type: ignore[arg-type]  # see the line above
     return Pair(spec, target, draft, tok)
 
 
@@ -364,5 +372,5 @@ def _load_synthetic_pair(spec: PairSpec, dev: torch.device, torch_dtype: torch.d
         )
     except (KeyError, TypeError) as exc:
         raise BenchError(f"pair {spec.name}: bad synthetic settings ({exc})") from None
-    # SyntheticTokenizer is duck-typed: it answers the few tokenizer calls a timing run makes.
-    return Pair(spec, target, draft, SyntheticTokenizer(target.config.vocab_size))  # type: ignore[arg-type]
+    tok = SyntheticTokenizer(target.config.vocab_size)
+    return Pair(spec, target, draft, tok)  # type: ignore[arg-type]  # duck-typed: the calls a timing run makes

@@ -165,7 +165,8 @@ class EagleDrafter(Drafter):
         state = self.catch_up(row)
         if state.last is None:
             return None
-        h, cache, out = state.last, state.cache, {"tokens": [], "q": [], "q_logits": [], "hidden": []}
+        out: dict[str, list[Tensor]] = {"tokens": [], "q": [], "q_logits": [], "hidden": []}
+        h, cache = state.last, state.cache
         for step in range(cap):
             drawn = self.propose(h, row.generator)
             for key, value in zip(out, drawn):

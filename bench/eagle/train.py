@@ -161,7 +161,7 @@ def generate_features(
         width = max(map(len, encoded))
         ids = torch.tensor([[pad] * (width - len(e)) + e for e in encoded], device=pair.device)
         mask = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in encoded], device=pair.device)
-        gen = pair.target.generate(
+        gen = pair.generating_target.generate(
             input_ids=ids,
             attention_mask=mask,
             max_new_tokens=new_tokens,
@@ -251,7 +251,9 @@ def new_head(pair: Pair, d2t: torch.Tensor, t2d: torch.Tensor, seed: int, from_t
     head = Eagle3Head(HeadConfig.from_dict(head_config(pair, len(d2t))))
     head.d2t.copy_(d2t)
     head.t2d.copy_(t2d)
-    head.embed_tokens.weight.data = pair.target.get_input_embeddings().weight.detach().float().clone()
+    embedding = pair.target.get_input_embeddings()
+    assert isinstance(embedding, torch.nn.Embedding)  # a causal LM's token embedding
+    head.embed_tokens.weight.data = embedding.weight.detach().float().clone()
     head.embed_tokens.weight.requires_grad_(False)
     if from_target:
         head.lm_head.weight.data = target_rows(pair, t2d).clone()

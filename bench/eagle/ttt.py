@@ -20,13 +20,15 @@ trained state dict is the checkpoint the drafter loads; only the unrolled attent
 from __future__ import annotations
 
 import math
+import operator
+from functools import reduce
 from typing import Any
 
 import torch
 from torch import Tensor
 from torch.nn import functional as F
 
-from bench.eagle.heads import Attention, Eagle3Head, Eagle3Layer, rotary, rotate_half
+from bench.eagle.heads import Attention, CacheKV, Eagle3Head, Eagle3Layer, rotary, rotate_half
 
 Batch = dict[str, Tensor]
 
@@ -60,7 +62,7 @@ def ttt_attention(
     return attn.o_proj(out.transpose(1, 2).reshape(b, q.shape[2], -1))
 
 
-def ttt_layer(layer: Eagle3Layer, emb: Tensor, h: Tensor, cache: list, step: int, start: int) -> Tensor:
+def ttt_layer(layer: Eagle3Layer, emb: Tensor, h: Tensor, cache: list[CacheKV], step: int, start: int) -> Tensor:
     """The midlayer (the authors' LlamaDecoderLayeremb) with the unrolled attention; its output
     covers positions ``start`` on."""
     normed = layer.hidden_norm(h)
@@ -82,7 +84,8 @@ def unroll(head: Eagle3Head, feats: Tensor, tokens: Tensor, steps: int, start: i
     """Draft logits [B, T - start, Vd] of each step at positions ``start`` on; ``feats``
     [B, T, 3H] the target's fused states at position t, ``tokens`` [B, T] token t + 1 (so step j
     reads ``shift(tokens, j)``)."""
-    hidden, cache, out = head.fc(feats), [], []
+    hidden, out = head.fc(feats), []
+    cache: list[CacheKV] = []
     for j in range(steps):
         emb = head.embed_tokens(shift(tokens, j)[:, 0 if j == 0 else start :]).to(hidden.dtype)
         hidden = ttt_layer(head.midlayer, emb, hidden, cache, j, start)
@@ -111,7 +114,7 @@ def ttt_losses(
 
 def weighted(losses: list[Tensor]) -> Tensor:
     """eagle/traineagle3/main.py: ``sum(0.8 ** i * plosses[i])``."""
-    return sum(0.8**j * loss for j, loss in enumerate(losses))  # type: ignore[return-value]
+    return reduce(operator.add, (0.8**j * loss for j, loss in enumerate(losses)))  # sum() would start at 0
 
 
 def collate(records: list[dict[str, Any]]) -> Batch:

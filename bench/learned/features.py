@@ -68,6 +68,7 @@ def token_features(
     first = min(len(context) for context, _ in sites)
     group = share(rows, first)
     ((_, h_target),) = forward_shared(pair.target, [group], hidden=True)
+    assert h_target is not None  # hidden=True
     at = [group.row(i, len(r) - 1) for i, r in enumerate(rows)]
     h_draft = None
     if features == "draft+target" and eagle is not None:
@@ -75,6 +76,7 @@ def token_features(
     elif features == "draft+target":
         before = share(rows, first - 1)
         ((_, states),) = forward_shared(pair.draft, [before], hidden=True)
+        assert states is not None  # hidden=True
         h_draft = states[[before.row(i, len(r) - 2) for i, r in enumerate(rows)]]
     h_target = h_target[at]
     return [

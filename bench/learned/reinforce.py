@@ -157,9 +157,10 @@ def policy_step(
     last = torch.tensor([len(f) - 1 for f in feed], device=pair.device)
     real = [len(f) for f in feed]
     p_logits, ht = engines[0].step(ids, real, keep=ids.shape[1], hidden=True)
+    assert ht is not None  # hidden=True
     q, h_d = drafts.law(engines[0], ids, real, alive, sampling)
     p = process(p_logits[rows, last], sampling)
-    h_t = ht[rows, last]  # type: ignore[index]
+    h_t = ht[rows, last]
     w = head(h_d, h_t).unsqueeze(-1)
     pi = w * p + (1 - w) * q
     y = sample(pi, generators)

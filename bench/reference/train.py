@@ -81,7 +81,7 @@ def encode(tok: PreTrainedTokenizerFast, text: str) -> tuple[list[int], int]:
 
 
 def batch(tok: PreTrainedTokenizerFast, recipe: ModelRecipe, rng: random.Random, test: set) -> tuple:
-    seqs = []
+    seqs: list[tuple[list[int], int]] = []
     while len(seqs) < recipe.batch:
         a, b = rng.randint(100, 999), rng.randint(100, 999)
         if (a, b) not in test:

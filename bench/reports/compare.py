@@ -475,7 +475,7 @@ def _frontier(
     paired = _paired(examples, [*cand_ids, *ids])
     shortfall = _shortfall(paired, "the candidate's settings and this family")
     nan, pair = float("nan"), (float("nan"), float("nan"))
-    blank = {
+    blank: dict[str, Any] = {
         "shared_acceptance": pair,
         **{k: nan for k in ("mean_gap", "largest_lead", "largest_deficit")},
         **{k: pair for k in ("mean_gap_ci", "largest_lead_ci", "largest_deficit_ci")},

@@ -10,6 +10,7 @@ outputs are worth (quality, log-likelihood, agreement with ``ar``) is measured o
 
 from __future__ import annotations
 
+from functools import partial
 import statistics
 import time
 from collections.abc import Callable
@@ -51,7 +52,7 @@ def width_costs(
     engine that runs any width (eager); on a compiled one the widths the lookup runs compiled (1
     and each N + 1; more draft lengths measure more widths, a graph per width costs minutes)."""
     if isinstance(engine, CompiledEngines):
-        sets = [(1, n + 1) for n in draft_lens]
+        sets: list[tuple[int, ...]] = [(1, n + 1) for n in draft_lens]
     else:
         sets = [tuple(range(1, max(draft_lens) + 2))]
     out: dict[int, float] = {}
@@ -207,9 +208,7 @@ def measure_lookup(
             HF: lambda: run_transformers_lookup(pair, prompts, n, ngram, max_new, temperature),
         }
         for label, (m, params) in methods.items():
-            runs[label] = lambda m=m, params=params: run_harness(
-                pair, m, prompts, n, max_new, engine, spec, sampling, **params
-            )
+            runs[label] = partial(run_harness, pair, m, prompts, n, max_new, engine, spec, sampling, **params)
         got = paired(repeats, **runs)
         for label in runs:
             rows.append(_row(label, n, got, fidelity, greedy=not temperature))
