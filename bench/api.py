@@ -29,7 +29,6 @@ if TYPE_CHECKING:
 Log = Callable[[str], None]
 
 PAPER_TASKS = ("gsm8k", "cnndm", "xsum", "mbpp")
-ALL_METHODS = ("ar", "sd", "lossy", "cascade", "ensemble", "diversed")
 
 
 def configs(
@@ -67,17 +66,38 @@ def configs(
                                          pairs=pairs or (), candidates=methods or (), heads=heads, params=params,
                                          settings=settings, calibrate=calibrate)  # fmt: skip
         return anchor(found), limit
-    chosen = list(methods or ALL_METHODS)
-    if "diversed" in chosen and not heads:
-        log(
-            "diversed: skipped, no --head given. Train one with `diversed-bench train --task TASK --pair PAIR`, "
-            "then pass --head PATH (or --head init for an untrained w = 0.5 head)."
-        )
-        chosen.remove("diversed")
+    chosen = _trained_or_given(list(methods or _default_methods()), heads, log)
     found = configs_from_flags(tasks=list(tasks or PAPER_TASKS), pairs=list(pairs or ["tiny"]), methods=chosen,
                                heads=heads, params=params, settings=settings, sweep=sweep,
                                calibrate=bool(calibrate), device=device, dtype=dtype, engine=engine)  # fmt: skip
     return anchor(found), None
+
+
+def _default_methods() -> list[str]:
+    """The methods a run that names none decodes: those whose class says so (``default_run``), in
+    their order."""
+    from bench.verifiers import VERIFIERS
+
+    return [name for name, cls in sorted(VERIFIERS.items(), key=lambda kv: kv[1].order) if cls.default_run]
+
+
+def _trained_or_given(chosen: list[str], heads: Sequence[str], log: Log) -> list[str]:
+    """``chosen`` without the methods that read a head only `train` trains (``trains_in_run``
+    False: DIVERSED's REINFORCE takes long) when no --head is given, each skip said with how to
+    train one."""
+    from bench.verifiers import verifier_class
+
+    kept = []
+    for name in chosen:
+        cls = verifier_class(name)
+        if cls.needs_hidden and not cls.trains_in_run and not heads:
+            log(
+                f"{cls.name}: skipped, no --head given. Train one with `diversed-bench train --method {cls.name} "
+                "--task TASK --pair PAIR`, then pass --head PATH (or --head init for an untrained head)."
+            )
+            continue
+        kept.append(name)
+    return kept
 
 
 @dataclass
@@ -220,16 +240,53 @@ class Interrupted(Exception):
 def table_and_plots(results: Path | str, plots_dir: Path | str, fmt: str = "markdown", log: Log = print) -> str:
     """Write Table 1 and the figures of a results directory, as PNG (`plot` adds PDF and SVG: their
     font embedding was most of the demo's plotting time); return the table's text."""
-    from bench.reports.plots import write_plots
-    from bench.reports.table import write_table
-
-    text, path = write_table(Path(results), fmt)
+    text, path = table(results, fmt)
     log(text)
     log(f"table written to {path}")
-    paths = write_plots(Path(results), Path(plots_dir), formats=("png",))
+    paths = plot(results, plots_dir, formats=("png",))
     log(f"{len(paths)} plot files written to {plots_dir}/: " + ", ".join(p.name for p in paths if p.suffix == ".png"))
     log(f"PDF and SVG of them: diversed-bench plot {results} --output-dir {plots_dir}")
     return text
+
+
+def table(
+    results: Path | str, fmt: str = "markdown", output: Path | str | None = None, margins: Sequence[str] = ()
+) -> tuple[str, Path]:
+    """Table 1 of a results directory as ``fmt`` (markdown, latex, csv), written to ``output``
+    (RESULTS/table.md|tex|csv); ``margins``: ``NAME=VALUE`` over the defaults. Returns the text
+    and the file."""
+    from bench.reports.margins import Margins
+    from bench.reports.table import write_table
+
+    return write_table(Path(results), fmt, Path(output) if output else None, Margins.parse(margins))
+
+
+def plot(results: Path | str, output_dir: Path | str | None = None, formats: Sequence[str] | None = None) -> list[Path]:
+    """Every figure of a results directory (RESULTS/plots by default), as PNG, PDF and SVG unless
+    ``formats`` says otherwise; returns the files written."""
+    from bench.reports.plots import FORMATS, write_plots
+
+    return write_plots(Path(results), Path(output_dir) if output_dir else Path(results) / "plots",
+                       formats=tuple(formats) if formats else FORMATS)  # fmt: skip
+
+
+def merge(sources: Sequence[Path | str], output_dir: Path | str) -> int:
+    """Combine shards into one results directory (``bench.store.merge`` refuses shards that ran
+    different settings); returns the rows written."""
+    from bench.store import merge as merge_dirs
+
+    return merge_dirs([Path(s) for s in sources], Path(output_dir))
+
+
+def score(
+    task: str, predictions: Path | str, *, data: str = "hub", split: str | None = None, output: Path | str | None = None
+) -> tuple[dict[str, Any], Path]:
+    """Score completions made elsewhere with ``task``'s metrics: per-example scores written to
+    ``output`` (PREDICTIONS.scores.jsonl by default); returns the means and that file."""
+    from bench.scoring import score_predictions
+
+    out = Path(output) if output else Path(predictions).with_suffix(".scores.jsonl")
+    return score_predictions(task, data, Path(predictions), out, split=split), out
 
 
 def compare(
@@ -386,6 +443,27 @@ def train(
     return train_head(
         task=task, pair=pair, method=method, params=params, data=data, output_dir=output_dir, device=device,
         dtype=dtype, engine=engine, verbose=verbose, log=log, **settings,
+    )  # fmt: skip
+
+
+def train_draft(
+    *, out: Path | str, pair: str = "smollm2", prompts: Path | str | None = None, num_prompts: int | None = None,
+    new_tokens: int = 128, gen_batch: int = 16, draft_vocab: int = 2048, steps: int = 200, batch: int = 8,
+    ttt_steps: int = 7, lr: float = 1e-3, seed: int = 0, chat_template: bool = True, device: str = "cpu",
+    dtype: str | None = None, features: Path | str | None = None, train_dtype: str = "float32", eval_every: int = 0,
+    patience: int = 3, context: int = 0, export_now: bool = False, layers: int = 1, command: str = "", log: Log = print,
+) -> dict[str, Any]:  # fmt: skip
+    """Train an EAGLE-3 draft head for ``pair`` on the target's own greedy responses into ``out``
+    (resuming every stage; bench.eagle.train does the work); returns its card, which records
+    ``command``."""
+    from bench.eagle.train import train_draft_command
+
+    return train_draft_command(
+        out=Path(out), pair=pair, prompts=Path(prompts) if prompts else None, num_prompts=num_prompts,
+        new_tokens=new_tokens, gen_batch=gen_batch, draft_vocab=draft_vocab, steps=steps, batch=batch,
+        ttt_steps=ttt_steps, lr=lr, seed=seed, chat_template=chat_template, device=device, dtype=dtype,
+        features=Path(features) if features else None, train_dtype=train_dtype, eval_every=eval_every,
+        patience=patience, context=context, export_now=export_now, layers=layers, command=command, log=log,
     )  # fmt: skip
 
 

@@ -42,14 +42,12 @@ def build_decoder(
     ``drafter``: what drafts (``model``, the pair's draft model, by default; ``lookup[:...]``);
     ``paired``: a resolved configuration's, whose pairing with the method was checked there."""
     verifier: Verifier = make_verifier(method, **(params or {}))
-    if head is not None and not verifier.needs_hidden:
-        raise BenchError(f"{verifier.name}: reads no weight head; drop the head or use --method diversed")
     bound = None  # the drafter, bound before the head: what the drafts lack is refused first
     if verifier.uses_draft and draft_len >= 1:
         ctx = draft_context(pair.target, pair.draft, verifier, draft_len=draft_len, sampling=sampling, engine=engine,
                             draft_policy=draft_policy, eos=frozenset(pair.eos_token_ids))  # fmt: skip
         bound = make_drafter(with_pair_head(drafter or "model", pair.spec.eagle), ctx, paired=paired)
-    if isinstance(head, str) or (head is None and verifier.needs_hidden):
+    if isinstance(head, str):  # a head it does not read, or none where it reads one: the decoder refuses
         head = pair_head(head, method, pair, drafter)
     elif head is not None:
         check_drafts(getattr(head, "drafter", None), drafter, pair, method)
@@ -68,11 +66,11 @@ def build_decoder(
     )
 
 
-def pair_head(path: str | None, method: str, pair: Pair, drafter: str | None) -> VerifierHead:
+def pair_head(path: str, method: str, pair: Pair, drafter: str | None) -> VerifierHead:
     """The head at ``path`` for this pair and drafter: trained on this drafter's drafts (its card,
     checked first: another drafter's widths would fail the width check confusingly), reading the
     draft's state at its width, an EAGLE head's own (its config.json) under ``--drafter eagle``."""
-    card = read_card(path) if path else None
+    card = read_card(path)
     if card is not None:
         check_drafts(trained_on(card), drafter, pair, method)
     name, params = parse_drafter(with_pair_head(drafter or "model", pair.spec.eagle))
@@ -80,7 +78,7 @@ def pair_head(path: str | None, method: str, pair: Pair, drafter: str | None) ->
     if name == "eagle" and params["path"]:  # no path: the drafter refuses in one line when it binds
         config = json.loads((resolve_head(draft_head_source(params["path"])) / "config.json").read_text())
         sizes = (int(config["hidden_size"]), sizes[1])
-    return required_head(path, method, pair.spec.name, sizes, pair.device)
+    return required_head(path, pair.spec.name, sizes, pair.device)
 
 
 def check_drafts(trained: str | None, drafter: str | None, pair: Pair, method: str) -> None:

@@ -1,5 +1,5 @@
-"""The ``diversed-bench`` command line: each command parses its flags and calls one function of
-``bench.api`` (or of the module that owns the job)."""
+"""The ``diversed-bench`` command line: each command parses its flags and calls one typed function
+of ``bench.api``, the one facade (tests and notebooks call the same functions)."""
 
 from __future__ import annotations
 
@@ -137,10 +137,9 @@ def table(  # fmt: skip
 
     Example: diversed-bench table results --format latex
     """
-    from bench.reports.margins import Margins
-    from bench.reports.table import write_table
+    from bench import api
 
-    text, path = write_table(results, format, output, Margins.parse(margin))
+    text, path = api.table(results, format, output, margin or ())
     typer.echo(f"{text}\nwritten to {path}")
 
 
@@ -153,9 +152,9 @@ def plot(  # fmt: skip
 
     Example: diversed-bench plot results --output-dir figures
     """
-    from bench.reports.plots import write_plots
+    from bench import api
 
-    typer.echo("\n".join(str(p) for p in write_plots(results, output_dir or results / "plots")))
+    typer.echo("\n".join(str(p) for p in api.plot(results, output_dir)))
 
 
 @app.command()
@@ -220,7 +219,8 @@ def train(  # fmt: skip
     rollout_tokens: o.RolloutTokens = None, chat_template: o.TrainChat = None, data: o.TrainData = None,
     output_dir: o.HeadDir = None, seed: o.TrainSeed = None, device: o.Device = "auto", dtype: o.Dtype = None,
     engine: o.Engine = "eager", truncate_prompt: o.Truncate = None, draft_temperature: o.DraftTemperature = None,
-    drafter: o.TrainDrafter = None, verbose: o.Verbose = False,
+    drafter: o.TrainDrafter = None, rollout: o.RolloutRule = None, draft_len: o.TrainDraftLen = None,
+    allow_flat_reward: o.AllowFlatReward = None, verbose: o.Verbose = False,
 ) -> None:
     """Train a learned verifier's head with both models frozen (DIVERSED's REINFORCE by default; a
     judge's mined labels and classifier with --method autojudge/selfjudge, or any plug-in's recipe);
@@ -236,7 +236,8 @@ def train(  # fmt: skip
         engine=engine, verbose=verbose, log=typer.echo, algorithm=algorithm, lr=lr, batch_size=batch_size,
         epochs=epochs, num_prompts=num_prompts, reg_weight=reg_weight, temperature=temperature,
         rollout_tokens=rollout_tokens, chat_template=chat_template, seed=seed, truncate_prompt=truncate_prompt,
-        draft_temperature=draft_temperature, drafter=drafter,
+        draft_temperature=draft_temperature, drafter=drafter, rollout=rollout, draft_len=draft_len,
+        allow_flat_reward=allow_flat_reward,
     )  # fmt: skip
     drafts = f" --drafter {drafter}" if drafter and drafter != "model" else ""  # a head reads its drafter's states
     typer.echo(f"head written to {folder}/ ; use it with: diversed-bench run --method {method}{drafts} --head {folder}")
@@ -319,9 +320,9 @@ def merge(
 
     Example: diversed-bench merge shards/job0 shards/job1 shards/job2 --output-dir results
     """
-    from bench.store import merge as merge_dirs
+    from bench import api
 
-    typer.echo(f"{merge_dirs(sources, output_dir)} rows from {len(sources)} directories in {output_dir}")
+    typer.echo(f"{api.merge(sources, output_dir)} rows from {len(sources)} directories in {output_dir}")
 
 
 @app.command()
@@ -333,12 +334,11 @@ def score(  # fmt: skip
 
     Example: diversed-bench score --task gsm8k --data fixture --predictions preds.jsonl
     """
+    from bench import api
     from bench.sandbox import use_sandbox
-    from bench.scoring import score_predictions
 
     use_sandbox(sandbox)
-    out = output or predictions.with_suffix(".scores.jsonl")
-    summary = score_predictions(task, data, predictions, out, split=split)
+    summary, out = api.score(task, predictions, data=data, split=split, output=output)
     typer.echo(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in summary.items()))
     typer.echo(f"per-example scores: {out}")
 
@@ -351,6 +351,7 @@ def train_draft(  # fmt: skip
     seed: o.DraftSeed = 0, chat_template: o.DraftChat = True, device: o.Device = "cpu", dtype: o.Dtype = None,
     features: o.DraftFeatures = None, train_dtype: o.DraftTrainDtype = "float32", eval_every: o.DraftEvalEvery = 0,
     patience: o.DraftPatience = 3, context: o.DraftTrainContext = 0, export_now: o.DraftExportNow = False,
+    layers: o.DraftLayers = 1,
 ) -> None:
     """Train an EAGLE-3 draft head for a pair offline, on the target's own greedy responses
     (bench/eagle/train.py); a re-run resumes every stage. Writes the head in the published
@@ -358,13 +359,13 @@ def train_draft(  # fmt: skip
 
     Example: diversed-bench train-draft --pair smollm2 --out heads/smollm2-eagle --num-prompts 120 --draft-vocab 1536 --steps 240 --batch 4 --ttt-steps 5
     """
-    from bench.eagle.train import train_draft_command
+    from bench import api
 
-    card = train_draft_command(
+    card = api.train_draft(
         out=out, pair=pair, prompts=prompts, num_prompts=num_prompts, new_tokens=new_tokens, gen_batch=gen_batch,
         draft_vocab=draft_vocab, steps=steps, batch=batch, ttt_steps=ttt_steps, lr=lr, seed=seed,
         chat_template=chat_template, device=device, dtype=dtype, features=features, train_dtype=train_dtype,
-        eval_every=eval_every, patience=patience, context=context, export_now=export_now,
+        eval_every=eval_every, patience=patience, context=context, export_now=export_now, layers=layers,
         command=shlex.join(["diversed-bench", *sys.argv[1:]]), log=typer.echo,
     )  # fmt: skip
     typer.echo(f"head written to {out}/ (card.json: {card['steps_done']} steps, final loss {card['final_loss']:.4f})")

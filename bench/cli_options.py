@@ -186,6 +186,15 @@ TrainDrafter = Annotated[
 RegWeight = Annotated[Optional[float], _opt("Weight of the expected-acceptance regulariser (default 0.01).")]
 RolloutTemperature = Annotated[Optional[float], _opt("Rollout temperature (> 0; default 1).")]
 RolloutTokens = Annotated[Optional[int], _opt("Tokens per rollout (default 128).")]
+RolloutRule = Annotated[
+    Optional[str],
+    _opt("DIVERSED: authors (every rollout token from pi, the authors' rollout; default) or decoding (decoding's rounds: the token after a round whose drafts were all accepted from p, as `run` emits it)."),
+]
+TrainDraftLen = Annotated[Optional[int], _opt("DIVERSED: drafted tokens per round of the decoding it trains for, as `run --draft-len` (default 5): where an EAGLE head feeds its states back and decoding's bonus falls.")]
+AllowFlatReward = Annotated[
+    Optional[bool],
+    _opt("DIVERSED: go on when the first step's rollouts barely differ in reward (std < 1e-3), which is refused by default: only the regulariser would move w."),
+]
 TrainChat = Annotated[Optional[bool], _opt("Wrap prompts in the tokenizer's chat template, as `run` does.")]
 TrainData = Annotated[Optional[str], _opt("hub, fixture or a local folder with train.jsonl.")]
 HeadDir = Annotated[
@@ -292,4 +301,5 @@ DraftTrainDtype = Annotated[str, _opt("The head's products in float32 or bfloat1
 DraftEvalEvery = Annotated[int, _opt("Held-out loss on the 'valid' prompts every N steps; training stops when it has not fallen for --patience evaluations and keeps the best head (0: never).")]
 DraftPatience = Annotated[int, _opt("Evaluations without a new best held-out loss before training stops.")]
 DraftExportNow = Annotated[bool, _opt("With the same flags as a run that was stopped: no further step; write the head (the best by held-out loss) and its card from the checkpoint as it stands.")]
+DraftLayers = Annotated[int, _opt("Decoder layers of the head: 1 is the authors' EAGLE-3; more add vLLM's plain Llama layers after the first (a wider head, at one more layer's cost per draft step).")]
 DraftTrainContext = Annotated[int, _opt("Prompt positions each training sequence keeps before its response (0: all): the head then learns to attend that far back; training time falls with it. Acceptance is always counted on the whole prompt.")]

@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import typing
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -25,7 +24,7 @@ from bench.drafters import canonical_drafter, check_draft_policy, drafter_class,
 from bench.errors import BenchError
 from bench.lossless import Drafts, anchors
 from bench.pairs import pick_device, pick_dtype, resolve_pair
-from bench.plugins import parameters, typed
+from bench.plugins import parameters, typed_params
 from bench.store import SCHEMA
 from bench.tasks import default_data, resolve_task
 from bench.verifiers import CALIBRATED, MethodInfo, make_verifier, verifier_class
@@ -270,7 +269,6 @@ def expand_methods(
     for m in methods:
         cls = verifier_class(m)
         own = routed.get(cls.name, routed.get("", []))
-        kinds = typing.get_type_hints(cls)
         values = {
             f.name: list(params[f.name])
             for f in parameters(cls)
@@ -283,7 +281,7 @@ def expand_methods(
             values = {**{k: v for k, v in values.items() if k not in path.moved}, path.param: [CALIBRATED]}
         combos: list[dict[str, Any]] = [{}]
         for name, given in values.items():
-            as_typed = [v if v is CALIBRATED else typed(cls.name, name, kinds.get(name), v) for v in given]
+            as_typed = [v if v is CALIBRATED else typed_params(cls, cls.name, {name: v})[name] for v in given]
             combos = [{**c, name: v} for c in combos for v in as_typed]
         for combo in combos:
             # validate every value before any model loads (a calibrated one at its path's end)

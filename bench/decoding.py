@@ -88,11 +88,7 @@ class SpeculativeDecoder:
     ) -> None:
         if verifier.uses_draft and draft_len < 1:
             raise BenchError(f"draft_len must be >= 1 for {verifier.name}, got {draft_len}")
-        if verifier.needs_hidden and head is None:
-            raise BenchError(
-                f"{verifier.name}: needs a weight head; train one with `diversed-bench train` "
-                "and pass --head PATH"
-            )
+        verifier.check_head(head is not None)
         if head is not None and not isinstance(head, VerifierHead):  # its at_token says which target states it reads
             raise BenchError(f"{verifier.name}: a verifier head (bench.verifier_heads) is a WeightHead or JudgeHead, got {type(head).__name__}")
         self.target, self.verifier = target, verifier

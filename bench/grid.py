@@ -21,17 +21,21 @@ from bench.config import RunConfig, RunSettings, expand_methods
 from bench.errors import BenchError
 from bench.lossless import ACCEPT_ALL_METHOD, ANCHORS
 from bench.registry import load_yaml
-from bench.verifiers import verifier_class
+from bench.verifiers import VERIFIERS, verifier_class
 
-# Verifier parameters that have their own flag (and grid key) besides --param.
-PARAM_ALIASES = ("target_weight", "lenience", "cascade_rule", "cascade_alpha", "mix")
 # The settings a grid file may set, shared by all its configurations: RunSettings' fields.
 SHARED_KEYS = tuple(f.name for f in fields(RunSettings))
 # ``threads`` sets no configuration: it is the run's CPU threads per operator (`run --threads`).
 GRID_KEYS = {
     "tasks", "pairs", "methods", "limit", "head", "params", "sweep", "calibrate", "anchors", "threads",
-    *PARAM_ALIASES, *SHARED_KEYS,
+    *SHARED_KEYS,
 }  # fmt: skip
+
+
+def param_aliases() -> tuple[str, ...]:
+    """Verifier parameters with a flag and a grid key of their own besides --param: what the
+    registered classes declare (``Verifier.aliases``)."""
+    return tuple(dict.fromkeys(a for cls in VERIFIERS.values() for a in cls.aliases))
 
 
 def configs_from_flags(
@@ -80,10 +84,10 @@ def load_grid(name_or_path: str) -> dict[str, Any]:
     if not path.is_file():
         raise BenchError(f"no grid {name_or_path!r}: give a YAML path or one of paper, tiny, demo, baselines")
     grid = load_yaml(path, "grid")
-    unknown = set(grid) - GRID_KEYS
+    unknown = set(grid) - GRID_KEYS - set(param_aliases())
     if unknown:
         raise BenchError(
-            f"grid {name_or_path}: unknown keys {sorted(unknown)}; allowed: {', '.join(sorted(GRID_KEYS))}"
+            f"grid {name_or_path}: unknown keys {sorted(unknown)}; allowed: {', '.join(sorted(GRID_KEYS | set(param_aliases())))}"
         )
     return grid
 
@@ -91,7 +95,7 @@ def load_grid(name_or_path: str) -> dict[str, Any]:
 def grid_params(grid: Mapping[str, Any]) -> dict[str, list[Any]]:
     """The grid's parameter values: ``params`` and the alias keys together."""
     out = {k: _as_list(v) for k, v in (grid.get("params") or {}).items()}
-    for key in PARAM_ALIASES:
+    for key in param_aliases():
         if key in grid:
             if key in out:
                 raise BenchError(f"grid sets {key} twice (as a key and under params); keep one")

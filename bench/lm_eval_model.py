@@ -18,7 +18,7 @@ import math
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple, get_type_hints
+from typing import Any, NamedTuple
 
 import torch
 from lm_eval.api.instance import Instance
@@ -32,7 +32,7 @@ from bench.decoding import SpeculativeDecoder
 from bench.distributions import Sampling
 from bench.errors import BenchError
 from bench.pairs import chat_text, encode_prompt, load_pair
-from bench.plugins import typed
+from bench.plugins import typed_params
 from bench.build import build_decoder, pair_head
 from bench.config import RunConfig, example_seed
 from bench.engines import ENGINES, make_engine
@@ -44,13 +44,6 @@ log = logging.getLogger("lm_eval.models.diversed")  # under lm-eval's logger, so
 
 DEFAULT_MAX_GEN_TOKS = 256  # lm-eval's HF backend default when a task sets no budget
 GEN_KWARGS = {"until", "max_gen_toks", "do_sample", "temperature"}
-
-
-def _typed_params(method: str, params: dict[str, Any]) -> dict[str, Any]:
-    """model_args values as the verifier's fields declare them (lm-eval parses them loosely), by the
-    parser --param and --drafter use."""
-    hints = get_type_hints(verifier_class(method))
-    return {name: typed(method, name, hints.get(name), value) for name, value in params.items()}
 
 
 def _integer(name: str, value: Any, minimum: int) -> int:
@@ -74,22 +67,15 @@ def _check_model_args(params: dict[str, Any], batch_size: int | str, max_batch_s
         raise BenchError("--model diversed takes a fixed batch size; pass --batch_size N (no auto)")
 
 
-def _verifier(method: str, params: dict[str, Any], head: str | None) -> tuple[dict[str, Any], Verifier]:
-    """The method's typed parameters and its verifier; a head it does not read, or lacks, refused."""
+def _verifier(method: str, params: dict[str, Any]) -> tuple[dict[str, Any], Verifier]:
+    """The method's typed parameters and its verifier."""
     try:
-        typed = _typed_params(method, params)
+        typed = typed_params(verifier_class(method), method, params)  # lm-eval parses model_args loosely
         verifier = make_verifier(method, **typed)
     except BenchError as exc:
         raise BenchError(
             f"{exc} (model_args also take pair, method, draft_len, drafter, head, seed, dtype, engine, output_dir)"
         ) from None
-    if head is not None and not verifier.needs_hidden:
-        raise BenchError(f"{verifier.name}: takes no head; drop head= or use method=diversed")
-    if head is None and verifier.needs_hidden:
-        raise BenchError(
-            f"{verifier.name}: needs a weight head; add head=PATH to model_args (a folder from "
-            "`diversed-bench train`, or head=init for an untrained w = 0.5 head)"
-        )
     return typed, verifier
 
 
@@ -171,7 +157,7 @@ class DiversedLM(LM):
         self.batch_size = _integer("batch_size", batch_size, 1)
         self.draft_len = _integer("draft_len", draft_len, 0)
         self.method, self.drafter = str(method), str(drafter)
-        self.params, self.verifier = _verifier(self.method, params, head)
+        self.params, self.verifier = _verifier(self.method, params)
         self.seed = torch.initial_seed() if seed is None else _integer("seed", seed, 0)
         if engine not in ENGINES:
             raise BenchError(f"model_args: engine={engine!r}; use engine={' or engine='.join(ENGINES)}")
@@ -183,8 +169,8 @@ class DiversedLM(LM):
         self.tokenizer = self.pair.tokenizer
         self.head = (
             pair_head(self.head_path, self.method, self.pair, self.drafter)
-            if self.verifier.needs_hidden
-            else None
+            if self.head_path is not None
+            else None  # a head it does not read, or none where it reads one: the decoder refuses
         )
         self._decoders: dict[Sampling, SpeculativeDecoder] = {}
         self.decoder(Sampling(0.0))  # refuse a bad draft_len or drafter before any request

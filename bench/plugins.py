@@ -12,6 +12,7 @@ import hashlib
 import importlib
 import importlib.util
 import sys
+import typing
 from collections.abc import Mapping
 from pathlib import Path
 from dataclasses import Field, fields, is_dataclass
@@ -84,7 +85,15 @@ def parameters(owner: type[Any] | object) -> tuple[Field[Any], ...]:
 _WANTS = {int: "an integer", float: "a number", str: "a string"}
 
 
-def typed(owner: str, name: str, kind: Any, raw: Any) -> Any:
+def typed_params(cls: type, owner: str, raw: Mapping[str, Any]) -> dict[str, Any]:
+    """Parameter values (``--param``'s, a ``--drafter`` spec's, lm-eval's model_args) as the
+    fields of ``cls`` declare them: the one parser of verifiers' and drafters' parameters (``typed``
+    each). A name that is no field is left for the class to refuse."""
+    kinds = typing.get_type_hints(cls)
+    return {name: _typed(owner, name, kinds.get(name), value) for name, value in raw.items()}
+
+
+def _typed(owner: str, name: str, kind: Any, raw: Any) -> Any:
     """A parameter's value as the type its field declares (``kind``): text (a command line's,
     a spec string's, lm-eval's model_args) parsed, an integer widened to a float; a bool, or a
     value of another type, refused in one line naming the owner, the parameter and the type.

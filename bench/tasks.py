@@ -19,6 +19,9 @@ from bench.registry import entries, find, load_yaml
 from bench.metrics import FENCE, get_metric
 
 
+UNORDERED = 99  # a task file that declares no order sorts after those that do
+
+
 @dataclass(frozen=True)
 class TaskSpec:
     """The fields of a task file."""
@@ -45,6 +48,11 @@ class TaskSpec:
     turns: str | None = None
     category_field: str | None = None
     category_groups: dict[str, list[str]] = field(default_factory=dict)
+    # How reports show the task: its column title (None: its name), its place among tasks (lower
+    # first) and whether its quality is a fraction shown as a percentage (accuracy, pass@1).
+    title: str | None = None
+    order: int = UNORDERED
+    percent: bool = False
 
     @classmethod
     def from_file(cls, path: Path | Any) -> TaskSpec:

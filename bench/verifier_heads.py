@@ -223,9 +223,7 @@ def _checked_card(folder: Path, pair_name: str, hidden_sizes: tuple[int, int]) -
 
 
 def required_head(
-    path: str | None, method: str, pair_name: str, hidden_sizes: tuple[int, int], device: torch.device
+    path: str, pair_name: str, hidden_sizes: tuple[int, int], device: torch.device
 ) -> VerifierHead:
-    """The head a head-reading method runs with; never a silent default when none is given."""
-    if path is None:
-        raise BenchError(f"{method}: needs --head PATH (or --head init for an untrained w = 0.5 head)")
+    """The head at ``path`` (a folder, or ``init``) for a pair's hidden sizes, on its device."""
     return load_head(path, pair_name, hidden_sizes)[0].to(device)

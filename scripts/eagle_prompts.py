@@ -2,7 +2,7 @@
 
 Why a script: the head's card must say exactly which prompts it saw, and the prompts must be
 disjoint from everything the harness evaluates (Spec-Bench's 480 questions, the shared CNN/DM,
-GSM8K, XSum and MBPP slices, tasks/fixtures; tests/test_eagle_corpus.py checks it). So every
+GSM8K, XSum and MBPP slices, tasks/fixtures; tests/eagle/test_eagle_corpus.py checks it). So every
 prompt comes from a train-side source read from a public repository at a fixed commit:
 
 | source | repository @ commit, path | licence |

@@ -40,7 +40,7 @@ keep() {  # keep SRC DEST: copy a result into $OUT, its markdown appended to spe
   [ -f "$1.json" ] && cp "$1.json" "$OUT/$2.json" && log "kept $OUT/$2.json"
   [ -f "$1.md" ] && { echo -e "\n<!-- $2 -->"; cat "$1.md"; } >> "$OUT/speed.md"
 }
-PYTEST=("$PY" -m pytest -q -p no:cacheprovider -rA tests/test_decoding.py -k)  # its CUDA tests: -k cuda
+PYTEST=("$PY" -m pytest -q -p no:cacheprovider -rA tests/decoding/test_decoding.py -k)  # its CUDA tests: -k cuda
 ENVPY='import sys, torch, transformers, huggingface_hub, tokenizers, bench
 print(sys.version.split()[0], "torch", torch.__version__, "transformers", transformers.__version__, transformers.__file__)
 print("hub", huggingface_hub.__version__, "tokenizers", tokenizers.__version__, "bench", bench.__file__)

@@ -1,4 +1,4 @@
-"""Record the authors' suffix tree on random cases, for tests/test_suffix.py to replay on the port
+"""Record the authors' suffix tree on random cases, for tests/drafters/test_suffix.py to replay on the port
 (bench/drafters/suffix.py): tests/data/suffix_reference.json.
 
     git clone https://github.com/snowflakedb/ArcticInference

@@ -66,7 +66,7 @@ def cli_error(*args: str) -> str:
     return message
 
 
-DEMO_EXAMPLES = 40  # enough for the verdicts of tests/test_compare.py to hold with a wide margin
+DEMO_EXAMPLES = 40  # enough for the verdicts of tests/reports/test_compare.py to hold with a wide margin
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,7 @@ Bigram chain: from a row's last token, follow the token that most recently came 
 of the row so far (prompt and response), up to ``limit`` tokens, stopping before an EOS. No model:
 its draft is a function of the row's tokens (``deterministic``), so its law is the point mass on
 its token (``supplies`` q). Used as ``--drafter tests/example_drafter.py:BigramChain[:limit=4]``;
-the contract tests (tests/test_contracts.py) run it under every rule, like a built-in.
+the contract tests (tests/decoding/test_contracts.py) run it under every rule, like a built-in.
 """
 
 from collections.abc import Sequence

@@ -1,4 +1,4 @@
-"""A learned verifier as a plug-in (tests/test_learned.py, docs/methods.md): a judge whose labels
+"""A learned verifier as a plug-in (tests/learned/test_learned.py, docs/methods.md): a judge whose labels
 come from this file's own recipe. A drafted token is important where the target was confident of
 its own token there (max p > ``cut``); the shared classifier and judge head do the rest.
 

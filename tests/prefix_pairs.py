@@ -1,6 +1,6 @@
 """Draft/target pairs of the Qwen3 and Gemma 3 (text-only) architectures, built small and random,
 the draft being the target's first layers so that drafts are often but not always accepted.
-Checked against transformers itself on the real pairs' checkpoints in tests/test_fidelity.py."""
+Checked against transformers itself on the real pairs' checkpoints in tests/engines/test_fidelity.py."""
 
 import torch
 from transformers import Gemma3ForCausalLM, Gemma3TextConfig, Qwen3Config, Qwen3ForCausalLM

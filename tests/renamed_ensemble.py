@@ -1,5 +1,5 @@
 """The static ensemble under another name: a plug-in for checking that ``compare`` judges a method
-against itself fairly (tests/test_compare.py, docs/compare.md).
+against itself fairly (tests/reports/test_compare.py, docs/compare.md).
 
 pi = share p + (1 - share) q, the same rule as ``ensemble`` (bench/verifiers/paper.py), swept at
 fixed values of its own (no calibration declared): ``--method tests/renamed_ensemble.py:RenamedEnsemble``

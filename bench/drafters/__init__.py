@@ -28,7 +28,7 @@ from bench.drafters.model import ModelDrafter
 from bench.drafters.model_tree import ModelTree
 from bench.drafters.suffix import SuffixDecoding
 from bench.errors import BenchError
-from bench.plugins import is_reference, load_class, parameters, typed
+from bench.plugins import is_reference, load_class, parameters, typed_params
 from bench.verifiers import VERIFIERS
 
 DRAFTERS: dict[str, type[Drafter]] = {
@@ -64,15 +64,16 @@ def parse_drafter(text: str | None) -> tuple[str, dict[str, typing.Any]]:
     name, rest = split_spec(text or "model")
     cls = drafter_class(name)
     known = {f.name: f for f in parameters(cls)}
-    kinds = typing.get_type_hints(cls)
     params = {k: f.default for k, f in known.items() if f.default is not MISSING}
+    given = {}
     for item in filter(None, (t.strip() for t in rest.split(","))):
         key, sep, value = item.partition("=")
         key = key.strip()
         if not sep or key not in known:
             allowed = ", ".join(known) or "none"
             raise BenchError(f"drafter {cls.name}: unknown or malformed parameter {item!r}; its parameters: {allowed}")
-        params[key] = typed(f"drafter {cls.name}", key, kinds.get(key), value)
+        given[key] = value
+    params.update(typed_params(cls, f"drafter {cls.name}", given))
     cls(**params)  # validate every value before any model loads
     return name, params
 

@@ -182,11 +182,13 @@ class Eagle3Layer(nn.Module):
 
 
 class Eagle1Layer(nn.Module):
-    """``cnets1.py`` LlamaDecoderLayer: a Llama layer whose first copy has no input_layernorm."""
+    """``cnets1.py`` LlamaDecoderLayer: a Llama layer whose first copy has no input_layernorm.
+    Also an EAGLE-3 head's layers after the midlayer (vLLM ``llama_eagle3.py``: layer i > 0 is a
+    plain Llama layer over H, no biases)."""
 
-    def __init__(self, config: HeadConfig, index: int) -> None:
+    def __init__(self, config: HeadConfig, index: int, bias: bool | None = None) -> None:
         super().__init__()
-        self.self_attn = Attention(config, config.hidden_size, bias=config.qkv_bias)
+        self.self_attn = Attention(config, config.hidden_size, bias=config.qkv_bias if bias is None else bias)
         self.mlp = MLP(config)
         if index:
             self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
@@ -257,7 +259,10 @@ class EagleHead(nn.Module):
 
 
 class Eagle3Head(EagleHead):
-    """EAGLE-3 (``cnets.py`` ``Model``): module names are the checkpoint's keys."""
+    """EAGLE-3 (``cnets.py`` ``Model``): module names are the checkpoint's keys. The authors' head
+    has one layer, the ``midlayer``; with ``num_hidden_layers`` n > 1 the layers 1..n-1 of vLLM's
+    ``llama_eagle3.py`` follow it (plain Llama layers, checkpoint keys ``layers.i.*``; vLLM reads
+    ``midlayer.*`` as ``layers.0``, so ``layers[0]`` here holds nothing)."""
 
     kind = "eagle3"
 
@@ -269,6 +274,9 @@ class Eagle3Head(EagleHead):
         self.embed_tokens = nn.Embedding(config.vocab_size, h, config.pad_token_id)
         self.fc = nn.Linear(3 * (config.target_hidden_size or h), h, bias=False)
         self.midlayer = Eagle3Layer(config)
+        if config.num_hidden_layers > 1:
+            later = (Eagle1Layer(config, i, bias=False) for i in range(1, config.num_hidden_layers))
+            self.layers = nn.ModuleList([nn.Identity(), *later])
         self.norm = RMSNorm(h, config.rms_norm_eps)
         self.lm_head = nn.Linear(h, config.draft_vocab_size, bias=False)
         self.register_buffer("d2t", torch.zeros(config.draft_vocab_size, dtype=torch.long))
@@ -292,7 +300,16 @@ class Eagle3Head(EagleHead):
         if hidden.shape[-1] != emb.shape[-1]:
             hidden = self.fc(hidden)
         out, kv = self.midlayer(emb, hidden, positions, mask, cache[0] if cache else None)
-        return out, [kv]
+        kvs = [kv]
+        for i, layer in enumerate(self.later_layers(), start=1):
+            out, kv = layer(out, positions, mask, cache[i] if cache else None)
+            kvs.append(kv)
+        return out, kvs
+
+    def later_layers(self) -> list[Eagle1Layer]:
+        """The layers after the midlayer (none in the authors' one-layer head)."""
+        later = list(self.layers)[1:] if hasattr(self, "layers") else []
+        return [layer for layer in later if isinstance(layer, Eagle1Layer)]  # all are: __init__ builds them
 
     def head_input(self, out: Tensor) -> Tensor:
         """What the lm_head reads of an output: its final norm (a drafter's ``hidden``)."""

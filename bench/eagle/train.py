@@ -211,8 +211,9 @@ def draft_vocab(
     return d2t, t2d
 
 
-def head_config(pair: Pair, draft_vocab_size: int) -> dict[str, Any]:
-    """config.json of the head in the published EAGLE-3 layout: the target's shapes, one layer,
+def head_config(pair: Pair, draft_vocab_size: int, layers: int = 1) -> dict[str, Any]:
+    """config.json of the head in the published EAGLE-3 layout: the target's shapes, ``layers``
+    layers (the authors' 1),
     ``draft_vocab_size``, and the rope base the head trains with (the target's: the authors'
     decoding code reads ``rope_theta`` from the head's config, see bench.eagle.heads)."""
     c = pair.target.config
@@ -221,7 +222,7 @@ def head_config(pair: Pair, draft_vocab_size: int) -> dict[str, Any]:
     return {
         "architectures": ["LlamaForCausalLMEagle3"],
         "model_type": "llama",
-        "num_hidden_layers": 1,
+        "num_hidden_layers": layers,
         "hidden_size": c.hidden_size,
         "intermediate_size": c.intermediate_size,
         "num_attention_heads": c.num_attention_heads,
@@ -240,15 +241,20 @@ def head_config(pair: Pair, draft_vocab_size: int) -> dict[str, Any]:
     }
 
 
-def new_head(pair: Pair, d2t: torch.Tensor, t2d: torch.Tensor, seed: int, from_target: bool) -> Any:
+def new_head(pair: Pair, d2t: torch.Tensor, t2d: torch.Tensor, seed: int, from_target: bool, layers: int = 1) -> Any:
     """A fresh head on the target's frozen embedding. ``from_target`` starts ``lm_head`` at the
     target's output rows of the draft ids and ``norm`` at its final norm (the authors start them
     at random; with a CPU's few hundred steps this start matters), ``fc`` and ``midlayer`` at
-    torch's defaults under ``seed``."""
+    torch's defaults under ``seed``. Layers after the midlayer start with their output
+    projections (``o_proj``, ``down_proj``) at zero: each is the identity at step 0, so a wider
+    head starts as the one-layer head and only learns what the extra layer adds."""
     from bench.eagle.heads import Eagle3Head, HeadConfig
 
     torch.manual_seed(seed)
-    head = Eagle3Head(HeadConfig.from_dict(head_config(pair, len(d2t))))
+    head = Eagle3Head(HeadConfig.from_dict(head_config(pair, len(d2t), layers)))
+    for layer in head.later_layers():
+        torch.nn.init.zeros_(layer.self_attn.o_proj.weight)
+        torch.nn.init.zeros_(layer.mlp.down_proj.weight)
     head.d2t.copy_(d2t)
     head.t2d.copy_(t2d)
     embedding = pair.target.get_input_embeddings()
@@ -303,6 +309,7 @@ class FitSettings:
     eval_every: int = 0  # held-out loss every this many steps (0: never), the best head kept
     patience: int = 3  # stop after this many evaluations without a new best held-out loss
     context: int = 0  # prompt positions a training sequence keeps before its response (0: all)
+    layers: int = 1  # the head's decoder layers (the authors' 1; more: bench.eagle.heads.Eagle3Head)
 
 
 def batch_indices(step: int, batch: int, n: int, seed: int) -> list[int]:
@@ -329,7 +336,8 @@ def _resume(path: Path, head: Any, opt: Any, sched: Any, s: FitSettings, log: Lo
     if not path.is_file():
         return {"step": 0, "history": [], "evals": [], "elapsed": 0.0}
     ck = torch.load(path, weights_only=False)
-    if ck["settings"] != asdict(s):
+    # A setting added since the checkpoint was made reads as its default (what the code did then).
+    if {**asdict(FitSettings()), **ck["settings"]} != asdict(s):
         raise BenchError(
             f"{path} was made with other settings ({ck['settings']}); use another --out or delete it"
         )
@@ -511,7 +519,7 @@ def train_draft(pair: Pair, job: DraftJob, log: Log = print) -> dict[str, Any]:
     train_p, train = _features(pair, job, "train", log)
     generated = time.monotonic() - began
     d2t, t2d = _vocab(job, train, pair.target.config.vocab_size, log)
-    head = new_head(pair, d2t, t2d, job.fit.seed, job.init_from_target)
+    head = new_head(pair, d2t, t2d, job.fit.seed, job.init_from_target, job.fit.layers)
     log(
         f"training: {len(train)} sequences, {_response_tokens(train)} response tokens, "
         f"{job.fit.steps} steps of {job.fit.batch}, TTT depth {job.fit.ttt_steps}"
@@ -520,7 +528,7 @@ def train_draft(pair: Pair, job: DraftJob, log: Log = print) -> dict[str, Any]:
     head.eval()
     accept = [chain_acceptance(head, held, d) for d in job.depths]
     domains = {d: chain_acceptance(head, rs, 5) | {"coverage": coverage(rs, t2d)} for d, rs in by_domain(held_p, held).items()}
-    export_head(head, head_config(pair, job.draft_vocab), job.out)
+    export_head(head, head_config(pair, job.draft_vocab, job.fit.layers), job.out)
     seconds = {
         "features_this_run": round(generated),
         "training_total": round(state["elapsed"]),
@@ -624,6 +632,7 @@ def train_draft_command(
     patience: int = 3,
     context: int = 0,
     export_now: bool = False,
+    layers: int = 1,
 ) -> dict[str, Any]:
     """`diversed-bench train-draft`: load the pair, train its head with these flags, return the
     card (which records ``command``, the line that made it)."""
@@ -631,9 +640,11 @@ def train_draft_command(
 
     if train_dtype not in ("float32", "bfloat16"):
         raise BenchError(f"--train-dtype {train_dtype}: use float32 or bfloat16")
+    if layers < 1:
+        raise BenchError(f"--layers {layers}: a head has at least one layer")
     fit_settings = FitSettings(
         steps=steps, batch=batch, ttt_steps=ttt_steps, lr=lr, seed=seed, dtype=train_dtype, eval_every=eval_every, patience=patience,
-        context=context,
+        context=context, layers=layers,
     )
     job = DraftJob(
         prompts=prompts or PACKAGED_PROMPTS,

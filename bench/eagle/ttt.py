@@ -28,21 +28,23 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F
 
-from bench.eagle.heads import Attention, CacheKV, Eagle3Head, Eagle3Layer, rotary, rotate_half
+from bench.eagle.heads import Attention, CacheKV, Eagle1Layer, Eagle3Head, Eagle3Layer, rotary, rotate_half
 
 Batch = dict[str, Tensor]
 
 
 def ttt_attention(
-    attn: Attention, x: Tensor, cache: list[tuple[Tensor, Tensor]], step: int, start: int
+    attn: Attention, x: Tensor, cache: list[tuple[Tensor, Tensor]], step: int, start: int, first: int
 ) -> Tensor:
     """One step's attention: causal over step 0's keys, plus the keys of steps 1..step at the same
     position (appended to ``cache``); rope at position t + step. Step 0's ``x`` covers every
-    position (all are keys) and queries from ``start`` on; later steps' ``x`` covers ``start`` on
-    only: before it no step has a loss, so nothing there is computed beyond step 0's keys."""
+    position (all are keys) and queries from index ``first`` on (``start`` in the last layer;
+    every position in a layer that feeds another, whose keys need them all); later steps' ``x``
+    covers ``start`` on only: before it no step has a loss, so nothing there is computed beyond
+    step 0's keys."""
     c, (b, n, _) = attn.config, x.shape
-    first = start if step == 0 else 0  # the first query's index in x
-    pos = (torch.arange(n, device=x.device) + (0 if step == 0 else start) + step).expand(b, -1)
+    offset = 0 if step == 0 else start  # the position of x's first row
+    pos = (torch.arange(n, device=x.device) + offset + step).expand(b, -1)
     cos, sin = rotary(pos, c.dim, c.rope_theta, x.dtype)
     q = attn.q_proj(x[:, first:]).view(b, n - first, -1, c.dim).transpose(1, 2)
     k = attn.k_proj(x).view(b, n, -1, c.dim).transpose(1, 2)
@@ -52,7 +54,7 @@ def ttt_attention(
     groups = q.shape[1] // k.shape[1]
     cache.append((k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)))
     (k0, v0), scale, keys = cache[0], math.sqrt(c.dim), cache[0][0].shape[2]
-    causal = torch.full((q.shape[2], keys), float("-inf"), device=x.device, dtype=q.dtype).triu(start + 1)
+    causal = torch.full((q.shape[2], keys), float("-inf"), device=x.device, dtype=q.dtype).triu(offset + first + 1)
     scores = [q @ k0.transpose(2, 3) / scale + causal]
     scores += [((q * ki).sum(-1) / scale)[..., None] for ki, _ in cache[1:]]
     w = torch.softmax(torch.cat(scores, dim=-1), dim=-1, dtype=torch.float32).to(q.dtype)
@@ -62,13 +64,20 @@ def ttt_attention(
     return attn.o_proj(out.transpose(1, 2).reshape(b, q.shape[2], -1))
 
 
-def ttt_layer(layer: Eagle3Layer, emb: Tensor, h: Tensor, cache: list[CacheKV], step: int, start: int) -> Tensor:
+def ttt_layer(layer: Eagle3Layer, emb: Tensor, h: Tensor, cache: list[CacheKV], step: int, start: int, first: int) -> Tensor:
     """The midlayer (the authors' LlamaDecoderLayeremb) with the unrolled attention; its output
-    covers positions ``start`` on."""
+    covers positions ``first`` on at step 0 and ``start`` on after."""
     normed = layer.hidden_norm(h)
-    residual = (normed if layer.before else h)[:, start if step == 0 else 0 :]
+    residual = (normed if layer.before else h)[:, first:]
     x = torch.cat((layer.input_layernorm(emb), normed), dim=-1)
-    h = residual + ttt_attention(layer.self_attn, x, cache, step, start)
+    h = residual + ttt_attention(layer.self_attn, x, cache, step, start, first)
+    return h + layer.mlp(layer.post_attention_layernorm(h))
+
+
+def ttt_later_layer(layer: Eagle1Layer, h: Tensor, cache: list, step: int, start: int, first: int) -> Tensor:
+    """A layer after the midlayer (a plain Llama layer) with the unrolled attention, as ``ttt_layer``."""
+    x = layer.input_layernorm(h)
+    h = h[:, first:] + ttt_attention(layer.self_attn, x, cache, step, start, first)
     return h + layer.mlp(layer.post_attention_layernorm(h))
 
 
@@ -83,12 +92,16 @@ def shift(x: Tensor, by: int) -> Tensor:
 def unroll(head: Eagle3Head, feats: Tensor, tokens: Tensor, steps: int, start: int = 0) -> list[Tensor]:
     """Draft logits [B, T - start, Vd] of each step at positions ``start`` on; ``feats``
     [B, T, 3H] the target's fused states at position t, ``tokens`` [B, T] token t + 1 (so step j
-    reads ``shift(tokens, j)``)."""
+    reads ``shift(tokens, j)``). Each layer keeps its own cache of the steps' keys."""
+    later = head.later_layers()
     hidden, out = head.fc(feats), []
-    cache: list[CacheKV] = []
+    caches: list[list[CacheKV]] = [[] for _ in range(1 + len(later))]
     for j in range(steps):
         emb = head.embed_tokens(shift(tokens, j)[:, 0 if j == 0 else start :]).to(hidden.dtype)
-        hidden = ttt_layer(head.midlayer, emb, hidden, cache, j, start)
+        firsts = [start if j == 0 and i == len(later) else 0 for i in range(1 + len(later))]
+        hidden = ttt_layer(head.midlayer, emb, hidden, caches[0], j, start, firsts[0])
+        for i, layer in enumerate(later, start=1):
+            hidden = ttt_later_layer(layer, hidden, caches[i], j, start, firsts[i])
         out.append(head.lm_head(head.norm(hidden)).float())
     return out
 

@@ -60,13 +60,15 @@ def provide_heads(
 
 def _drafts(recipe: Recipe, cfg: RunConfig) -> dict[str, Any]:
     """A judge is asked about the drafts its configuration decodes with: it mines those (the draft
-    model's at the decoding temperature, or lookup's)."""
+    model's at the decoding temperature, or lookup's); DIVERSED's head reads them in its rounds."""
     known = recipe.takes()
     name, params = parse_drafter(cfg.drafter)
     # A lookup tree's first tokens are lookup's matches: its judge mines lookup's proposals.
     lookup = {k: params[k] for k in ("ngram", "min_ngram", "match")} if name == "lookup_tree" else None
     drafter = canonical_drafter("lookup:" + ",".join(f"{k}={v}" for k, v in lookup.items()) if lookup else cfg.drafter)
     settings: dict[str, Any] = {"drafter": drafter} if "drafter" in known else {}
+    if "draft_len" in known:  # DIVERSED's rollouts run the configuration's rounds
+        settings["draft_len"] = cfg.draft_len
     if "draft_temperature" in known:
         settings["draft_temperature"] = 0.0 if DRAFTERS[parse_drafter(drafter)[0]].deterministic else cfg.temperature
     return settings

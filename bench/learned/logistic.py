@@ -2,7 +2,7 @@
 L2-regularised logistic regression (sklearn's LogisticRegression, lbfgs: minimise 0.5 |w|^2 + C sum
 log(1 + exp(-y (x.w + b))), the bias not penalised), C picked from the authors' grid by validation
 ROC-AUC on a split by question. Fitted in torch so that training needs no scikit-learn;
-tests/test_judges.py shows it equal to scikit-learn's on a fixture. The two authors differ after
+tests/learned/test_judges.py shows it equal to scikit-learn's on a fixture. The two authors differ after
 that (``Style``):
 
 - AutoJudge (garipovroma/autojudge src/train_head_gsm8k.py): C from (10 ** 0.5) ** -arange(1,

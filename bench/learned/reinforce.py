@@ -5,7 +5,11 @@ training) with REINFORCE and the acceptance regulariser, behind the Recipe inter
 Policy: the ensemble pi_t = w_t p_t + (1 - w_t) q_t, w_t = head([h_draft ; h_target]). A rollout
 samples up to ``rollout_tokens`` tokens from pi and keeps, per token, the two hidden states and the
 scalars p_t(y_t), q_t(y_t), TV(p_t, q_t): the loss is then recomputed from the head alone, so a
-step costs one small matrix product however large the models are.
+step costs one small matrix product however large the models are. The head reads, at each drafted
+position, the states decoding hands it there (``bench.learned.rollout_rounds``: on EAGLE drafts,
+the head's fed-back states after a round's first draft). ``rollout="authors"`` (the default, the
+authors' rollout) draws every token from pi; ``rollout="decoding"`` draws the token after a round
+whose drafts were all accepted from p, as decoding's bonus token is: it carries no head term.
 
 Objective (maximised): the task reward through sequence-level REINFORCE on sum_t log pi(y_t), plus
 ``reg_weight`` x expected acceptance sum_t (1 - TV(q_t, pi_t)) = sum_t (1 - w_t TV(p_t, q_t)).
@@ -35,15 +39,23 @@ from bench.errors import BenchError
 from bench.verifier_heads import WeightHead, save_head
 from bench.learned import Recipe, TrainJob
 from bench.learned.rollout_drafts import ModelDrafts, RolloutDrafts, drafter_setting, rollout_drafts
+from bench.learned.rollout_rounds import BONUS, Rounds, check_rollout
 from bench.pairs import Pair, encode_prompt
 from bench.tasks import Example, Task
 
 ALGORITHMS = ("reinforce", "reinforce++")
+# The first step's rollouts must differ in reward by at least this standard deviation (rewards
+# are in [0, 1]: accuracy, pass@1, ROUGE-2 / 100), else the reward gives the head nothing to learn
+# and only the regulariser moves w. Chosen on the reward spreads in docs/methods.md ("Nothing to
+# learn"): 0 on the tiny pair (random text), 0.3-0.5 on the ref pair's arith.
+FLAT_REWARD = 1e-3
 
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Defaults are the authors' settings: AdamW lr 5e-4, 400 prompts x 2 epochs, batch 8."""
+    """Defaults are the authors' schedule, comeusr/diversed@31115a2 ``train_config/config.yaml``
+    (and ``run_rl.sh``): AdamW lr 5e-4, 400 prompts an epoch (``n_examples``) x 2 epochs
+    (``global_epochs``), batch 8 (``model.batch_size``)."""
 
     algorithm: str = "reinforce"
     lr: float = 5e-4
@@ -60,9 +72,15 @@ class TrainConfig:
     truncate_prompt: str = "none"  # none: refuse prompt + rollout past a model's context; left: cut
     chat_template: bool = False  # prompts as the user turn of the pair's chat template, as `run` does
     drafter: str = "model"  # whose q and hidden states: the draft model's, or eagle:path=P (an EAGLE head's)
+    rollout: str = "authors"  # authors: every token from pi; decoding: decoding's rounds, the bonus from p
+    draft_len: int = 5  # decoding's drafted tokens per round (`run --draft-len`): where the rounds are
+    allow_flat_reward: bool = False  # go on when the first step's rewards barely vary (FLAT_REWARD)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "drafter", drafter_setting(self.drafter))
+        check_rollout(self.rollout)
+        if self.draft_len < 1:
+            raise BenchError(f"--draft-len must be >= 1, got {self.draft_len}")
         if self.algorithm not in ALGORITHMS:
             raise BenchError(f"--algorithm must be one of {', '.join(ALGORITHMS)}, got {self.algorithm!r}")
         if self.lr <= 0 or min(self.batch_size, self.epochs, self.num_prompts, self.rollout_tokens) < 1:
@@ -93,10 +111,11 @@ class Rollout:
     pi_y_old: Tensor  # [T] policy probability at sampling time (REINFORCE++ ratios)
     target_greedy: Tensor  # [T] bool: y_t == argmax p_t
     draft_greedy: Tensor  # [T] bool: y_t == argmax q_t
+    drafted: Tensor  # [T] bool: y_t was drawn from pi at a drafted position (False: decoding's bonus, from p)
 
 
 # What a rollout keeps per token, in Rollout's field order after ``tokens``.
-ROLLOUT_KEYS = ("hd", "ht", "p_y", "q_y", "tv", "pi", "tg", "dg")
+ROLLOUT_KEYS = ("hd", "ht", "p_y", "q_y", "tv", "pi", "tg", "dg", "dr")
 
 
 @torch.no_grad()
@@ -109,13 +128,20 @@ def rollouts(
     generators: list[torch.Generator],
     factory: EngineFactory = EagerEngine,
     drafts: RolloutDrafts | None = None,
+    *,
+    rollout: str = "authors",
+    draft_len: int = 5,
 ) -> list[Rollout]:
     """Sample from the ensemble policy for a batch of prompts, one token a step, the target on the
     decoding loop's engine and the draft side ``drafts`` (the pair's draft model by default, or an
-    EAGLE head). Row b draws from ``generators[b]`` only, so its rollout does not depend on the
-    other rows; rows ending on EOS leave the batch."""
+    EAGLE head), in decoding's rounds of ``draft_len`` drafts (``rollout``: whose rule draws the
+    token after a round). Row b draws from ``generators[b]`` only, so its rollout does not depend
+    on the other rows; rows ending on EOS leave the batch."""
+    check_rollout(rollout)
     sampling = Sampling(temperature)
     drafts = drafts or ModelDrafts(pair)
+    matched = rollout == "decoding"
+    rounds = Rounds(draft_len, matched, drafts.positional or matched, max_tokens)
     engines = [factory(pair.target, (1,))]  # the prompt, then a token a step
     engines += drafts.open(factory, engines[0], prompts)
     longest = max(map(len, prompts)) + max_tokens + 1
@@ -127,12 +153,17 @@ def rollouts(
     alive = list(range(len(prompts)))
     feed = [list(p) for p in prompts]
     for _ in range(max_tokens):
-        y, values = policy_step(pair, head, engines, feed, sampling, [generators[b] for b in alive], drafts, alive)
+        positions = rounds.positions(alive, tokens)
+        mine = [generators[b] for b in alive]
+        y, values = policy_step(pair, head, engines, feed, sampling, mine, drafts, alive, positions)
         for j, b in enumerate(alive):
             for key, value in values.items():
                 cols[b][key].append(value[j])
+        kept = rounds.verdicts(positions, values["pi"], values["q_y"], mine)
         drafts.confirm(alive, y.tolist())
-        alive = survivors(engines, alive, tokens, y.tolist(), eos)
+        going = survivors(engines, alive, tokens, y.tolist(), eos)
+        rounds.advance(alive, kept, tokens)
+        alive = going
         if not alive:
             break
         feed = [[tokens[b][-1]] for b in alive]
@@ -148,21 +179,24 @@ def policy_step(
     generators: list[torch.Generator],
     drafts: RolloutDrafts,
     alive: list[int],
+    positions: list[int],
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """One token of every live row (``alive``, the batch's rows still going) drawn from
-    pi = w p + (1 - w) q (``feed``: each row's tokens not yet in the engines), and what the loss
-    keeps of that step, per ``ROLLOUT_KEYS``."""
+    pi = w p + (1 - w) q, or from p where the row's position is decoding's bonus (``feed``: each
+    row's tokens not yet in the engines), and what the loss keeps of that step, per
+    ``ROLLOUT_KEYS``."""
     ids = torch.tensor([f + [0] * (max(map(len, feed)) - len(f)) for f in feed], device=pair.device)
     rows = torch.arange(len(feed), device=pair.device)
     last = torch.tensor([len(f) - 1 for f in feed], device=pair.device)
     real = [len(f) for f in feed]
     p_logits, ht = engines[0].step(ids, real, keep=ids.shape[1], hidden=True)
     assert ht is not None  # hidden=True
-    q, h_d = drafts.law(engines[0], ids, real, alive, sampling)
+    q, h_d = drafts.law(engines[0], ids, real, alive, positions, sampling)
     p = process(p_logits[rows, last], sampling)
     h_t = ht[rows, last]
+    drafted = torch.tensor([k != BONUS for k in positions], device=pair.device)
     w = head(h_d, h_t).unsqueeze(-1)
-    pi = w * p + (1 - w) * q
+    pi = torch.where(drafted.unsqueeze(-1), w * p + (1 - w) * q, p)
     y = sample(pi, generators)
     picked = y.unsqueeze(-1)
     values = {
@@ -174,6 +208,7 @@ def policy_step(
         "pi": pi.gather(-1, picked).squeeze(-1),
         "tg": y == p.argmax(-1),
         "dg": y == q.argmax(-1),
+        "dr": drafted,
     }
     return y, values
 
@@ -201,10 +236,12 @@ def stacked(tokens: list[int], cols: dict[str, list[Tensor]]) -> Rollout:
 
 
 def policy_terms(head: WeightHead, r: Rollout) -> tuple[Tensor, Tensor, Tensor]:
-    """Per token, differentiable in the head: log pi(y_t), expected acceptance 1 - w_t TV_t, w_t."""
-    w = torch.sigmoid(head.logit(r.h_draft, r.h_target))
-    log_pi = torch.log((w * r.p_y + (1 - w) * r.q_y).clamp_min(1e-30))
-    return log_pi, 1 - w * r.tv, w
+    """Per drafted token (a bonus token from p has no head term), differentiable in the head:
+    log pi(y_t), expected acceptance 1 - w_t TV_t, w_t."""
+    m = r.drafted
+    w = torch.sigmoid(head.logit(r.h_draft[m], r.h_target[m]))
+    log_pi = torch.log((w * r.p_y[m] + (1 - w) * r.q_y[m]).clamp_min(1e-30))
+    return log_pi, 1 - w * r.tv[m], w
 
 
 def reinforce_loss(
@@ -225,7 +262,7 @@ def reinforce_pp_loss(
     adv = torch.cat([torch.full_like(lp, float(reward)) for reward, (lp, _, _) in zip(rewards, terms)])
     adv = (adv - adv.mean()) / (adv.std(unbiased=False) + 1e-8)
     log_pi = torch.cat([lp for lp, _, _ in terms])
-    old = torch.cat([r.pi_y_old.clamp_min(1e-30).log() for r in rollouts])
+    old = torch.cat([r.pi_y_old[r.drafted].clamp_min(1e-30).log() for r in rollouts])
     ratio = torch.exp(log_pi - old)
     surrogate = torch.minimum(ratio * adv, ratio.clamp(1 - clip, 1 + clip) * adv).mean()
     acc = torch.stack([ea.sum() for _, ea, _ in terms]).mean()
@@ -243,6 +280,28 @@ def task_reward(task: Task) -> Reward:
         return float(task.score(example.doc, completion)["quality"]) / scale
 
     return reward
+
+
+def reward_std(rewards: Tensor) -> Tensor:
+    """The rollouts' reward spread: the population standard deviation (0 for one rollout)."""
+    return rewards.float().std(unbiased=False)
+
+
+def check_spread(rewards: Tensor) -> None:
+    """Refuses a reward that barely varies across the first step's rollouts (``FLAT_REWARD``):
+    REINFORCE learns from reward differences, so only the regulariser would move w."""
+    spread = float(reward_std(rewards))
+    if spread < FLAT_REWARD:
+        raise BenchError(
+            f"train: the reward barely varies across the first step's {len(rewards)} rollouts (std {spread:.2g} < "
+            f"{FLAT_REWARD:g}; rewards in [0, 1]): the head has nothing to learn, only the regulariser would move w; "
+            "use a task, prompts or --temperature where rollouts differ in reward, or --allow-flat-reward to go on"
+        )
+
+
+def same_training(config: dict[str, Any]) -> dict[str, Any]:
+    """A config's settings that change the head: ``allow_flat_reward`` only lets a run go on."""
+    return {k: v for k, v in config.items() if k != "allow_flat_reward"}
 
 
 class Trainer:
@@ -274,7 +333,7 @@ class Trainer:
         if self.ckpt.exists():
             state = torch.load(self.ckpt, map_location=pair.device)
             # A checkpoint written before a setting existed ran that setting's default.
-            if {**asdict(TrainConfig()), **state["config"]} != asdict(cfg):
+            if same_training({**asdict(TrainConfig()), **state["config"]}) != same_training(asdict(cfg)):
                 raise BenchError(
                     f"{self.ckpt} was written with other settings; use another --output-dir or delete it"
                 )
@@ -342,8 +401,12 @@ class Trainer:
                 self.generators(step, len(batch)),
                 self.engine,
                 self.drafts,
+                rollout=self.cfg.rollout,
+                draft_len=self.cfg.draft_len,
             )
             reward_t = self.rewards(batch, sampled)
+            if step == 0 and not self.cfg.allow_flat_reward:
+                check_spread(reward_t)
             loss = self.learn(sampled, reward_t)
             mean_r = float(reward_t.mean())
             self.baseline = (
@@ -352,7 +415,7 @@ class Trainer:
                 else (self.cfg.baseline_decay * self.baseline + (1 - self.cfg.baseline_decay) * mean_r)
             )
             dropped = sum(prompts[e.example_id][1] for e in batch)
-            record = self.record(step, len(batches), mean_r, loss, sampled, dropped, start)
+            record = self.record(step, len(batches), reward_t, loss, sampled, dropped, start)
             self.history.append(record)
             self.step = step + 1
             self._checkpoint()
@@ -386,7 +449,7 @@ class Trainer:
         return loss
 
     def record(
-        self, step: int, steps: int, mean_r: float, loss: Tensor, sampled: list[Rollout], dropped: int, start: float
+        self, step: int, steps: int, reward_t: Tensor, loss: Tensor, sampled: list[Rollout], dropped: int, start: float
     ) -> dict[str, Any]:
         """The step's line of the training log (train_log.parquet), its terms read after the update."""
         with torch.no_grad():
@@ -394,7 +457,8 @@ class Trainer:
         return {
             "step": step + 1,
             "steps": steps,
-            "reward": mean_r,
+            "reward": float(reward_t.mean()),
+            "reward_std": float(reward_std(reward_t)),
             "loss": loss.item(),
             "expected_acceptance": float(torch.cat([t[1] for t in terms]).mean()),
             "mean_w": float(torch.cat([t[2] for t in terms]).mean()),
@@ -461,9 +525,13 @@ class ReinforceRecipe(Recipe):
         return cls(TrainConfig(**settings))
 
     def settings(self) -> dict[str, Any]:
-        """The config; the drafter only when it is not the draft model, so that every head trained
-        before EAGLE drafts existed keeps its cache key."""
-        settings = asdict(self.config)
+        """The config's settings that change the head; the drafter only when it is not the draft
+        model, and the rounds only when they change the rollouts (an EAGLE head's, or decoding's
+        rollout), so that every head trained before EAGLE drafts or rounds existed keeps its cache
+        key."""
+        settings = same_training(asdict(self.config))
+        if settings["drafter"] == "model" and settings["rollout"] == "authors":
+            del settings["rollout"], settings["draft_len"]  # such rollouts have no rounds (Rounds.tracked)
         if settings["drafter"] == "model":
             del settings["drafter"]
         return settings

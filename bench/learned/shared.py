@@ -5,7 +5,7 @@ completion with one token swapped; a forward per copy repeats the prompt 50 time
 common prefix is prefilled once and the rest of every sequence, merged into a token trie, goes in
 one token-tree forward (bench.engines.tree on the eager engine: each node sees the prefix and its
 ancestors, at the position of its depth), whose outputs equal a full forward of each sequence
-(tested against transformers' full forward of every sequence, tests/test_fidelity.py).
+(tested against transformers' full forward of every sequence, tests/engines/test_fidelity.py).
 """
 
 from __future__ import annotations

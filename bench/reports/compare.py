@@ -36,7 +36,7 @@ from bench.errors import BenchError
 from bench.lossless import ANCHORS, Drafts, anchors
 from bench.reports.verdicts import frontier_verdict, point_verdict
 from bench.reports.margins import Margins
-from bench.reports.summary import ON, PERCENT_METRICS, Panel, panels, quality_metrics, summarise
+from bench.reports.summary import ON, Panel, panels, quality_metrics, summarise, task_facts
 from bench.verifiers import MethodInfo
 
 MIN_EXAMPLES = 10  # fewer paired examples than this: no verdict
@@ -286,7 +286,7 @@ def compare(
             mine = part[chosen(part, candidates)]
             baselines = baseline_families(part, candidates)
             metric = metrics.get(task, "quality")
-            where = {"panel": panel.title, "task": str(task), "percent": metric in PERCENT_METRICS,
+            where = {"panel": panel.title, "task": str(task), "percent": task_facts(str(task)).percent,
                      "margin": margins.of(metric), "metric": margins.named(metric)}  # fmt: skip
             lacking = missing_anchors(part, candidates)
             notes += [(panel.title, str(task), lacking)] if lacking else []

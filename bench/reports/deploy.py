@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.errors import BenchError
+from bench.verifiers import MethodInfo
 
 TRANSFORMERS_ENSEMBLE = "5.14.0"  # the first release with assistant_ensemble_weight (5.13.0 has none)
 VLLM_V0_LAST = "0.9.2"  # the last release with the V0 typical acceptance sampler
@@ -123,29 +124,27 @@ def _vllm_v0(p: dict[str, Any], s: Setting) -> list[tuple[str, str]]:
     ]
 
 
-SHIPPED = {
-    "ar": _ar,
-    "sd": _sd,
-    "ensemble": _ensemble,
-    "threshold": _sglang,
-    "relaxed": _tensorrt_llm,
-    "typical": _vllm_v0,
+# The engine calls that ship a rule, by the key a verifier class declares (``Verifier.shipped_in``).
+ENGINE_CALLS = {
+    "target_alone": _ar,
+    "lossless": _sd,
+    "transformers_ensemble": _ensemble,
+    "sglang_threshold": _sglang,
+    "tensorrt_llm_relaxed": _tensorrt_llm,
+    "vllm_v0_typical": _vllm_v0,
 }
 
 
 def how_to_run(
-    method: str, params: dict[str, Any], head: str | None, setting: Mapping[str, Any]
+    info: MethodInfo, params: dict[str, Any], head: str | None, setting: Mapping[str, Any]
 ) -> list[tuple[str, str]]:
-    """(where, what to write) for one measured setting: every engine that ships its rule, then this
-    harness's ``generate`` (always, with the setting's exact parameters). ``setting``: the row's
-    pair, draft_len and temperature."""
+    """(where, what to write) for one measured setting of the method ``info`` describes: every
+    engine call its class declares (``shipped_in``), then this harness's ``generate`` (always, with
+    the setting's exact parameters). ``setting``: the row's pair, draft_len and temperature."""
     target, draft = _models(setting["pair"])
     t = float(setting["temperature"])
     sample = f"do_sample=True, temperature={t:g}" if t > 0 else "do_sample=False"
-    engines = (
-        SHIPPED[method](params, Setting(target, draft, int(setting["draft_len"]), sample))
-        if method in SHIPPED
-        else []
-    )
+    call = ENGINE_CALLS.get(info.shipped_in) if info.shipped_in else None
+    engines = call(params, Setting(target, draft, int(setting["draft_len"]), sample)) if call else []
     shipped = "" if engines else "no engine ships this rule: "
-    return [*engines, (f"{shipped}this harness", _harness(method, params, head, setting))]
+    return [*engines, (f"{shipped}this harness", _harness(info.name, params, head, setting))]

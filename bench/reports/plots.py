@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib
+import matplotlib.colors
 import matplotlib.ticker
 
 matplotlib.use("Agg")
@@ -26,17 +27,17 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from bench.reports.summary import (  # noqa: E402
-    PERCENT_METRICS,
     SPREAD_LIMIT,
-    TASK_ORDER,
-    TASK_TITLES,
     Panel,
     bootstrap,
     panels,
     quality_metrics,
+    sorted_tasks,
     summarise,
+    task_facts,
     timing_trusted,
 )
+from bench.lossless import LOSSLESS_METHOD  # noqa: E402
 from bench.store import load_results  # noqa: E402
 
 FORMATS = ("png", "pdf", "svg")
@@ -77,7 +78,7 @@ FIDELITY_FIGURES = {
 
 
 def _tasks(frame: pd.DataFrame) -> list[str]:
-    return sorted(frame["task"].unique(), key=lambda t: TASK_ORDER.index(t) if t in TASK_ORDER else 99)
+    return sorted_tasks(frame["task"].unique())
 
 
 def _grid(n: int) -> tuple[plt.Figure, list[plt.Axes]]:
@@ -108,10 +109,6 @@ def _save(fig: plt.Figure, out: Path, name: str, caption: str, formats: Sequence
 
 def quality_label(metric: str) -> str:
     return QUALITY_LABELS.get(metric, metric)
-
-
-def _scale(metric: str) -> float:
-    return 100.0 if metric in PERCENT_METRICS else 1.0
 
 
 def _err(value: float, ci: Any, scale: float) -> list[list[float]] | None:
@@ -415,7 +412,7 @@ def plot_pareto(
     for ax, task in zip(axes, tasks):
         rows = part[part["task"] == task]
         metric = qualities.get(task, "quality") if y == "quality" else y
-        q_scale = _scale(metric)
+        q_scale = 100.0 if y == "quality" and task_facts(task).percent else 1.0
         for _, r in rows[rows["method"] == "ar"].iterrows():  # the reference: a line, never hidden
             ax.axhline(r[y] * q_scale, color="black", ls="--", lw=0.9, label="ar (target alone)")
         for family_name, family in rows[(rows["method"] != "ar") & rows[x].notna()].groupby("family", sort=False):
@@ -427,7 +424,7 @@ def plot_pareto(
         if x == "acceptance_rate" and _pooled_hull(ax, rows, q_scale):
             drawn.insert(1, POOLED_LINE)
         _bound_quality_axis(ax, metric)
-        ax.set_title(TASK_TITLES.get(task, task), fontsize=10)
+        ax.set_title(task_facts(task).title, fontsize=10)
         ax.set_xlabel(x_label)
         ax.set_ylabel(quality_label(metric) if y == "quality" else y_label)
         ax.grid(alpha=0.3)
@@ -473,11 +470,11 @@ def _acceptance_vs_weight_axes(
         ms=7,
         label=LOGGED,
     )
-    sd = rows[rows["method"] == "sd"]
+    sd = rows[rows["method"] == LOSSLESS_METHOD]  # its acceptance is 1 - TV(p, q)
     if len(sd):
         tv = 1 - float(sd["per_token_acceptance"].iloc[0])
         w = np.linspace(0, 1, 50)
-        ax.plot(w, (1 - w * tv) * 100, "--", color=styles["sd"]["color"], label=THEORY)
+        ax.plot(w, (1 - w * tv) * 100, "--", color=styles[LOSSLESS_METHOD]["color"], label=THEORY)
         ax.text(0.03, 0.05, f"TV(p, q) = {tv:.3f} (from SD)", transform=ax.transAxes, fontsize=8)
     shown = np.concatenate(
         [
@@ -505,7 +502,7 @@ def plot_acceptance_vs_weight(
     fig, axes = _grid(len(tasks))
     for ax, task in zip(axes, tasks):
         _acceptance_vs_weight_axes(ax, part[part["task"] == task], examples, styles)
-        ax.set_title(TASK_TITLES.get(task, task), fontsize=10)
+        ax.set_title(task_facts(task).title, fontsize=10)
         ax.set_xlabel("target weight w")
         ax.set_ylabel("per-token acceptance (%)")
         ax.grid(alpha=0.3)
@@ -519,6 +516,13 @@ def plot_acceptance_vs_weight(
         f"Settings: {panel.title}."
     )
     return _save(fig, out, f"acceptance_vs_weight_{panel.slug}", caption, formats)
+
+
+def _shaded(color: str, value: float) -> tuple[float, float, float, float]:
+    """A family's colour at one point of its shaded parameter (0 .. 1), from a light tint of its
+    declared colour (0) through the colour itself to a dark shade of it (1)."""
+    ramp = matplotlib.colors.LinearSegmentedColormap.from_list("shade", ["white", color, "black"])
+    return ramp(0.25 + 0.5 * min(max(value, 0.0), 1.0))
 
 
 def _panel_rows(rows: pd.DataFrame, panel: Panel) -> pd.DataFrame:
@@ -537,6 +541,7 @@ def plot_acceptance_per_position(
     order = list(dict.fromkeys(panel.part["config_id"]))  # the table's order, sweeps ascending
     styles = method_styles(panel.part)
     params = dict(zip(panel.part["config_id"], panel.part["params"]))
+    infos = dict(zip(panel.part["config_id"], panel.part["method_info"]))
     legends = dict(zip(panel.part["config_id"], panel.part["legend"]))
     for ax, task in zip(axes, tasks):
         groups = dict(list(part[part["task"] == task].groupby("config_id", sort=False)))
@@ -549,12 +554,12 @@ def plot_acceptance_per_position(
             drafted = np.stack(g["drafted_per_position"].to_numpy()).astype(float)
             rate = acc.sum(0) / np.maximum(drafted.sum(0), 1) * 100
             err = np.hstack([_rate_err(acc[:, i], drafted[:, i]) for i in range(len(rate))])
-            method = g["method"].iloc[0]
+            method, shade = g["method"].iloc[0], infos[config_id].shade
             style = {**styles[method], "markersize": 6}
             k = seen[method] = seen.get(method, -1) + 1
-            if method == "ensemble":  # the sweep: darker green for more weight on the target
-                style["color"] = plt.cm.Greens(0.35 + 0.6 * float(params[config_id]["target_weight"]))
-            ls = ("-", "--", ":", "-.")[k % 4] if method != "ensemble" else "-"
+            if shade:  # the class's shaded sweep (the ensemble's: darker for more weight on the target)
+                style["color"] = _shaded(style["color"], float(params[config_id][shade]))
+            ls = ("-", "--", ":", "-.")[k % 4] if not shade else "-"
             dodge = 0.04 * (len(seen_labels) - (len(groups) - 1) / 2)  # bars side by side, not on top
             seen_labels.append(label)
             ax.errorbar(
@@ -568,7 +573,7 @@ def plot_acceptance_per_position(
                 capsize=1.5,
                 **style,
             )
-        ax.set_title(TASK_TITLES.get(task, task), fontsize=10)
+        ax.set_title(task_facts(task).title, fontsize=10)
         ax.set_xlabel("position in the draft")
         ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
         ax.set_ylabel("acceptance rate (%)")
@@ -618,7 +623,7 @@ def plot_weights(
                 ha="left" if mean < 0.75 else "right",
                 fontsize=8,
             )
-        ax.set_title(TASK_TITLES.get(task, task), fontsize=10)
+        ax.set_title(task_facts(task).title, fontsize=10)
         ax.set_xlabel("weight on the target, w_t")
         ax.set_ylabel("verified positions")
     _legend(fig, axes)

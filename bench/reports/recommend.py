@@ -15,7 +15,7 @@ Picking the best of many settings on the examples that judge it would overstate 
 every setting and every run): the setting is SELECTED on one half (the highest score among those
 that clear the floor there) and CONFIRMED on the other, where one test of one setting holds its
 nominal rate: a confirmed floor holds on fresh examples with probability at least 95% (the
-simulation in tests/test_recommend.py measures it). A setting that fails its confirmation is
+simulation in tests/reports/test_recommend.py measures it). A setting that fails its confirmation is
 reported as such; the next best is not tried (that would be a second look at the same half).
 
 A lossless setting (``sd`` with any drafter, or a family at its lossless value: ensemble w = 1,
@@ -55,15 +55,14 @@ from bench.lossless import LOSSLESS_METHOD
 from bench.reports.deploy import how_to_run
 from bench.reports.margins import Margins
 from bench.reports.summary import (
-    PERCENT_METRICS,
     SPREAD_LIMIT,
     panels,
-    quality_metrics,
     summarise,
+    task_facts,
     timing_trusted,
 )
 from bench.reports.table import spread_note
-from bench.verifiers import MethodInfo
+from bench.verifiers import MethodInfo, method_info
 
 ALPHA = 0.05  # one-sided: a cleared floor holds with 95% confidence
 FORMATS = ("markdown", "json")
@@ -246,11 +245,10 @@ def recommend(
     the settings on the target's distribution within the fidelity margin of ``margins`` (all of them
     with ``allow_off_distribution``)."""
     summary = summarise(rows, margins)
-    metrics = quality_metrics(summary)
     out = []
     for panel in panels(summary):
         for task, part in panel.part.groupby("task", sort=False):
-            percent = metrics.get(task) in PERCENT_METRICS
+            percent = task_facts(str(task)).percent
             off = part.apply(lambda s: bool(s["off_distribution"]) and not lossless(s), axis=1).astype(bool)
             left_out = set() if allow_off_distribution else set(part.loc[off, "config_id"])
             found = _one(rows, panel.title, str(task), part, floor, percent, left_out)
@@ -348,9 +346,9 @@ def _deployment(
         deploy=deploy,
         reason=_why(deploy, reason, ar_quality, percent),
         speedup_ci=speed[1] if speed else (math.nan, math.nan),
-        run=how_to_run(TARGET_ALONE, {}, None, alone)
+        run=how_to_run(method_info(TARGET_ALONE), {}, None, alone)
         if pick is None or deploy == TARGET_ALONE
-        else how_to_run(str(pick["method"]), dict(pick["params"]), _head(pick), pick),
+        else how_to_run(pick["method_info"], dict(pick["params"]), _head(pick), pick),
     )
 
 

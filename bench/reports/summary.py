@@ -20,6 +20,7 @@ whole timed set to another (docs/engines-and-timing.md).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,16 +35,6 @@ from bench.store import SHARED_SETTINGS
 from bench.verifiers import VERIFIERS, MethodInfo
 from bench.verifiers.base import LABEL_DIGITS
 
-PERCENT_METRICS = {"exact_flexible", "exact_strict", "pass@1"}
-TASK_ORDER = ["gsm8k", "cnndm", "xsum", "mbpp", "humaneval", "spec_bench"]
-TASK_TITLES = {
-    "gsm8k": "GSM8K",
-    "cnndm": "CNNDM",
-    "xsum": "XSum",
-    "mbpp": "MBPP",
-    "humaneval": "HumanEval",
-    "spec_bench": "Spec-Bench",
-}
 BOOTSTRAP = 1000
 # max / min over repeats of the normalised time beyond which a timing is noise: re-timing the same
 # examples moved the answer by more than a fifth, so no speedup is shown.
@@ -183,11 +174,15 @@ def _agrees(frame: pd.DataFrame, values: pd.Series) -> pd.Series:
 def row_info(row: pd.Series) -> MethodInfo:
     """What a row's method declares: the ``method_info`` it was written with; rows of schema 3
     (written before rows carried it) take a built-in's from the registry, and a plug-in's is
-    rebuilt from its parameters (every numeric one swept, as a class that declares no sweep)."""
+    rebuilt from its parameters (every numeric one swept, as a class that declares no sweep). A
+    declaration added since a row was written (``shipped_in``, ``shade``) is a built-in's class's."""
     text = row.get("method_info")
-    if isinstance(text, str) and text:
-        return MethodInfo.from_json(text)
     method = str(row["method"])
+    if isinstance(text, str) and text:
+        stored = json.loads(text)
+        later = MethodInfo.of(VERIFIERS[method]) if method in VERIFIERS else None
+        added = {k: getattr(later, k) for k in MethodInfo.__dataclass_fields__ if k not in stored} if later else {}
+        return MethodInfo(**stored, **added)
     if method in VERIFIERS:
         return MethodInfo.of(VERIFIERS[method])
     return MethodInfo(name=method, defaults=json.loads(row.get("params") or "{}"), sweep={})
@@ -419,13 +414,34 @@ def panels(summary: pd.DataFrame) -> list[Panel]:
     return out
 
 
-def quality_metrics(summary: pd.DataFrame) -> dict[str, str]:
-    from bench.tasks import resolve_task
+@dataclass(frozen=True)
+class TaskFacts:
+    """How reports name, order and scale a task, as its YAML file declares (``title``, ``order``,
+    ``percent``, ``quality``: bench.tasks.TaskSpec). A task whose file no longer resolves (a
+    user's file moved since the run) keeps its name, sorts last and shows a plain number."""
 
-    out = {}
-    for task in summary["task"].unique():
-        try:
-            out[task] = resolve_task(task).quality
-        except BenchError:
-            out[task] = "quality"
-    return out
+    title: str
+    order: int
+    percent: bool
+    quality: str
+
+
+def task_facts(task: str) -> TaskFacts:
+    """The report facts of the task rows name ``task``."""
+    from bench.tasks import UNORDERED, resolve_task
+
+    try:
+        spec = resolve_task(task)
+    except BenchError:
+        return TaskFacts(task, UNORDERED, False, "quality")
+    return TaskFacts(spec.title or task, spec.order, spec.percent, spec.quality)
+
+
+def sorted_tasks(tasks: Iterable[str]) -> list[str]:
+    """Tasks in their files' order (ties: as given)."""
+    return sorted(tasks, key=lambda t: task_facts(t).order)
+
+
+def quality_metrics(summary: pd.DataFrame) -> dict[str, str]:
+    """Each task's quality metric, by task."""
+    return {task: task_facts(task).quality for task in summary["task"].unique()}

@@ -11,15 +11,14 @@ from bench.errors import BenchError
 from bench.reports.categories import category_tables
 from bench.reports.margins import Margins
 from bench.reports.summary import (
-    PERCENT_METRICS,
     SPREAD_LIMIT,
-    TASK_ORDER,
     UNMEASURED,
-    TASK_TITLES,
     Panel,
     panels,
     quality_metrics,
+    sorted_tasks,
     summarise,
+    task_facts,
     timing_trusted,
 )
 
@@ -82,12 +81,11 @@ def table_frames(
     result = []
     for panel in panels(summary) if found is None else found:
         title, part = panel.title, panel.part
-        tasks = sorted(part["task"].unique(), key=lambda t: TASK_ORDER.index(t) if t in TASK_ORDER else 99)
+        tasks = sorted_tasks(part["task"].unique())
         labels = list(dict.fromkeys(part["label"]))
         quality, speed = {}, {}
         for task in tasks:
-            t = TASK_TITLES.get(task, task)
-            percent_q = quality_metric.get(task) in PERCENT_METRICS
+            t, percent_q = task_facts(task).title, task_facts(task).percent
             q_name = (
                 "accuracy"
                 if quality_metric.get(task, "").startswith("exact")

@@ -11,7 +11,7 @@ difference that counts as none, declared per metric: ``bench.reports.margins``),
 "below" when it excludes zero, else "inconclusive", with the smallest difference this sample could
 detect (``detectable``); "cannot judge" with the reason where there is no verdict.
 Equivalence is two one-sided tests at 2.5% each (the 95% interval inside the margin), so a true
-difference at the margin is called "equivalent" at most 2.5% of the time (tests/test_compare.py
+difference at the margin is called "equivalent" at most 2.5% of the time (tests/reports/test_compare.py
 simulates it). The frontier is read only inside the sweep's
 acceptance range. A resample whose candidate falls beyond the range is read at the nearest end of
 the sweep, which bounds the difference on one side only (the frontier does not rise with

@@ -125,7 +125,7 @@ def host_syncs(
 ) -> dict[str, float] | None:
     """Host-device synchronisations in one greedy decode of ``prompt`` (after an untimed decode
     that compiles and allocates), counted by CUDA's sync debug mode, which warns at every blocking
-    call: the loop's contract is about one wait per round (tests/test_decoding.py). None off CUDA,
+    call: the loop's contract is about one wait per round (tests/decoding/test_decoding.py). None off CUDA,
     where the host never waits for a device."""
     if pair.device.type != "cuda":
         return None

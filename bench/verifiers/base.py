@@ -189,6 +189,24 @@ class Verifier(ABC):
     # How the rule runs on a token tree (bench/verifiers/tree.py, docs/spec.md §10, token trees):
     # "lossless", "sglang" or "target_only"; None: not defined on trees, refused there.
     tree_rule: ClassVar[str | None] = None
+    # Parameters with a flag and a grid key of their own besides --param (``--target-weight``): a
+    # grid takes every registered class's; `run`'s flags are spelled in bench/cli.py, and
+    # tests/test_contracts.py holds them equal to the registered classes' aliases.
+    aliases: ClassVar[tuple[str, ...]] = ()
+    # The engine call that ships this rule outside the harness, a key of
+    # bench.reports.deploy.ENGINE_CALLS (`recommend` prints it with the engine's own names); None:
+    # no engine ships it, only this harness's `generate` runs it.
+    shipped_in: ClassVar[str | None] = None
+    # Whether `run` decodes it when no method is named (the paper's six).
+    default_run: ClassVar[bool] = False
+    # Whether a `run` from flags trains its missing head (a judge's classifier: quick); False: only
+    # `train` does (DIVERSED's REINFORCE takes long), and such a run given no --head skips it,
+    # saying how to train one.
+    trains_in_run: ClassVar[bool] = True
+    # A parameter in [0, 1] whose value shades the family's colour from point to point in the
+    # per-position plots (the ensemble's target weight: darker for more weight on the target),
+    # its points then drawn with one line style; None: each point takes the next line style.
+    shade: ClassVar[str | None] = None
     # Swept parameters whose value here leaves the learned head as trained (DIVERSED's logit shift
     # 0): labels leave them out at that value, so a trained head's one point reads as before.
     neutral: ClassVar[Mapping[str, Any]] = {}
@@ -201,6 +219,17 @@ class Verifier(ABC):
         math: it names how it learns and imports nothing of training; a plug-in may instead return
         its own recipe object (docs/methods.md, writing a learned verifier)."""
         return None
+
+    def check_head(self, given: bool) -> None:
+        """The one refusal of a head this rule does not read (never ignored) or of none where it
+        reads one (never a silent default), for every decoder (``SpeculativeDecoder`` calls it)."""
+        if given and not self.needs_hidden:
+            raise BenchError(f"{self.name}: reads no head; drop --head (head= in lm-eval's model_args) or use a method that reads one")
+        if not given and self.needs_hidden:
+            raise BenchError(
+                f"{self.name}: needs a head; pass --head PATH (head=PATH in lm-eval's model_args), a folder from "
+                f"`diversed-bench train --method {self.name}`, or init for an untrained one"
+            )
 
     def reads(self) -> frozenset[str]:
         """What this configuration reads of the draft: the class's ``draft_reads`` unless a
@@ -324,6 +353,8 @@ class MethodInfo:
     draft_reads: list[str] = field(default_factory=list)
     calibration: dict[str, Any] | None = None  # the class's Calibration as plain data
     neutral: dict[str, Any] = field(default_factory=dict)
+    shipped_in: str | None = None
+    shade: str | None = None
 
     @classmethod
     def of(cls, verifier: type[Verifier]) -> MethodInfo:
@@ -351,6 +382,8 @@ class MethodInfo:
             draft_reads=sorted(verifier.draft_reads),
             calibration={**asdict(calibration), "ties": dict(calibration.ties)} if calibration else None,
             neutral=dict(verifier.neutral),
+            shipped_in=verifier.shipped_in,
+            shade=verifier.shade,
         )
 
     def to_json(self) -> str:

@@ -46,6 +46,7 @@ class TypicalAcceptance(Verifier):
     """Medusa typical acceptance (vLLM V0): keep x iff p(x) > min(eps, alpha*exp(-H(p))), else argmax p."""
 
     name: ClassVar[str] = "typical"
+    shipped_in: ClassVar[str | None] = "vllm_v0_typical"
     tree_rule: ClassVar[str | None] = "target_only"
     sweep: ClassVar[Mapping[str, Sequence[Any]]] = {"posterior_alpha": (0.1, 0.3, 0.5, 0.7)}
     shorthand: ClassVar[Mapping[str, str]] = {"posterior_threshold": "eps", "posterior_alpha": "alpha"}
@@ -82,6 +83,7 @@ class ThresholdAcceptance(Verifier):
     """SGLang's thresholds: keep x iff p(x) >= single or u <= p(x)/acc; else sample p without x."""
 
     name: ClassVar[str] = "threshold"
+    shipped_in: ClassVar[str | None] = "sglang_threshold"
     tree_rule: ClassVar[str | None] = "sglang"
     sweep: ClassVar[Mapping[str, Sequence[Any]]] = {"speculative_accept_threshold_acc": (0.2, 0.4, 0.6, 0.8)}
     shorthand: ClassVar[Mapping[str, str]] = {
@@ -127,6 +129,7 @@ class RelaxedAcceptance(Verifier):
     with p(x) >= max p - relaxed_delta (temperature-1 p); else argmax p."""
 
     name: ClassVar[str] = "relaxed"
+    shipped_in: ClassVar[str | None] = "tensorrt_llm_relaxed"
     tree_rule: ClassVar[str | None] = "target_only"
     sweep: ClassVar[Mapping[str, Sequence[Any]]] = {"relaxed_topk": (4,), "relaxed_delta": (0.05, 0.1, 0.2, 0.4)}
     shorthand: ClassVar[Mapping[str, str]] = {"relaxed_topk": "topk", "relaxed_delta": "delta"}

@@ -60,6 +60,8 @@ class Autoregressive(MixtureVerifier):
     """The target alone: every round drafts nothing and emits one token from p."""
 
     name: ClassVar[str] = "ar"
+    shipped_in: ClassVar[str | None] = "target_alone"
+    default_run: ClassVar[bool] = True
     uses_draft: ClassVar[bool] = False
     style: ClassVar[Mapping[str, Any]] = {"marker": "s", "color": "#000000"}
     order: ClassVar[int] = 0
@@ -73,6 +75,8 @@ class SpeculativeDecoding(MixtureVerifier):
     """Lossless speculative decoding (Leviathan et al. 2023): pi = p."""
 
     name: ClassVar[str] = "sd"
+    shipped_in: ClassVar[str | None] = "lossless"
+    default_run: ClassVar[bool] = True
     tree_rule: ClassVar[str | None] = "lossless"
     style: ClassVar[Mapping[str, Any]] = {"marker": "o", "color": "#0072B2"}
     order: ClassVar[int] = 1
@@ -86,6 +90,8 @@ class LossySD(Verifier):
     """Leviathan's lenience: accept with min(1, p / (l q)), residual norm(max(0, p - q))."""
 
     name: ClassVar[str] = "lossy"
+    aliases: ClassVar[tuple[str, ...]] = ("lenience",)
+    default_run: ClassVar[bool] = True
     sweep: ClassVar[Mapping[str, Sequence[Any]]] = {"lenience": (0.1, 0.3, 0.6, 0.9)}
     shorthand: ClassVar[Mapping[str, str]] = {"lenience": "l"}
     style: ClassVar[Mapping[str, Any]] = {"marker": "v", "color": "#E69F00"}
@@ -117,6 +123,8 @@ class SpecCascade(MixtureVerifier):
     """
 
     name: ClassVar[str] = "cascade"
+    aliases: ClassVar[tuple[str, ...]] = ("cascade_rule", "cascade_alpha")
+    default_run: ClassVar[bool] = True
     # Deferral reads max q at temperature 1: always 1 for a point mass, so the draft would always be kept.
     draft_reads: ClassVar[frozenset[str]] = frozenset({"q", "q_logits"})
     sweep: ClassVar[Mapping[str, Sequence[Any]]] = {"cascade_alpha": (0.1, 0.3, 0.5, 0.7, 0.9)}
@@ -168,6 +176,10 @@ class StaticEnsemble(MixtureVerifier):
     """Static ensemble: pi = w p + (1 - w) q. Acceptance 1 - w TV(p, q), bias (1 - w) TV(p, q)."""
 
     name: ClassVar[str] = "ensemble"
+    aliases: ClassVar[tuple[str, ...]] = ("target_weight", "mix")
+    shipped_in: ClassVar[str | None] = "transformers_ensemble"
+    default_run: ClassVar[bool] = True
+    shade: ClassVar[str | None] = "target_weight"
     draft_reads: ClassVar[frozenset[str]] = frozenset({"q"})  # mix=logit reads q_logits as well
     sweep: ClassVar[Mapping[str, Sequence[Any]]] = {"target_weight": (0.1, 0.3, 0.5, 0.7, 0.9)}
     shorthand: ClassVar[Mapping[str, str]] = {"target_weight": "w"}
@@ -199,6 +211,8 @@ class Diversed(MixtureVerifier):
     """
 
     name: ClassVar[str] = "diversed"
+    default_run: ClassVar[bool] = True
+    trains_in_run: ClassVar[bool] = False
     # The paper's method is a baseline family (issue 45): a plug-in is judged against its frontier.
     baseline: ClassVar[bool] = True
     needs_hidden: ClassVar[bool] = True
