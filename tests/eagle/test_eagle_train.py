@@ -167,7 +167,9 @@ def test_heads_trained_before_the_move_still_load():
     from bench.grid import load_grid
     from bench.verifier_heads import WeightHead, load_head
 
-    root = Path(__file__).resolve().parent.parent
+    import bench
+
+    root = Path(bench.__file__).resolve().parent.parent  # the folder that holds the package
     source = draft_head_source("reference/smollm2-eagle")
     assert Path(source) == root / "bench" / "reference" / "smollm2-eagle"
     head = load_eagle_head(source, SimpleNamespace(vocab_size=49152, hidden_size=576))
