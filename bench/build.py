@@ -10,13 +10,12 @@ from typing import TYPE_CHECKING
 from bench.decoding import SpeculativeDecoder, draft_context
 from bench.distributions import Sampling
 from bench.drafters import drafter_class, make_drafter, parse_drafter
-from bench.drafters.eagle import head_folder, with_pair_head
+from bench.drafters.eagle import draft_head_source, with_pair_head
 from bench.eagle.heads import resolve_head
 from bench.engines import EagerEngine, EngineFactory
 from bench.errors import BenchError
-from torch import nn
 
-from bench.head import read_card, required_head, trained_on
+from bench.verifier_heads import VerifierHead, read_card, required_head, trained_on
 from bench.pairs import Pair
 from bench.verifiers import Verifier, make_verifier
 
@@ -29,7 +28,7 @@ def build_decoder(
     method: str,
     params: dict | None = None,
     *,
-    head: str | nn.Module | None = None,
+    head: str | VerifierHead | None = None,
     draft_len: int = 5,
     sampling: Sampling = Sampling(),
     engine: EngineFactory = EagerEngine,
@@ -67,7 +66,7 @@ def build_decoder(
     )
 
 
-def pair_head(path: str, method: str, pair: Pair, drafter: str | None) -> nn.Module:
+def pair_head(path: str, method: str, pair: Pair, drafter: str | None) -> VerifierHead:
     """The head at ``path`` for this pair and drafter: trained on this drafter's drafts (its card,
     checked first: another drafter's widths would fail the width check confusingly), reading the
     draft's state at its width, an EAGLE head's own (its config.json) under ``--drafter eagle``."""
@@ -77,7 +76,7 @@ def pair_head(path: str, method: str, pair: Pair, drafter: str | None) -> nn.Mod
     name, params = parse_drafter(with_pair_head(drafter or "model", pair.spec.eagle))
     sizes = pair.hidden_sizes
     if name == "eagle" and params["path"]:  # no path: the drafter refuses in one line when it binds
-        config = json.loads((resolve_head(head_folder(params["path"])) / "config.json").read_text())
+        config = json.loads((resolve_head(draft_head_source(params["path"])) / "config.json").read_text())
         sizes = (int(config["hidden_size"]), sizes[1])
     return required_head(path, pair.spec.name, sizes, pair.device)
 
@@ -105,7 +104,7 @@ def check_drafts(trained: str | None, drafter: str | None, pair: Pair, method: s
 
 def _resolved(path: str) -> str:
     """An EAGLE head path as the drafter loads it (a folder, resolved; else a hub id)."""
-    folder = head_folder(path)
+    folder = draft_head_source(path)
     return str(Path(folder).resolve()) if Path(folder).is_dir() else folder
 
 

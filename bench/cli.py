@@ -169,9 +169,9 @@ def compare(  # fmt: skip
 
     Example: diversed-bench compare results --candidate diversed
     """
-    from bench.api import compare as judge
+    from bench.api import compare as compare_families
 
-    typer.echo(judge(results, candidate or [], format, margin or ()))
+    typer.echo(compare_families(results, candidate or [], format, margin or ()))
 
 
 @app.command()
@@ -354,7 +354,7 @@ def train_draft(  # fmt: skip
     layers: o.DraftLayers = 1,
 ) -> None:
     """Train an EAGLE-3 draft head for a pair offline, on the target's own greedy responses
-    (bench/learned/eagle.py); a re-run resumes every stage. Writes the head in the published
+    (bench/eagle/train.py); a re-run resumes every stage. Writes the head in the published
     layout and card.json (data, steps, loss, held-out acceptance).
 
     Example: diversed-bench train-draft --pair smollm2 --out heads/smollm2-eagle --num-prompts 120 --draft-vocab 1536 --steps 240 --batch 4 --ttt-steps 5

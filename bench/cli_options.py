@@ -283,7 +283,7 @@ def params(param: Optional[list[str]], **aliases: Optional[str]) -> dict[str, li
     return out
 
 
-# train-draft (bench.learned.eagle): an EAGLE-3 draft head trained offline.
+# train-draft (bench.eagle.train): an EAGLE-3 draft head trained offline.
 DraftOut = Annotated[Path, _opt("Folder of the head (config.json, model.safetensors, card.json); work/ in it holds the features and the checkpoint a re-run resumes from.")]
 DraftPrompts = Annotated[Optional[Path], _opt("Prompts file (lines {source, row, split: train|heldout, prompt}; scripts/eagle_prompts.py); default: the packaged one the smollm2 head was trained on.")]
 DraftNumPrompts = Annotated[Optional[int], _opt("Train on at most this many train prompts, the first of each source in turn (default: all).")]

@@ -24,7 +24,7 @@ from bench.drafters import canonical_drafter, check_draft_policy, drafter_class,
 from bench.errors import BenchError
 from bench.lossless import Drafts, anchors
 from bench.pairs import pick_device, pick_dtype, resolve_pair
-from bench.plugins import typed_params
+from bench.plugins import parameters, typed_params
 from bench.store import SCHEMA
 from bench.tasks import default_data, resolve_task
 from bench.verifiers import CALIBRATED, MethodInfo, make_verifier, verifier_class
@@ -83,7 +83,7 @@ class RunConfig:
             drafter_for(drafts.drafter, cls.name, verifier.reads())
         resolved = replace(
             self,
-            params={f.name: getattr(verifier, f.name) for f in fields(verifier)},  # type: ignore[arg-type]
+            params={f.name: getattr(verifier, f.name) for f in parameters(verifier)},
             draft_len=self.draft_len if cls.uses_draft else 0,
             draft_policy=drafts.policy,
             drafter=drafts.drafter,
@@ -101,6 +101,20 @@ class RunConfig:
             num_fewshot=spec.num_fewshot if self.num_fewshot is None else self.num_fewshot,
             split=self.split or spec.dataset["split"],
         )
+
+    @property
+    def data_source(self) -> str:
+        """``data`` of a configuration ``resolve`` made concrete (the runner's, the calibration's)."""
+        if self.data is None:
+            raise BenchError(f"configuration {self.task}/{self.method}: no data source; resolve it first (RunConfig.resolve)")
+        return self.data
+
+    @property
+    def budget(self) -> int:
+        """``max_new_tokens`` of a configuration ``resolve`` made concrete."""
+        if self.max_new_tokens is None:
+            raise BenchError(f"configuration {self.task}/{self.method}: no token budget; resolve it first (RunConfig.resolve)")
+        return self.max_new_tokens
 
     def drafts(self) -> Drafts:
         """What this configuration drafts, as it runs: the drafter's canonical spec (None for a
@@ -243,7 +257,7 @@ def expand_methods(
     that reads a head runs once per head."""
     methods = list(dict.fromkeys(methods))
     params = params or {}
-    known = {f.name for m in methods for f in fields(verifier_class(m))}  # type: ignore[arg-type]
+    known = {f.name for m in methods for f in parameters(verifier_class(m))}
     stray = sorted(set(params) - known)
     if stray:
         raise BenchError(
@@ -257,7 +271,7 @@ def expand_methods(
         own = routed.get(cls.name, routed.get("", []))
         values = {
             f.name: list(params[f.name])
-            for f in fields(cls)  # type: ignore[arg-type]
+            for f in parameters(cls)
             if f.name in params
         }
         if sweep:

@@ -31,7 +31,7 @@ from bench.drafters import Draft, DraftContext, Drafter, check_draft_policy, mak
 from bench.drafters.model import padded
 from bench.engines import EagerEngine, EngineFactory, ModelEngine, to_device
 from bench.errors import BenchError
-from bench.head import Head
+from bench.verifier_heads import VerifierHead
 from bench.rounds import Row, RoundHost, round_counts, to_host
 from bench.trace import record_trace, trace_probs
 from bench.tree_round import check_trees, tree_round
@@ -80,7 +80,7 @@ class SpeculativeDecoder:
         draft_len: int = 5,
         sampling: Sampling = Sampling(),
         eos_token_ids: Sequence[int] = (),
-        head: Head | None = None,
+        head: VerifierHead | None = None,
         engine: EngineFactory = EagerEngine,
         draft_policy: str | None = None,
         trace: bool = False,
@@ -89,8 +89,8 @@ class SpeculativeDecoder:
         if verifier.uses_draft and draft_len < 1:
             raise BenchError(f"draft_len must be >= 1 for {verifier.name}, got {draft_len}")
         verifier.check_head(head is not None)
-        if head is not None and not isinstance(head, Head):  # its at_token says which target states it reads
-            raise BenchError(f"{verifier.name}: a head is bench.head's WeightHead or JudgeHead, got {type(head).__name__}")
+        if head is not None and not isinstance(head, VerifierHead):  # its at_token says which target states it reads
+            raise BenchError(f"{verifier.name}: a verifier head (bench.verifier_heads) is a WeightHead or JudgeHead, got {type(head).__name__}")
         self.target, self.verifier = target, verifier
         self.eos = frozenset(eos_token_ids)
         self.device = target.device  # a model's .device walks its parameters: read it once
@@ -113,7 +113,7 @@ class SpeculativeDecoder:
         trees = self.drafter.tree_widths(self.draft_len) if self.drafter else ()
         if trees:  # refused before anything decodes, not at the first tree round
             check_trees(self.verifier, self.trace)
-        made = engine(target, widths, trees) if trees else engine(target, widths)  # type: ignore[call-arg]
+        made = engine(target, widths, trees) if trees else engine(target, widths)
         self.engines = [self._keeping_states(made, target)] + (self.drafter.engines if self.drafter else [])
 
     @property
@@ -218,8 +218,9 @@ class SpeculativeDecoder:
             if finished:
                 alive = [i for i in range(len(rows)) if i not in finished]
                 done += [rows[i] for i in finished]
-                for i in sorted(finished) if self.drafter else ():  # it may learn from a response
-                    self.drafter.finish(rows[i])  # type: ignore[union-attr]
+                if self.drafter:  # it may learn from a response
+                    for i in sorted(finished):
+                        self.drafter.finish(rows[i])
                 rows = [rows[i] for i in alive]
                 for engine in self.engines if rows else ():
                     engine.select(alive)
@@ -229,14 +230,14 @@ class SpeculativeDecoder:
         self, done: list[Row], wall: float, prefill: float, cache_bytes: int
     ) -> list[Generation]:
         """The finished rows' Generations in prompt order, their stats completed."""
-        out: list[Generation | None] = [None] * len(done)
+        out: dict[int, Generation] = {}
         for row in done:
             s = row.stats
             s.wall_time_s, s.prefill_time_s, s.kv_cache_bytes = wall, prefill, cache_bytes
             s.new_tokens = len(row.out)
             s.weights = torch.cat(row.weights).tolist() if row.weights else []
             out[row.index] = Generation(row.out, s, row.trace if self.trace else None)
-        return out  # type: ignore[return-value]
+        return [out[i] for i in range(len(done))]
 
     def _round(self, rows: list[Row]) -> set[int]:
         """One round over the batch: draft, one target forward, verify, one host read, emit, count.

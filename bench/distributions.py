@@ -96,10 +96,11 @@ def pick(probs: Tensor, generators: Sequence[torch.Generator | None], greedy: bo
     if greedy:
         return probs.argmax(-1)
     drawing = [i for i, g in enumerate(generators) if g is not None]
+    drawn = [g for g in generators if g is not None]  # in the order of ``drawing``
     if len(drawing) == len(generators):
-        return sample(probs, generators)  # type: ignore[arg-type]
+        return sample(probs, drawn)
     tokens = probs.argmax(-1)
     if drawing:
         at = to_device(drawing, probs.device)
-        tokens[at] = sample(probs[at], [generators[i] for i in drawing])  # type: ignore[misc]
+        tokens[at] = sample(probs[at], drawn)
     return tokens

@@ -168,7 +168,7 @@ def _convert(gguf: Path, out: Path, log: Callable[[str], None]) -> None:
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, dtype=torch.float32, **kwargs)
     # The weights are plain fp32 now: a kept quantization_config would make loads look for the GGUF.
     del model.config.quantization_config
-    model.hf_quantizer = None
+    model.hf_quantizer = None  # type: ignore[assignment]  # undeclared on the model: Module.__setattr__'s union
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     again = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)

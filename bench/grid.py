@@ -130,7 +130,7 @@ def configs_from_grid(
     template = "tasks" not in g or "pairs" not in g
     _check_given(name_or_path, g, template, tasks, pairs, candidates, heads, params, settings)
     shared = settings.over(RunSettings.of({k: g[k] for k in SHARED_KEYS if k in g}, f"grid {name_or_path}"))
-    base = dict(
+    base: dict[str, Any] = dict(  # the keywords every call below shares
         tasks=_as_list(g.get("tasks", list(tasks))),
         pairs=_as_list(g.get("pairs", list(pairs))),
         settings=shared,

@@ -82,7 +82,7 @@ def _verifier(method: str, params: dict[str, Any]) -> tuple[dict[str, Any], Veri
 class _Job(NamedTuple):
     """One generate_until request on its way through the decoder."""
 
-    index: int
+    slot: int  # its request's place in lm-eval's list (``index`` would shadow tuple.index)
     example_id: str
     request: Instance
     prompt: list[int]
@@ -286,7 +286,7 @@ class DiversedLM(LM):
                     [j.prompt for j in chunk], budget, [example_seed(self.seed, j.example_id) for j in chunk]
                 )
                 for job, gen in zip(chunk, gens):
-                    out[job.index] = self.record(job, sampling, budget, gen)
+                    out[job.slot] = self.record(job, sampling, budget, gen)
                 done += len(chunk)
                 log.info("diversed: %d/%d generate_until requests", done, len(requests))
         for config_id in self._manifests:
@@ -315,7 +315,7 @@ class DiversedLM(LM):
                 self.store, cfg, self.pair.device, None, lm_eval={"task": task, "version": _lm_eval_version()}
             )
             self._manifests.add(cfg.config_id)
-        text = self.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
+        text = self.pair.text(gen.token_ids)
         cut = postprocess_generated_text(text, until, None)
         self.store.append(
             row(

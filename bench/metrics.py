@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import lru_cache
 from typing import Any
 
 from bench.errors import BenchError
 from bench.sandbox import run_tests
 
-Metric = Callable[[str, dict[str, Any], str | None], dict[str, float | str]]
+# Scores by name (read-only: a Mapping, so a metric of floats only is one too).
+Metric = Callable[[str, dict[str, Any], str | None], Mapping[str, float | str]]
 METRICS: dict[str, Metric] = {}
 
 
@@ -186,5 +187,5 @@ def spec_bench(completion: str, doc: dict[str, Any], reference_field: str | None
         text = f" {_normalise_text(completion)} "
         score = float(any(a and f" {a} " in text for a in answers))
     else:
-        score = rouge(completion, {"reference": str(first)}, None)[name]
+        score = float(rouge(completion, {"reference": str(first)}, None)[name])
     return {"reference_metric": name, "reference_score": score}

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers import GenerationMixin, PreTrainedModel, PreTrainedTokenizerBase
 
 from bench.engines.layout import attention_layout
 from bench.errors import BenchError
@@ -51,13 +51,20 @@ class PairSpec:
             raise BenchError(
                 f"pair {self.name}: kind must be one of {', '.join(PAIR_KINDS)}, got {self.kind!r}"
             )
-        if self.kind in ("hub", "packaged") and not (self.target and self.draft):
-            raise BenchError(f"pair {self.name}: a {self.kind} pair needs both `target` and `draft` models")
+        if self.kind in ("hub", "packaged"):
+            self.models()
         if self.kind == "fetched" and not (self.fetch and self.draft):
             raise BenchError(
                 f"pair {self.name}: a fetched pair needs a `fetch` section and a `draft` folder; "
                 "see pairs/smollm2.yaml"
             )
+
+    def models(self) -> tuple[str, str]:
+        """The target and the draft a hub or packaged pair names (``__post_init__`` refused such a
+        pair without both, so a loader reads them typed)."""
+        if not (self.target and self.draft):
+            raise BenchError(f"pair {self.name}: a {self.kind} pair needs both `target` and `draft` models")
+        return self.target, self.draft
 
     @classmethod
     def from_file(cls, path: Path | Any) -> PairSpec:
@@ -103,6 +110,22 @@ class Pair:
         ids.update(configured if isinstance(configured, list) else [configured])
         return sorted(i for i in ids if i is not None)
 
+    @property
+    def generating_target(self) -> GenerationMixin:
+        """The target as transformers' ``generate`` runs it (the comparisons' side, the EAGLE
+        trainer's responses): every causal-LM class has it, PreTrainedModel itself declares none."""
+        if not isinstance(self.target, GenerationMixin):
+            raise BenchError(f"pair {self.spec.name}: the target ({type(self.target).__name__}) has no generate()")
+        return self.target
+
+    def text(self, ids: list[int]) -> str:
+        """One output's text, special tokens dropped: how every output is read (scored, compared,
+        shown). transformers types ``decode`` for a batch too (``str | list[str]``); one sequence
+        decodes to a str."""
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        assert isinstance(text, str)
+        return text
+
 
 def encode_prompt(pair: Pair, prompt: str | list[dict[str, str]], chat_template: bool) -> list[int]:
     """A prompt's token ids: with ``chat_template``, the text as the user turn of the tokenizer's
@@ -119,9 +142,9 @@ def chat_text(pair: Pair, prompt: str | list[dict[str, str]], add_generation_pro
     if not getattr(pair.tokenizer, "chat_template", None):
         raise BenchError(f"pair {pair.spec.name}: the tokenizer has no chat template; drop the chat template option")
     messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
-    return pair.tokenizer.apply_chat_template(
-        messages, add_generation_prompt=add_generation_prompt, tokenize=False
-    )
+    text = pair.tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, tokenize=False)
+    assert isinstance(text, str)  # tokenize=False gives the text (transformers types every return)
+    return text
 
 
 class SyntheticTokenizer:
@@ -237,9 +260,10 @@ def _load_hub_pair(spec: PairSpec, device: torch.device, dtype: torch.dtype) -> 
             ) from None
         return model.eval(), tok
 
+    target_id, draft_id = spec.models()
     with hub_access() as online:
-        target, tok_t = load(spec.target, online)  # type: ignore[arg-type]
-        draft, tok_d = load(spec.draft, online)  # type: ignore[arg-type]
+        target, tok_t = load(target_id, online)
+        draft, tok_d = load(draft_id, online)
     check_same_tokenizer(tok_t, tok_d, spec.name)
     share_output_rows(target, draft, len(tok_t), spec.name)
     return Pair(spec, target, draft, tok_t)
@@ -277,12 +301,13 @@ def _load_packaged_pair(spec: PairSpec, device: torch.device, dtype: torch.dtype
             )
         return str(path)
 
-    tok = AutoTokenizer.from_pretrained(folder(spec.tokenizer or spec.target))  # type: ignore[arg-type]
+    target_id, draft_id = spec.models()
+    tok = AutoTokenizer.from_pretrained(folder(spec.tokenizer or target_id))
     target, draft = (
         AutoModelForCausalLM.from_pretrained(
             folder(name), dtype=dtype, attn_implementation=spec.attn_implementation, device_map=device
         ).eval()
-        for name in (spec.target, spec.draft)
+        for name in (target_id, draft_id)
     )
     return Pair(spec, target, draft, tok)
 
@@ -300,7 +325,8 @@ def _load_fetched_pair(spec: PairSpec, device: torch.device, dtype: torch.dtype)
     target = AutoModelForCausalLM.from_pretrained(
         folder, dtype=dtype, attn_implementation=spec.attn_implementation, device_map=device
     ).eval()
-    draft = load_early_exit_draft(target, spec.draft, source.member_sha256, spec.name)  # type: ignore[arg-type]
+    assert spec.draft  # PairSpec refuses a fetched pair without its draft folder
+    draft = load_early_exit_draft(target, spec.draft, source.member_sha256, spec.name)
     return Pair(spec, target, draft, tok)
 
 
@@ -317,23 +343,34 @@ def load_pair(name_or_spec: str | PairSpec, device: str = "auto", dtype: str | N
 
 def _load(spec: PairSpec, dev: torch.device, torch_dtype: torch.dtype) -> Pair:
     if spec.kind == "tiny":
-        try:
-            cfg = TinyConfig(**spec.tiny)
-        except TypeError as exc:
-            raise BenchError(f"pair {spec.name}: bad tiny settings ({exc})") from None
-        target, draft, tok = build_tiny_pair(cfg)
-        return Pair(spec, target.to(dev, torch_dtype), draft.to(dev, torch_dtype), tok)
+        return _load_tiny_pair(spec, dev, torch_dtype)
     if spec.kind == "synthetic":
-        s = dict(spec.synthetic)
-        try:
-            target, draft = build_synthetic_pair(
-                s.pop("target_config"), s.pop("draft_config"), device=dev, dtype=torch_dtype, **s
-            )
-        except (KeyError, TypeError) as exc:
-            raise BenchError(f"pair {spec.name}: bad synthetic settings ({exc})") from None
-        return Pair(spec, target, draft, SyntheticTokenizer(target.config.vocab_size))
+        return _load_synthetic_pair(spec, dev, torch_dtype)
     if spec.kind == "packaged":
         return _load_packaged_pair(spec, dev, torch_dtype)
     if spec.kind == "fetched":
         return _load_fetched_pair(spec, dev, torch_dtype)
     return _load_hub_pair(spec, dev, torch_dtype)
+
+
+def _load_tiny_pair(spec: PairSpec, dev: torch.device, torch_dtype: torch.dtype) -> Pair:
+    try:
+        cfg = TinyConfig(**spec.tiny)
+    except TypeError as exc:
+        raise BenchError(f"pair {spec.name}: bad tiny settings ({exc})") from None
+    target, draft, tok = build_tiny_pair(cfg)
+    # transformers types PreTrainedModel.to through a decorator whose signature drops ``self``:
+    target, draft = (m.to(dev, torch_dtype) for m in (target, draft))  # type: ignore[arg-type]  # see the line above
+    return Pair(spec, target, draft, tok)
+
+
+def _load_synthetic_pair(spec: PairSpec, dev: torch.device, torch_dtype: torch.dtype) -> Pair:
+    s = dict(spec.synthetic)
+    try:
+        target, draft = build_synthetic_pair(
+            s.pop("target_config"), s.pop("draft_config"), device=dev, dtype=torch_dtype, **s
+        )
+    except (KeyError, TypeError) as exc:
+        raise BenchError(f"pair {spec.name}: bad synthetic settings ({exc})") from None
+    tok = SyntheticTokenizer(target.config.vocab_size)
+    return Pair(spec, target, draft, tok)  # type: ignore[arg-type]  # duck-typed: the calls a timing run makes

@@ -15,6 +15,7 @@ import sys
 import typing
 from collections.abc import Mapping
 from pathlib import Path
+from dataclasses import Field, fields, is_dataclass
 from typing import Any, TypeVar
 
 from bench.errors import BenchError
@@ -31,10 +32,12 @@ def module_from_file(file: str, kind: str) -> Any:
     module_name = "bench_user_plugin_" + hashlib.sha1(str(path).encode()).hexdigest()[:10]
     if module_name not in sys.modules:
         spec = importlib.util.spec_from_file_location(module_name, path)
-        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        if spec is None or spec.loader is None:
+            raise BenchError(f"{kind} file {file} cannot be imported as Python; give path/to/file.py:ClassName")
+        module = importlib.util.module_from_spec(spec)
         sys.modules[module_name] = module  # dataclasses look their module up while the file runs
         try:
-            spec.loader.exec_module(module)  # type: ignore[union-attr]
+            spec.loader.exec_module(module)
         except BaseException:
             del sys.modules[module_name]
             raise
@@ -48,9 +51,10 @@ def is_reference(name: str) -> bool:
     return bool(sep and where and attr.isidentifier())
 
 
-def load_class(name: str, base: type[T], registry: Mapping[str, type[T]], kind: str, unknown: str) -> type[T]:
+def load_class(name: str, base: type[Any], registry: Mapping[str, type[T]], kind: str, unknown: str) -> type[T]:
     """The class ``name`` names: a registry entry, ``module:Class`` or ``path/to/file.py:Class``;
-    a subclass of ``base``. ``kind`` names what is loaded in refusals, ``unknown`` is the line that
+    a subclass of ``base`` (typed ``type[Any]``: the bases, Verifier and Drafter, are abstract, and
+    a checker takes ``type[T]`` for a class it can instantiate). ``kind`` names what is loaded in refusals, ``unknown`` is the line that
     refuses a name that is neither."""
     if not is_reference(name):
         if name not in registry:
@@ -67,6 +71,15 @@ def load_class(name: str, base: type[T], registry: Mapping[str, type[T]], kind: 
     if not (isinstance(cls, type) and issubclass(cls, base)):
         raise BenchError(f"{name!r} is not a subclass of {base.__module__.rsplit('.', 1)[0]}.{base.__name__}")
     return cls
+
+
+def parameters(owner: type[Any] | object) -> tuple[Field[Any], ...]:
+    """A plug-in's parameters: the fields of its dataclass (a verifier's, a drafter's). A class
+    that is not a dataclass declares none it could be given, and is refused in one line."""
+    if not is_dataclass(owner):
+        name = getattr(owner, "__name__", type(owner).__name__)
+        raise BenchError(f"{name} is not a dataclass: decorate it with @dataclass (its parameters are its fields)")
+    return fields(owner)
 
 
 _WANTS = {int: "an integer", float: "a number", str: "a string"}

@@ -127,7 +127,7 @@ class Runner:
         key = (cfg.task, cfg.data, cfg.num_fewshot, cfg.split)
         if key not in self._tasks:
             self._tasks[key] = Task(
-                resolve_task(cfg.task), cfg.data, num_fewshot=cfg.num_fewshot, split=cfg.split
+                resolve_task(cfg.task), cfg.data_source, num_fewshot=cfg.num_fewshot, split=cfg.split
             )
         return self._tasks[key]
 
@@ -179,7 +179,7 @@ class Runner:
         pair, task = self.pair(cfg), self.task(cfg)
         decoder = self.decoder(cfg)
         del self._decoders[cfg.config_id]  # the job holds it now, and drops it when done
-        budget = cfg.max_new_tokens
+        budget = cfg.budget
         write_manifest(self.store, cfg, pair.device, self.limit, **self.notes.get(cfg.config_id, {}))
         fixed = fixed_columns(cfg, pair.spec.name, task.name)
         fitted = self._prompts.pop(cfg.config_id, None) or self.prompts(cfg, pending, decoder)
@@ -207,7 +207,7 @@ class Runner:
         pair = self.pair(cfg)
         return fit_prompt(
             encode_prompt(pair, prompt, cfg.chat_template),
-            cfg.max_new_tokens,  # type: ignore[arg-type]
+            cfg.budget,
             context,
             cfg.truncate_prompt,
             example=f"{cfg.task} example {example.example_id}",
@@ -232,9 +232,9 @@ class Runner:
             return ids
 
         def answer(token_ids: list[int]) -> str:
-            return job.task.cut(job.pair.tokenizer.decode(token_ids, skip_special_tokens=True)).strip()
+            return job.task.cut(job.pair.text(token_ids)).strip()
 
-        return decode_turns(examples, gens, batch, prompt, answer, job.seed)  # type: ignore[return-value]
+        return [(gen, turns) for gen, turns in decode_turns(examples, gens, batch, prompt, answer, job.seed)]
 
     def timing_pass(self, jobs: list[_Job]) -> None:
         """Examples decoded alone, timed: after one warm-up decode per configuration, example i of
@@ -316,7 +316,7 @@ class Runner:
     def row(self, job: _Job, example: Example, gen: Generation, turns: list[str] | None = None) -> dict[str, Any]:
         """An example's row; a multi-turn task's rows add every turn's answer (``turn_completions``),
         the completion being the last turn's."""
-        completion = job.pair.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
+        completion = job.pair.text(gen.token_ids)
         return row(
             job.fixed,
             example.example_id,

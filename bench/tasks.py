@@ -193,7 +193,7 @@ class Task:
         if not self.spec.turns:
             return {}
         turns = doc.get(self.spec.turns)
-        if isinstance(turns, str) or not hasattr(turns, "__len__") or not len(turns):
+        if turns is None or isinstance(turns, str) or not hasattr(turns, "__len__") or not len(turns):
             raise BenchError(f"task {self.name}: a row's {self.spec.turns!r} is not a list of user turns: {turns!r}")
         return {"turn": str(turns[index])}
 
@@ -250,10 +250,13 @@ class Task:
         carry one); only those of ``categories`` when given."""
         rows = self.rows()
         order = select(len(rows), None, seed)
+        field = self.spec.category_field
         if categories is not None:
-            order = [i for i in order if str(rows[i][self.spec.category_field]) in categories]
-        if self.spec.category_field:
-            order = round_robin(order, [str(rows[i][self.spec.category_field]) for i in order])
+            if not field:
+                raise BenchError(f"task {self.name}: its rows carry no category (no category_field); drop the categories")
+            order = [i for i in order if str(rows[i][field]) in categories]
+        if field:
+            order = round_robin(order, [str(rows[i][field]) for i in order])
         return [self._example(self.example_id(i, rows[i]), rows[i]) for i in order[:limit]]
 
     def examples_by_id(self) -> dict[str, dict[str, Any]]:
@@ -277,7 +280,7 @@ class Task:
         """The cut completion, every metric and the primary ``quality``."""
         cut = self.cut(completion)
         scores = self.metric(cut, doc, self.spec.reference_field)
-        return {"completion_cut": cut, **scores, "quality": scores[self.spec.quality]}
+        return {"completion_cut": cut, **scores, "quality": float(scores[self.spec.quality])}
 
 
 def default_data(task: str, pair_kind: str) -> str:

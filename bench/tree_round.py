@@ -33,14 +33,15 @@ def tree_round(
 ) -> RoundHost:
     """The target's forward over each row's last token and tree, the verdicts, the round's one
     host copy, and the accepted paths' K/V committed in ``target``'s cache."""
-    ns, nodes = draft.counts, draft.tokens
-    p_logits = target.tree_step(torch.cat([last, nodes], dim=1), draft.parents, [1 + nb for nb in ns])
+    ns, nodes, parents = draft.counts, draft.tokens, draft.parents
+    assert parents is not None  # a tree drafter's draft holds each node's parent
+    p_logits = target.tree_step(torch.cat([last, nodes], dim=1), parents, [1 + nb for nb in ns])
     p = process(p_logits, sampling)
     on_path, accepted, next_token = verify_trees(verifier, draft, p_logits, p, generators, sampling, greedy_draft)
     parts = {
         "next_token": next_token,
         "nodes": nodes,
-        "parents": draft.parents,
+        "parents": parents,
         "on_path": on_path,
         "accepted": accepted,
     }
@@ -106,9 +107,11 @@ def verify_trees(
             next_token[sel] = pick(p_logits[sel, 0] if sampling.greedy else p[sel, 0], mine, sampling.greedy)
             continue
         cut = len(idx) < count or k < draft.tokens.shape[1]
-        tokens, parents, q = (
-            (t[sel, :k] if cut and t is not None else t) for t in (draft.tokens, draft.parents, draft.q)
-        )
+        tokens, parents, q = draft.tokens, draft.parents, draft.q
+        assert parents is not None  # a tree drafter's draft holds each node's parent
+        if cut:
+            tokens, parents = tokens[sel, :k], parents[sel, :k]
+            q = q[sel, :k] if q is not None else None
         round_ = TreeRound(
             tokens=tokens,
             parents=parents,

@@ -17,7 +17,7 @@ from torch import Tensor
 from bench.distributions import Sampling, pick
 from bench.drafters import Draft
 from bench.engines import to_device
-from bench.head import Head
+from bench.verifier_heads import VerifierHead
 from bench.rounds import RoundHost
 from bench.verifiers import Round, Verifier, verify
 
@@ -36,7 +36,7 @@ def verify_chain(
     *,
     sampling: Sampling,
     greedy_draft: bool,
-    head: Head | None,
+    head: VerifierHead | None,
 ) -> tuple[Tensor, Tensor, GroupSums, dict[int, Tensor]]:
     """The verdicts of a round: rows that drafted as many tokens are verified together (a
     batch of one is one group). Returns accepted counts and next tokens [B], the per-position
@@ -86,10 +86,11 @@ def chain_round(
     weights: Tensor | None,
 ) -> Round:
     """What the verifier reads of the rows ``sel``, which drafted ``k`` tokens each."""
-    mine = [draft.tokens, draft.q, draft.q_logits]
+    draft_ids, draft_q, draft_logits = draft.tokens, draft.q, draft.q_logits
     if sliced:  # only when needed: each slice is a dispatch
-        mine = [t[sel, :k] if t is not None else None for t in mine]
-    draft_ids, draft_q, draft_logits = mine
+        draft_ids = draft_ids[sel, :k]
+        draft_q = draft_q[sel, :k] if draft_q is not None else None
+        draft_logits = draft_logits[sel, :k] if draft_logits is not None else None
     target = p[sel, :k]
     if draft_q is None:  # a deterministic drafter: its law is the point mass on its token
         draft_q = torch.zeros_like(target).scatter_(-1, draft_ids.unsqueeze(-1), 1.0)
@@ -107,7 +108,7 @@ def chain_round(
 
 def _weights(
     verifier: Verifier,
-    head: Head | None,
+    head: VerifierHead | None,
     draft: Draft,
     h_target: Tensor | None,
     sel: slice | Tensor,

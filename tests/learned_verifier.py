@@ -13,7 +13,7 @@ import torch
 from bench.pairs import encode_prompt
 from bench.learned import Recipe, TrainJob
 from bench.learned.features import PairOracle, token_features
-from bench.head import JudgeHead
+from bench.verifier_heads import JudgeHead
 from bench.learned.logistic import fit_judge
 from bench.learned.miners import Drafted, Greedy, Likelihood, mismatches
 from bench.verifiers import Judge

@@ -79,13 +79,13 @@ def calibration_examples(
     out: list[tuple[str, Example]] = []
     other = spec.dataset.get("fewshot_split")
     if other and other != cfg.split:
-        task = Task(spec, cfg.data, num_fewshot=cfg.num_fewshot, split=other)  # type: ignore[arg-type]
+        task = Task(spec, cfg.data_source, num_fewshot=cfg.num_fewshot, split=other)
         rows = task.rows()
         shots = set(select(len(rows), cfg.num_fewshot, spec.fewshot_seed)) if cfg.num_fewshot else set()
         picked = [i for i in select(len(rows), None, cfg.seed) if i not in shots][:count]
         out = [(other, Example(task.example_id(i, rows[i]), rows[i], task.render(rows[i]))) for i in picked]
     if len(out) < count:
-        judged = Task(spec, cfg.data, num_fewshot=cfg.num_fewshot, split=cfg.split)  # type: ignore[arg-type]
+        judged = Task(spec, cfg.data_source, num_fewshot=cfg.num_fewshot, split=cfg.split)
         order = judged.examples(None, cfg.seed)
         free = order[limit:] if limit is not None else []
         out += [(str(cfg.split), e) for e in free[max(0, len(free) - (count - len(out))) :]]
@@ -104,7 +104,7 @@ def check_disjoint(record: dict[str, Any], cfg: RunConfig, limit: int | None) ->
     if not mine:
         return
     judged = {
-        e.example_id for e in Task(resolve_task(cfg.task), cfg.data, split=split).examples(limit, cfg.seed)
+        e.example_id for e in Task(resolve_task(cfg.task), cfg.data_source, split=split).examples(limit, cfg.seed)
     }
     if mine & judged:
         raise BenchError(

@@ -9,7 +9,7 @@ with every parameter made concrete. The contract a drafter meets is ``bench.draf
 from __future__ import annotations
 
 import typing
-from dataclasses import MISSING, fields, is_dataclass
+from dataclasses import MISSING, is_dataclass
 
 from bench.drafters.base import (
     DRAFT_MODELS,
@@ -28,7 +28,7 @@ from bench.drafters.model import ModelDrafter
 from bench.drafters.model_tree import ModelTree
 from bench.drafters.suffix import SuffixDecoding
 from bench.errors import BenchError
-from bench.plugins import is_reference, load_class, typed_params
+from bench.plugins import is_reference, load_class, parameters, typed_params
 from bench.verifiers import VERIFIERS
 
 DRAFTERS: dict[str, type[Drafter]] = {
@@ -42,7 +42,7 @@ def drafter_class(name: str) -> type[Drafter]:
     """A drafter by registry name, ``module:Class`` or ``path/to/file.py:Class`` (the verifiers'
     loader): a dataclass subclass of ``Drafter`` whose fields are its parameters."""
     unknown = f"unknown drafter {name!r}: use --drafter {' or '.join(DRAFTERS)} (e.g. lookup:ngram=3), or path/to/file.py:Class"
-    cls = load_class(name, Drafter, DRAFTERS, "drafter", unknown)  # type: ignore[type-abstract]
+    cls = load_class(name, Drafter, DRAFTERS, "drafter", unknown)
     if not is_dataclass(cls):
         raise BenchError(f"drafter {name!r}: declare it a @dataclass (its fields are its --drafter parameters)")
     return cls
@@ -63,7 +63,7 @@ def parse_drafter(text: str | None) -> tuple[str, dict[str, typing.Any]]:
     in), each value typed as its field declares and the whole validated by the class."""
     name, rest = split_spec(text or "model")
     cls = drafter_class(name)
-    known = {f.name: f for f in fields(cls)}  # type: ignore[arg-type]
+    known = {f.name: f for f in parameters(cls)}
     params = {k: f.default for k, f in known.items() if f.default is not MISSING}
     given = {}
     for item in filter(None, (t.strip() for t in rest.split(","))):

@@ -57,7 +57,7 @@ def with_pair_head(spec: str, pair_head: str | None) -> str:
     return ",".join([f"eagle:path={pair_head}", *(item for item in items if item != "path=")])
 
 
-def head_folder(path: str) -> str:
+def draft_head_source(path: str) -> str:
     """A head path as written in a pair file or on the command line: a folder (relative ones are
     tried against the package, as ``bench/reference/...``), else a hub repo id."""
     package = Path(__file__).resolve().parent.parent / path
@@ -103,7 +103,7 @@ class EagleDrafter(Drafter):
         assert target is not None  # make_drafter refuses a context without the models it declares
         if not self.path:
             raise BenchError("eagle: no head for this pair; pass --drafter eagle:path=FOLDER_OR_REPO (docs/eagle.md lists the published ones)")
-        source = head_folder(self.path)
+        source = draft_head_source(self.path)
         if self.path.startswith("reference/") and not Path(source).is_dir():
             raise BenchError(f"eagle: the pair's head bench/{self.path} is not there; train it (docs/eagle.md, 'Training') or pass --drafter eagle:path=FOLDER")
         self.head: EagleHead = load_eagle_head(source, target).to(target.device, target.dtype).eval()
@@ -169,7 +169,8 @@ class EagleDrafter(Drafter):
         state = self.catch_up(row)
         if state.last is None:
             return None
-        h, cache, out = state.last, state.cache, {"tokens": [], "q": [], "q_logits": [], "hidden": []}
+        out: dict[str, list[Tensor]] = {"tokens": [], "q": [], "q_logits": [], "hidden": []}
+        h, cache = state.last, state.cache
         for step in range(cap):
             drawn = self.propose(h, row.generator)
             for key, value in zip(out, drawn):

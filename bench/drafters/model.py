@@ -65,7 +65,8 @@ class ModelDrafter(Drafter):
             gather = ragged and step == 0
             logits, h = engine.step(ids, real, keep=ids.shape[1] if gather else 1, hidden=hidden)
             q_logits.append(logits[at] if gather else logits[:, -1])
-            states.append((h[at] if gather else h[:, -1]) if hidden else None)
+            if h is not None:  # hidden: the step kept them
+                states.append(h[at] if gather else h[:, -1])
             # A greedy draft picks the argmax of the logits and processes all steps at once after
             # the loop (every op is a dispatch, and the loop runs N per round); sampling needs each
             # step's q.

@@ -176,11 +176,12 @@ class SuffixTree:
 
     def match(self, context: Sequence[int]) -> Node | None:
         """``_match_context``: the node the tokens lead to from the root, None if they do not occur."""
-        node: Node | None = self.root
+        node = self.root
         for token in context:
-            node = node.children.get(token)
-            if node is None:
+            child = node.children.get(token)
+            if child is None:
                 return None
+            node = child
         return node
 
     def speculate(

@@ -215,6 +215,18 @@ class EagleHead(nn.Module):
 
     kind: str
     config: HeadConfig
+    embed_tokens: nn.Embedding
+    # EAGLE-3's reduced draft vocabulary (buffers); an EAGLE-1 head has none, so ``hasattr`` tells.
+    d2t: Tensor
+    t2d: Tensor
+
+    def head_input(self, out: Tensor) -> Tensor:
+        """What the draft logits are read from, of an output (a drafter's ``hidden``)."""
+        raise NotImplementedError
+
+    def logits(self, out: Tensor) -> Tensor:
+        """Scores over the draft vocabulary [..., draft_vocab]."""
+        raise NotImplementedError
 
     def target_layers(self, num_layers: int) -> tuple[int, ...]:
         """The target's ``hidden_states`` indices (transformers' ``output_hidden_states``) whose
@@ -294,9 +306,10 @@ class Eagle3Head(EagleHead):
             kvs.append(kv)
         return out, kvs
 
-    def later_layers(self) -> list[nn.Module]:
+    def later_layers(self) -> list[Eagle1Layer]:
         """The layers after the midlayer (none in the authors' one-layer head)."""
-        return list(self.layers)[1:] if hasattr(self, "layers") else []
+        later = list(self.layers)[1:] if hasattr(self, "layers") else []
+        return [layer for layer in later if isinstance(layer, Eagle1Layer)]  # all are: __init__ builds them
 
     def head_input(self, out: Tensor) -> Tensor:
         """What the lm_head reads of an output: its final norm (a drafter's ``hidden``)."""

@@ -75,10 +75,10 @@ def _read() -> dict[str, dict[str, float]]:
 def estimate(model: PreTrainedModel, rows: int, widths: list[int | str], gemms: bool) -> str:
     """Before a compile: how long it should take, and on what that figure rests."""
     found = _read()
-    seen = [found.get(key(model, rows, w, gemms)) for w in widths]
-    if all(seen):
-        last = sum(s["last_s"] for s in seen)  # type: ignore[index]
-        first = sum(s["first_s"] for s in seen)  # type: ignore[index]
+    seen = [s for w in widths if (s := found.get(key(model, rows, w, gemms)))]
+    if len(seen) == len(widths):
+        last = sum(s["last_s"] for s in seen)
+        first = sum(s["first_s"] for s in seen)
         return f"about {last:.0f} s (its last compile here; the first took {first:.0f} s)"
     if model.device.type != "cpu":
         return "no compile of this model recorded on this machine yet"

@@ -33,6 +33,7 @@ import time
 import types
 import weakref
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor
@@ -43,6 +44,8 @@ from bench.engines import compile_report
 from bench.engines.base import to_device, weight_bytes
 from bench.engines.eager import EagerEngine, SlotCache
 from bench.errors import BenchError
+
+R = TypeVar("R")
 
 # An engine compiles a graph per step width and batch shape it meets: allow enough, and fail rather
 # than run eagerly when the limit is hit anyway.
@@ -66,11 +69,12 @@ _CPU_GEMMS = {"max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN"}
 _CPU_GEMMS_FROM_BYTES = 64 * 2**20
 
 
-def _own_copy(fn: types.FunctionType) -> types.FunctionType:
+def _own_copy(fn: Callable[..., Any]) -> types.FunctionType:
     """``fn`` with a code object of its own. Dynamo keeps compiled graphs per code object, and the
     guards an engine keeps (tensor shapes only) cannot tell two engines' calls apart: each engine
     compiles its own copy, so a call looks only at its own graphs. (torch 2.13's
     ``isolate_recompiles`` does the same; this also runs on the torch 2.11 of the GPU image.)"""
+    assert isinstance(fn, types.FunctionType)  # a plain function (a class's method, unbound)
     return types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
 
 
@@ -111,6 +115,8 @@ class StaticSlotCache(SlotCache):
 class CompiledEngine(EagerEngine):
     """``EagerEngine``'s masks and architecture checks, over a static cache and compiled steps."""
 
+    cache: StaticSlotCache  # the graphs are compiled over its fixed buffers
+
     def __init__(
         self,
         model: PreTrainedModel,
@@ -139,7 +145,7 @@ class CompiledEngine(EagerEngine):
             self.widths = sorted(set(self.widths) - {1} | {2})
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, _RECOMPILE_LIMIT)
         torch._dynamo.config.fail_on_recompile_limit_hit = True
-        options = {
+        options: dict[str, str | int | bool | Callable[..., Any]] = {
             "triton.cudagraphs": self.cuda,
             "triton.cudagraph_or_error": self.cuda,  # a graph CUDA graphs cannot take is an error
             "guard_filter_fn": torch.compiler.keep_tensor_guards_unsafe,
@@ -272,13 +278,13 @@ class CompiledEngine(EagerEngine):
             return self.compiled_tree(ids, start, parents).clone()
         return self.compiled_tree(ids, start, parents)
 
-    def _replay(self, ids: Tensor, start: Tensor, parents: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor | None]:
+    def _replay(self, ids: Tensor, run: Callable[[], R]) -> R:
         """A step runs a graph ``start`` compiled, never a new one: a graph whose guards fail here
         (e.g. compiled outside inference mode, stepped inside) would compile again without
         ``start``'s CPU options: a different, slower graph, in silence."""
         try:
             with torch.compiler.set_stance("fail_on_recompile"):
-                return self._run(ids, start) if parents is None else self._run_tree(ids, start, parents)
+                return run()
         except RuntimeError as exc:
             if "fail_on_recompile" not in str(exc):
                 raise
@@ -305,13 +311,15 @@ class CompiledEngine(EagerEngine):
             logits, states = self._forward(ids, start, keep)
             first = 0
         else:
-            logits, states = self._replay(ids.contiguous(), start)  # type: ignore[misc]
+            ids = ids.contiguous()
+            logits, states = self._replay(ids, lambda: self._run(ids, start))
             first = width - keep
         self.fresh = False
         self.lengths = [n + r for n, r in zip(self.lengths, real)]
         if (count, first, keep) != (logits.shape[0], 0, logits.shape[1]):  # padded, or fewer kept
             window = slice(first, first + keep)
-            logits, states = logits[:count, window], states[:count, window]
+            logits = logits[:count, window]
+            states = states[:count, window] if states is not None else None
         return logits, states if hidden else None
 
     def tree_step(self, ids: Tensor, parents: Tensor, real: Sequence[int]) -> Tensor:
@@ -333,11 +341,11 @@ class CompiledEngine(EagerEngine):
         full_parents = parents.new_full((rows, graph - 1), -1)
         full_parents[:count, : width - 1] = parents
         start = to_device(self.lengths + [0] * (rows - count), ids.device)
-        logits = self._replay(full_ids, start, full_parents)
+        logits = self._replay(full_ids, lambda: self._run_tree(full_ids, start, full_parents))
         self.fresh = False
         self.tree_start = list(self.lengths)
         self.lengths = [n + r for n, r in zip(self.lengths, real)]
-        return logits[:count, :width]  # type: ignore[index]
+        return logits[:count, :width]
 
     def keep_states(self, layers: tuple[int, ...]) -> None:
         raise BenchError("--engine compiled: its graphs return only the last layer's states, and the drafter reads others (--drafter eagle); use --engine eager")

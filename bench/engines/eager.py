@@ -99,6 +99,7 @@ class EagerEngine(ModelEngine):
         query = positions.unsqueeze(-1)  # [B, T, 1]
         allowed = {FULL: slot <= query}
         if SLIDING in self.kinds:
+            assert self.window is not None  # attention_layout gives a model with sliding layers its window
             allowed[SLIDING] = allowed[FULL] & (slot > query - self.window)
         return self._additive(allowed)
 
@@ -181,6 +182,7 @@ class EagerEngine(ModelEngine):
         allowed, positions, keys = tree_allowed(start, ancestors(parents), visible)
         kinds = {FULL: allowed}
         if SLIDING in self.kinds:
+            assert self.window is not None  # as in _masks
             kinds[SLIDING] = allowed & (keys.unsqueeze(1) > positions.unsqueeze(-1) - self.window)
         self.cache.place(start.unsqueeze(1) + torch.arange(ids.shape[1], device=ids.device))
         out = self.model(

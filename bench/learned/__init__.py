@@ -9,7 +9,7 @@ with the acceptance regulariser), ``classifier`` (mined labels + the judges' log
 ``features`` (hidden states at a drafted token), ``shared`` (a question's prompt run once),
 ``logistic`` (the fit), ``miners/`` (label recipes), ``recipes`` (the registry, and the key a head
 is cached under), ``train`` (one head) and ``cache`` (the heads a grid lacks). The heads themselves
-run at decode time: bench.head.
+run at decode time: bench.verifier_heads.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from bench.pairs import encode_prompt
 from bench.errors import BenchError
 from bench.learned import Recipe, TrainJob
 from bench.learned.features import PairOracle, token_features
-from bench.head import JudgeHead, check_features
+from bench.verifier_heads import JudgeHead, check_features
 from bench.learned.logistic import AUTOJUDGE, SELFJUDGE, fit_judge, validation_questions
 from bench.learned.miners import Steps, autojudge, run_many, selfjudge
 from bench.tasks import Example
@@ -114,10 +114,8 @@ class ClassifierRecipe(Recipe):
         budget, seed = job.task.spec.max_new_tokens, self.seed * 1_000_003 + q * 1_009
         if self.miner == "selfjudge":
             return selfjudge.mine(prompt, budget, temperature=self.draft_temperature, seed=seed, drafter=self.drafter)
-        tok = job.pair.tokenizer
-
         def agree(a: list[int], b: list[int]) -> bool:
-            text = [tok.decode(x, skip_special_tokens=True) for x in (a, b)]
+            text = [job.pair.text(x) for x in (a, b)]
             return autojudge.answers_agree(job.task, doc, *text)
 
         eos = frozenset(job.pair.eos_token_ids)
@@ -178,8 +176,8 @@ class ClassifierRecipe(Recipe):
         re-run skips the questions done). Stops at the first question after which both classes hold
         ``enough`` labels: where it stops depends on the questions alone, not on the batching."""
         store = job.folder / LABELS
-        empty = {"done": [], "x": [], "y": [], "group": [], "score": [], "format": LABELS_FORMAT}
-        state = torch.load(store) if store.exists() else empty
+        empty: dict[str, Any] = {"done": [], "x": [], "y": [], "group": [], "score": [], "format": LABELS_FORMAT}
+        state: dict[str, Any] = torch.load(store) if store.exists() else empty
         if state.get("format") != LABELS_FORMAT:
             raise BenchError(f"{store} holds labels an older harness mined; delete it or use another --output-dir")
         if state.get("settings", self.settings()) != self.settings():

@@ -25,7 +25,7 @@ from transformers import PreTrainedModel
 from bench.distributions import Sampling
 from bench.drafters.eagle import DraftContext, EagleDrafter
 from bench.errors import BenchError
-from bench.head import feature_vector
+from bench.verifier_heads import feature_vector
 from bench.learned.miners import Drafted, Greedy, Likelihood, Swapped
 from bench.learned.shared import Shared, forward_shared, share
 from bench.pairs import Pair
@@ -68,6 +68,7 @@ def token_features(
     first = min(len(context) for context, _ in sites)
     group = share(rows, first)
     ((_, h_target),) = forward_shared(pair.target, [group], hidden=True)
+    assert h_target is not None  # hidden=True
     at = [group.row(i, len(r) - 1) for i, r in enumerate(rows)]
     h_draft = None
     if features == "draft+target" and eagle is not None:
@@ -75,6 +76,7 @@ def token_features(
     elif features == "draft+target":
         before = share(rows, first - 1)
         ((_, states),) = forward_shared(pair.draft, [before], hidden=True)
+        assert states is not None  # hidden=True
         h_draft = states[[before.row(i, len(r) - 2) for i, r in enumerate(rows)]]
     h_target = h_target[at]
     return [

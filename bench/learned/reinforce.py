@@ -36,7 +36,7 @@ from bench.distributions import Sampling, process, sample, tv
 from bench.drafters.eagle import with_pair_head
 from bench.engines import EagerEngine, EngineFactory, ModelEngine
 from bench.errors import BenchError
-from bench.head import WeightHead, save_head
+from bench.verifier_heads import WeightHead, save_head
 from bench.learned import Recipe, TrainJob
 from bench.learned.rollout_drafts import ModelDrafts, RolloutDrafts, drafter_setting, rollout_drafts
 from bench.learned.rollout_rounds import BONUS, Rounds, check_rollout
@@ -190,9 +190,10 @@ def policy_step(
     last = torch.tensor([len(f) - 1 for f in feed], device=pair.device)
     real = [len(f) for f in feed]
     p_logits, ht = engines[0].step(ids, real, keep=ids.shape[1], hidden=True)
+    assert ht is not None  # hidden=True
     q, h_d = drafts.law(engines[0], ids, real, alive, positions, sampling)
     p = process(p_logits[rows, last], sampling)
-    h_t = ht[rows, last]  # type: ignore[index]
+    h_t = ht[rows, last]
     drafted = torch.tensor([k != BONUS for k in positions], device=pair.device)
     w = head(h_d, h_t).unsqueeze(-1)
     pi = torch.where(drafted.unsqueeze(-1), w * p + (1 - w) * q, p)
@@ -431,10 +432,7 @@ class Trainer:
 
     def rewards(self, batch: list[Example], sampled: list[Rollout]) -> Tensor:
         """[B] the reward of each rollout's decoded completion."""
-        tok = self.pair.tokenizer
-        rewards = [
-            self.reward(e, r, tok.decode(r.tokens, skip_special_tokens=True)) for e, r in zip(batch, sampled)
-        ]
+        rewards = [self.reward(e, r, self.pair.text(r.tokens)) for e, r in zip(batch, sampled)]
         return torch.tensor(rewards, device=self.pair.device)
 
     def learn(self, sampled: list[Rollout], reward_t: Tensor) -> Tensor:

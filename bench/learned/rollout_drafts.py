@@ -86,7 +86,8 @@ class ModelDrafts(RolloutDrafts):
         rows = torch.arange(len(real), device=ids.device)
         last = torch.tensor([n - 1 for n in real], device=ids.device)
         q_logits, hd = self.engine.step(ids, real, keep=ids.shape[1], hidden=True)
-        return process(q_logits[rows, last], sampling), hd[rows, last]  # type: ignore[index]
+        assert hd is not None  # hidden=True
+        return process(q_logits[rows, last], sampling), hd[rows, last]
 
 
 @dataclass
@@ -96,7 +97,7 @@ class _Row:
     index: int
     seq: list[int]
     out: list[int] = field(default_factory=list)
-    generator: torch.Generator | None = None  # the drafter draws nothing here
+    generator: torch.Generator = field(default_factory=torch.Generator)  # the drafter draws nothing here
 
 
 class EagleDrafts(RolloutDrafts):

@@ -28,7 +28,7 @@ def problems(seed: int = SEED) -> dict[str, list[tuple[int, int]]]:
     seen: set[tuple[int, int]] = set()
     out: dict[str, list[tuple[int, int]]] = {}
     for split, size in SPLIT_SIZES.items():
-        rows = []
+        rows: list[tuple[int, int]] = []
         while len(rows) < size:
             ab = (rng.randint(100, 999), rng.randint(100, 999))
             if ab not in seen:

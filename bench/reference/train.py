@@ -81,7 +81,7 @@ def encode(tok: PreTrainedTokenizerFast, text: str) -> tuple[list[int], int]:
 
 
 def batch(tok: PreTrainedTokenizerFast, recipe: ModelRecipe, rng: random.Random, test: set) -> tuple:
-    seqs = []
+    seqs: list[tuple[list[int], int]] = []
     while len(seqs) < recipe.batch:
         a, b = rng.randint(100, 999), rng.randint(100, 999)
         if (a, b) not in test:
@@ -153,7 +153,8 @@ def greedy_accuracy(model: LlamaForCausalLM, tok: PreTrainedTokenizerFast, n: in
             continue
         ids = torch.tensor([tok(prompt(a, b)).input_ids])
         out = model.generate(ids, max_new_tokens=60, do_sample=False, eos_token_id=tok.eos_token_id)
-        text = tok.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
+        text = tok.decode(out[0, ids.shape[1] :].tolist(), skip_special_tokens=True)
+        assert isinstance(text, str)  # one sequence decodes to a str (transformers types a batch's too)
         right += text.strip().endswith(f"#### {a + b}")
         done += 1
     return right / n

@@ -17,7 +17,7 @@ and the verdicts name each side's drafts where they differ: a better draft is no
 
 Each candidate point is judged against each family's frontier, and a candidate run at several
 settings (its configurations of one family in a panel and task) has its frontier judged against
-each other family's frontier (``bench.reports.judge``: the paired bootstrap and the rules). The
+each other family's frontier (``bench.reports.verdicts``: the paired bootstrap and the rules). The
 family verdicts then give one line per candidate family and baseline family: the frontier verdict
 where the candidate was swept, its point verdict where it ran one setting.
 ``bench.reports.compare_format`` turns them into text.
@@ -34,7 +34,7 @@ import pandas as pd
 from bench.calibration.notes import barely_moves, floor_point, reaches_floor
 from bench.errors import BenchError
 from bench.lossless import ANCHORS, Drafts, anchors
-from bench.reports.judge import judge, judge_frontiers
+from bench.reports.verdicts import frontier_verdict, point_verdict
 from bench.reports.margins import Margins
 from bench.reports.summary import ON, Panel, panels, quality_metrics, summarise, task_facts
 from bench.verifiers import MethodInfo
@@ -77,7 +77,7 @@ class Comparison:
     candidate_family: str  # the candidate configuration's family
     margin: float  # the quality difference that counts as none (bench.reports.margins)
     metric: str  # the margin's metric and source, as the verdict names it ("rouge2, default")
-    detectable: float  # the smallest difference this sample detects at 80% power (judge.detectable)
+    detectable: float  # the smallest difference this sample detects at 80% power (margins.detectable)
     fidelity: str  # the candidate's fidelity against ar: on-distribution, or off-distribution and why
     candidate_drafts: str = ""  # what drafted each side ("sampled drafts", "greedy drafts", ...)
     family_drafts: str = ""
@@ -388,7 +388,7 @@ def _point(
     elif shortfall:
         result = _blank_point(shortfall, cand)
     else:
-        result = judge(
+        result = point_verdict(
             _per_example(rows, cand["config_id"], paired),
             [_per_example(rows, cid, paired) for cid in ids] + _floor(members, len(paired)),
             margin=where["margin"],
@@ -475,7 +475,7 @@ def _frontier(
     paired = _paired(examples, [*cand_ids, *ids])
     shortfall = _shortfall(paired, "the candidate's settings and this family")
     nan, pair = float("nan"), (float("nan"), float("nan"))
-    blank = {
+    blank: dict[str, Any] = {
         "shared_acceptance": pair,
         **{k: nan for k in ("mean_gap", "largest_lead", "largest_deficit")},
         **{k: pair for k in ("mean_gap_ci", "largest_lead_ci", "largest_deficit_ci")},
@@ -488,7 +488,7 @@ def _frontier(
     elif shortfall:
         result = {**blank, "reason": shortfall}
     else:
-        result = judge_frontiers(
+        result = frontier_verdict(
             [_per_example(rows, cid, paired) for cid in cand_ids],
             [_per_example(rows, cid, paired) for cid in ids] + _floor(members, len(paired)),
             margin=where["margin"],

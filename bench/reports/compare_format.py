@@ -211,7 +211,7 @@ def family_cells(v: FamilyVerdict) -> dict[str, str]:
 
 
 def _by_panel(verdicts: Verdicts) -> list[str]:
-    found = [*verdicts.families, *verdicts.points, *verdicts.frontiers]
+    found: list[FamilyVerdict | Comparison | FrontierComparison] = [*verdicts.families, *verdicts.points, *verdicts.frontiers]
     return list(dict.fromkeys(v.panel for v in found))
 
 

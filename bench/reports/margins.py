@@ -1,7 +1,7 @@
 """Equivalence margins: per metric, the largest difference that counts as none.
 
 A verdict of "equivalent" is a claim about a margin: the paired 95% interval of the difference lies
-inside ±margin (``bench.reports.judge.settle``). There is no margin-free "no difference", so every
+inside ±margin (``settle`` below; bench.reports.verdicts applies it). There is no margin-free "no difference", so every
 verdict names its margin, and ``--margin NAME=VALUE`` (compare, report, recommend, table) replaces
 a default:
 

@@ -19,6 +19,7 @@ import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.artist import Artist  # noqa: E402
 from matplotlib.collections import LineCollection  # noqa: E402
 from matplotlib.container import ErrorbarContainer  # noqa: E402
 from matplotlib.transforms import Bbox  # noqa: E402
@@ -176,7 +177,7 @@ def _place_labels(ax: plt.Axes, points: list[tuple[float, float]], texts: list[s
     of the axes' edge, of every other label and of every marker is left out (the table names every
     point): a label is never drawn over another, nor over a point."""
     ax.figure.canvas.draw()
-    renderer = ax.figure.canvas.get_renderer()
+    renderer = ax.figure.canvas.get_renderer()  # type: ignore[attr-defined]  # Agg's; FigureCanvasBase lacks it
     frame = ax.get_window_extent(renderer)
     markers, lines = _obstacles(ax)
     taken = [text.get_window_extent(renderer) for text in ax.texts]  # other sweeps' labels
@@ -604,7 +605,7 @@ def plot_weights(
     for ax, task in zip(axes, tasks):
         for label, g in part[part["task"] == task].groupby("legend", sort=False):
             w = np.concatenate([np.asarray(x, float) for x in g["weights"]])
-            ax.hist(w, bins=np.linspace(0, 1, 41), alpha=0.6, color=colours[label], label=label)
+            ax.hist(w, bins=np.linspace(0, 1, 41).tolist(), alpha=0.6, color=colours[label], label=label)
             # each panel's own mean, on the panel: a figure-wide legend entry would show one task's
             mean = float(w.mean())
             if len(heads) == 1:
@@ -637,7 +638,7 @@ def plot_weights(
 def _legend(fig: plt.Figure, axes: list[plt.Axes], order: list[str] | None = None) -> None:
     """One legend for the figure, below the panels, with each drawn label once, in ``order``
     (labels as drawn) where given: matplotlib lists lines before error-bar points otherwise."""
-    seen: dict[str, object] = {}
+    seen: dict[str, Artist] = {}
     for ax in axes:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             # an error-bar point is keyed by its marker alone: the bars would clutter the key

@@ -97,7 +97,11 @@ class Floor:
 
     def margin(self, quality: np.ndarray, ar: np.ndarray | None) -> np.ndarray:
         """Per example: quality minus the floor (paired with ar's quality on that example)."""
-        return quality - (self.value * ar if self.relative else self.value)
+        if not self.relative:
+            return quality - self.value
+        if ar is None:
+            raise BenchError(f"a relative quality floor ({self.value:g} x ar's) needs ar's quality on the same examples")
+        return quality - self.value * ar
 
     @property
     def kept_by_lossless(self) -> bool:

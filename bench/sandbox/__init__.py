@@ -93,6 +93,7 @@ def run_tests(
     jail = _jail(_chosen)
     with jail.process(_limits_source(limits), _WORKER) as proc:
         wall = limits.wall
+        assert proc.stderr is not None  # the jail opens it as a pipe
         output = judge.Output(proc.stderr.fileno())
         channel = judge.Channel(proc, time.monotonic() + wall, output)
         try:

@@ -108,6 +108,8 @@ class Channel:
 
     def __init__(self, proc: subprocess.Popen, deadline: float, output: Output) -> None:
         self.proc, self.deadline, self.output, self.buffer = proc, deadline, output, bytearray()
+        assert proc.stdin is not None and proc.stdout is not None  # the jail opens both as pipes
+        self.stdin, self.stdout = proc.stdin, proc.stdout
 
     def request(self, message: dict[str, Any]) -> Any:
         self._send(protocol.dumps(message))
@@ -127,7 +129,7 @@ class Channel:
     def _send(self, data: bytes) -> None:
         """Write without ever blocking past the deadline: a worker that stops reading its pipe
         leaves the judge waiting only until then."""
-        fd = self.proc.stdin.fileno()
+        fd = self.stdin.fileno()
         os.set_blocking(fd, False)
         view = memoryview(data)
         while view:
@@ -150,7 +152,7 @@ class Channel:
 
     def _line(self) -> bytes:
         """One reply line, read before the deadline; at most ``MAX_REPLY_BYTES``."""
-        fd = self.proc.stdout.fileno()
+        fd = self.stdout.fileno()
         while (end := self.buffer.find(b"\n")) < 0:
             left = self.deadline - time.monotonic()
             if left <= 0:

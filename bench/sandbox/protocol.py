@@ -133,8 +133,8 @@ def encode(value: Any, opaque: Callable[[Any], dict[str, Any]], depth: int = 0) 
     for kind in _SCALARS:
         if isinstance(value, kind):
             return encode(kind(value), opaque, depth)
-    for tag, kind in _COLLECTIONS:
-        if isinstance(value, kind):
+    for tag, collection in _COLLECTIONS:
+        if isinstance(value, collection):
             return {tag: [encode(v, opaque, depth + 1) for v in value]}
     if isinstance(value, dict):
         return {"d": [[encode(k, opaque, depth + 1), encode(v, opaque, depth + 1)] for k, v in value.items()]}

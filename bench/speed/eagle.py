@@ -21,6 +21,7 @@ falls somewhat under it; efficiency = measured / bound.
 
 from __future__ import annotations
 
+from functools import partial
 import statistics
 import time
 import types
@@ -60,7 +61,8 @@ def chain_steps(
     device, widest = decoder.device, max(draft_lens) + 1
     target.start(1, len(prompt) + widest + 1)
     target.step(torch.tensor([prompt[:-1]], device=device), [len(prompt) - 1], keep=1, hidden=False)
-    states = target.states[0]  # type: ignore[index]  # the prompt's, as the loop's prefill hands them
+    assert target.states is not None  # the drafter's layers: bind made the engine keep them
+    states = target.states[0]  # the prompt's, as the loop's prefill hands them
     # Room after the prompt: a catch-up reads the tokens after the states it is fed.
     row = types.SimpleNamespace(
         index=0, seq=prompt + prompt[-1:] * widest, generator=torch.Generator(device).manual_seed(0)
@@ -68,15 +70,19 @@ def chain_steps(
     drafter.start(1)
     drafter.take_states([row], [states])
     base = drafter.catch_up(row)  # the head's cache over the prompt
+    last = base.last
+    assert last is not None  # a prompt of two tokens or more (checked above) leaves the head a state
 
     def head_step() -> None:
-        token = drafter.propose(base.last, row.generator)[0]
-        drafter.advance(base.last, token, base.cache)
+        token = drafter.propose(last, row.generator)[0]
+        drafter.advance(last, token, base.cache)
 
     def catch_up(m: int) -> Callable[[], object]:
         def run() -> None:
             drafter.rows[0] = RowState(cache=base.cache, fed=base.fed, pending=[states[-m:]], last=base.last)
-            drafter.propose(drafter.catch_up(row).last, row.generator)
+            caught = drafter.catch_up(row).last
+            assert caught is not None  # it caught up over the states it was given
+            drafter.propose(caught, row.generator)
 
         return run
 
@@ -191,7 +197,7 @@ def measure_eagle(
         got = paired(
             repeats,
             ar=lambda: run_harness(pair, "ar", prompts, 1, max_new, engine, sampling=sampling),
-            sd=lambda n=n: run_harness(pair, "sd", prompts, n, max_new, engine, spec, sampling),
+            sd=partial(run_harness, pair, "sd", prompts, n, max_new, engine, spec, sampling),
         )
         row = decode_row(got, n, sampling.greedy)
         row |= bound(per_target, n, row["tokens_per_forward"], row["draft_forwards_per_round"])
@@ -200,9 +206,11 @@ def measure_eagle(
             f"N={n}: {row['tokens_per_forward']:.2f} tokens/forward, bound {row['bound']:.2f}, rounds' speedup {row['decode_speedup']:.2f}"
         )
         rows.append(row)
+    drafter = decoder.drafter
+    assert isinstance(drafter, EagleDrafter)  # chain_steps refused any other
     return {
         "pair": pair.spec.name, "device": str(pair.device), "dtype": str(pair.target.dtype).replace("torch.", ""),
-        "threads": torch.get_num_threads(), "drafter": spec, "head": decoder.drafter.path,  # type: ignore[union-attr]
+        "threads": torch.get_num_threads(), "drafter": spec, "head": drafter.path,
         "prompts": len(prompts), "prompt_tokens": len(prompts[0]), "max_new_tokens": max_new, "repeats": repeats,
         "passes": PASSES_PER_REPEAT * repeats, "temperature": sampling.temperature, "setup_s": setup,
         "steps": steps, "rows": rows,

@@ -1,7 +1,7 @@
 """What a timed run's outputs are worth, beside its speed: the task's own quality against the
 reference, the target's log-likelihood per token, and agreement with ``ar``'s outputs.
 
-Every method, ``ar`` and transformers' prompt lookup included, is judged the same way on the first
+Every method, ``ar`` and transformers' prompt lookup included, is measured the same way on the first
 repeat's outputs: the log-likelihood by one target forward over prompt + output (transformers
 reports none of its own), the quality by the task's scorer (``Task.score``, as ``run`` scores a
 row), agreement as the per-category report defines it (``prefix_share``: the share of ``ar``'s
@@ -33,14 +33,14 @@ def target_loglik(pair: Pair, prompt: list[int], output: list[int]) -> float:
     return float((picked - logits.logsumexp(-1)).sum())
 
 
-class Judge:
+class Fidelity:
     """The task's quality of each output of the timed prompts, and the target's log-likelihood."""
 
     def __init__(self, pair: Pair, task: Task, examples: list[Example], prompts: list[list[int]]) -> None:
         self.pair, self.task, self.examples, self.prompts = pair, task, examples, prompts
 
     def texts(self, outputs: list[list[int]]) -> list[str]:
-        return [self.pair.tokenizer.decode(o, skip_special_tokens=True) for o in outputs]
+        return [self.pair.text(o) for o in outputs]
 
     def quality(self, texts: list[str]) -> tuple[float | None, str]:
         """Mean of the task's primary score over the prompts that have one (a Spec-Bench category

@@ -5,11 +5,12 @@ verifiers on the same drafts) against its own ``ar`` and against transformers' p
 What decides a lookup's speed is the price of a wider verify step (a lookup costs nothing to
 draft): ``width_costs`` times a target step of every width 1 .. N + 1 after a real prompt, on the
 engine being measured. Every figure is a median over repeats of runs made back to back; what the
-outputs are worth (quality, log-likelihood, agreement with ``ar``) is judged on the first repeat's.
+outputs are worth (quality, log-likelihood, agreement with ``ar``) is measured on the first repeat's.
 """
 
 from __future__ import annotations
 
+from functools import partial
 import statistics
 import time
 from collections.abc import Callable
@@ -23,7 +24,7 @@ from bench.drafters import canonical_drafter, parse_drafter
 from bench.engines import CompiledEngines, EngineFactory, ModelEngine
 from bench.pairs import Pair
 from bench.speed.runs import Timed, median_seconds, paired, ratio, run_harness, timed_generate
-from bench.speed.fidelity import Judge
+from bench.speed.fidelity import Fidelity
 
 AR, HF = "ar", "transformers' lookup"  # the two baselines' labels in the rows
 
@@ -51,7 +52,7 @@ def width_costs(
     engine that runs any width (eager); on a compiled one the widths the lookup runs compiled (1
     and each N + 1; more draft lengths measure more widths, a graph per width costs minutes)."""
     if isinstance(engine, CompiledEngines):
-        sets = [(1, n + 1) for n in draft_lens]
+        sets: list[tuple[int, ...]] = [(1, n + 1) for n in draft_lens]
     else:
         sets = [tuple(range(1, max(draft_lens) + 2))]
     out: dict[int, float] = {}
@@ -138,7 +139,7 @@ def _counters(stats: list[DecodeStats]) -> dict[str, float | None]:
     }
 
 
-def _row(label: str, n: int, got: dict[str, list[Timed]], judge: Judge, greedy: bool) -> dict[str, Any]:
+def _row(label: str, n: int, got: dict[str, list[Timed]], fidelity: Fidelity, greedy: bool) -> dict[str, Any]:
     """One method (or baseline) at one N: time ratios over the repeats, counters, and what its
     first repeat's outputs are worth against ``ar``'s."""
     first = got[label][0]
@@ -148,7 +149,7 @@ def _row(label: str, n: int, got: dict[str, list[Timed]], judge: Judge, greedy: 
         "speedup": statistics.median(speedups), "speedup_range": [min(speedups), max(speedups)],
         "vs_hf": ratio(got, HF, label),  # transformers' time / this one's: above 1 is faster
         **_counters(first.stats),
-        **judge(first.outputs, got[AR][0].outputs, greedy),
+        **fidelity(first.outputs, got[AR][0].outputs, greedy),
         "equals_hf": first.outputs == got[HF][0].outputs if greedy else None,
     }  # fmt: skip
 
@@ -179,7 +180,7 @@ def _warm_up(
 
 def measure_lookup(
     pair: Pair,
-    judge: Judge,
+    fidelity: Fidelity,
     draft_lens: list[int],
     max_new: int,
     repeats: int,
@@ -190,10 +191,10 @@ def measure_lookup(
     temperature: float = 0.0,
 ) -> dict[str, Any]:
     """Per N: ``ar``, transformers' prompt lookup and each method (label -> (method, params)) with
-    the lookup drafter on ``judge``'s prompts, in one repeat back to back; medians of the time
+    the lookup drafter on ``fidelity``'s prompts, in one repeat back to back; medians of the time
     ratios and their range over repeats; a row each, the baselines included. Greedy, or sampled at
     ``temperature`` (outputs then differ by their draws: agreement is judged greedy only)."""
-    prompts, spec, sampling = judge.prompts, canonical_drafter(drafter), Sampling(temperature)
+    prompts, spec, sampling = fidelity.prompts, canonical_drafter(drafter), Sampling(temperature)
     # transformers' lookup matches the drafter's n-gram size; transformers' own default (2) beside a
     # drafter without one (suffix).
     ngram = int(parse_drafter(spec)[1].get("ngram", 2))
@@ -207,12 +208,10 @@ def measure_lookup(
             HF: lambda: run_transformers_lookup(pair, prompts, n, ngram, max_new, temperature),
         }
         for label, (m, params) in methods.items():
-            runs[label] = lambda m=m, params=params: run_harness(
-                pair, m, prompts, n, max_new, engine, spec, sampling, **params
-            )
+            runs[label] = partial(run_harness, pair, m, prompts, n, max_new, engine, spec, sampling, **params)
         got = paired(repeats, **runs)
         for label in runs:
-            rows.append(_row(label, n, got, judge, greedy=not temperature))
+            rows.append(_row(label, n, got, fidelity, greedy=not temperature))
             log(_line(rows[-1]))
     _deltas(rows)
     return {

@@ -281,13 +281,10 @@ def lookup_plot(result: dict[str, Any], path: Path) -> None:
     key = [Line2D([], [], color="grey", ls="--", label="ar (log p/token; speedup 1)")]
     for k, p in enumerate(plot_points(result), start=1):
         lo, hi = p["range"]
-        style = {
-            "marker": "s" if p["transformers"] else "o",
-            "color": "black" if p["transformers"] else f"C{k % 10}",
-        }
-        ax.errorbar(p["x"], p["y"], yerr=[[p["y"] - lo], [hi - p["y"]]], ls="", capsize=3, ms=6, **style)
+        marker, color = ("s", "black") if p["transformers"] else ("o", f"C{k % 10}")
+        ax.errorbar(p["x"], p["y"], yerr=[[p["y"] - lo], [hi - p["y"]]], ls="", capsize=3, ms=6, marker=marker, color=color)
         ax.annotate(str(k), (p["x"], p["y"]), xytext=(4, 3), textcoords="offset points", fontsize=7)
-        key.append(Line2D([], [], ls="", **style, label=f"{k}: {p['label']}"))
+        key.append(Line2D([], [], ls="", marker=marker, color=color, label=f"{k}: {p['label']}"))
     ax.margins(x=0.1, y=0.1)
     ax.xaxis.set_major_locator(plt.MaxNLocator(6))
     ax.set_xlabel("target log p per emitted token (ar's own: dashed; a relaxed rule can move it either way)")

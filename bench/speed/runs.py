@@ -104,7 +104,7 @@ def timed_generate(pair: Pair, prompts: list[list[int]], max_new: int, **kwargs:
         ids = torch.tensor([prompt], device=pair.device)
         sync(pair.device)
         start = time.perf_counter()
-        out = pair.target.generate(
+        out = pair.generating_target.generate(
             ids,
             attention_mask=torch.ones_like(ids),
             max_new_tokens=max_new,

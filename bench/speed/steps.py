@@ -10,6 +10,7 @@ are compared token for token.
 
 from __future__ import annotations
 
+from functools import partial
 import statistics
 import time
 import warnings
@@ -82,7 +83,7 @@ class StepClock:
     def __init__(self, pair: Pair) -> None:
         self.pair = pair
         self.seconds: dict[str, list[float]] = {"target": [], "draft": []}
-        self.saved: dict[type, Any] = {}
+        self.saved: dict[type[EagerEngine], Any] = {}
 
     def __enter__(self) -> StepClock:
         roles = {id(self.pair.target): "target", id(self.pair.draft): "draft"}
@@ -100,12 +101,12 @@ class StepClock:
 
         for cls in (EagerEngine, CompiledEngine):
             self.saved[cls] = cls.__dict__["step"]
-            cls.step = timed(cls.__dict__["step"])  # type: ignore[method-assign]
+            cls.step = timed(cls.__dict__["step"])  # type: ignore[method-assign]  # patched for the block
         return self
 
     def __exit__(self, *exc: Any) -> None:
         for cls, step in self.saved.items():
-            cls.step = step  # type: ignore[method-assign]
+            cls.step = step  # type: ignore[method-assign]  # restored
 
 
 def clocked(
@@ -198,10 +199,10 @@ def _runs(
     first = engines[next(iter(engines))]
     runs: dict[str, Callable[[], Timed]] = {}
     for name, engine in engines.items():  # engines alternate within each repeat
-        runs[f"ar@{name}"] = lambda e=engine: run_harness(pair, "ar", prompts, 1, max_new, e)
-        runs[f"sd@{name}"] = lambda e=engine: run_harness(pair, "sd", prompts, n, max_new, e)
-        runs[f"ar-clock@{name}"] = lambda e=engine: clocked(pair, "ar", prompts, 1, max_new, e)
-        runs[f"sd-clock@{name}"] = lambda e=engine: clocked(pair, "sd", prompts, n, max_new, e)
+        runs[f"ar@{name}"] = partial(run_harness, pair, "ar", prompts, 1, max_new, engine)
+        runs[f"sd@{name}"] = partial(run_harness, pair, "sd", prompts, n, max_new, engine)
+        runs[f"ar-clock@{name}"] = partial(clocked, pair, "ar", prompts, 1, max_new, engine)
+        runs[f"sd-clock@{name}"] = partial(clocked, pair, "sd", prompts, n, max_new, engine)
     runs["hf_sd"] = lambda: run_transformers(pair, prompts, n, max_new, assisted=True)
     if ensemble_weight is not None:
         runs["ens"] = lambda: run_harness(

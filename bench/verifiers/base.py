@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any, ClassVar
@@ -31,7 +31,7 @@ from torch import Tensor
 
 from bench.distributions import Generators, Sampling, normalise, sample, tv, uniform
 from bench.errors import BenchError
-from bench.plugins import load_class
+from bench.plugins import load_class, parameters
 
 
 @dataclass(frozen=True)
@@ -323,7 +323,7 @@ def verifier_class(name: str) -> type[Verifier]:
 def make_verifier(name: str, **params: Any) -> Verifier:
     """Build a verifier; unknown parameters are refused, not ignored."""
     cls = verifier_class(name)
-    known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    known = {f.name for f in parameters(cls)}
     unknown = set(params) - known
     if unknown:
         allowed = ", ".join(sorted(known)) or "none"
@@ -359,13 +359,13 @@ class MethodInfo:
     @classmethod
     def of(cls, verifier: type[Verifier]) -> MethodInfo:
         defaults = {
-            f.name: f.default for f in fields(verifier) if f.default is not MISSING  # type: ignore[arg-type]
+            f.name: f.default for f in parameters(verifier) if f.default is not MISSING
         }
-        unknown = set(verifier.sweep) - {f.name for f in fields(verifier)}  # type: ignore[arg-type]
+        unknown = set(verifier.sweep) - {f.name for f in parameters(verifier)}
         if unknown:
             raise BenchError(f"{verifier.name}: sweep names {sorted(unknown)}, which are not its parameters")
         calibration = verifier.calibration
-        stray = set(calibration.moved if calibration else ()) - {f.name for f in fields(verifier)}  # type: ignore[arg-type]
+        stray = set(calibration.moved if calibration else ()) - {f.name for f in parameters(verifier)}
         if stray:
             raise BenchError(f"{verifier.name}: calibration moves {sorted(stray)}, which are not its parameters")
         return cls(
@@ -403,7 +403,8 @@ class MethodInfo:
         """The parameters whose values are a family's points: the declared sweep and the parameters
         its calibration moves, or, for a class that declares neither, every numeric parameter (any
         of them may be swept with --param)."""
-        moved = self.calibrated.moved if self.calibration else ()
+        calibrated = self.calibrated
+        moved = calibrated.moved if calibrated else ()
         if self.sweep or moved:
             return tuple(dict.fromkeys([*self.sweep, *moved]))
         return tuple(

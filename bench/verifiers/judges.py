@@ -6,7 +6,7 @@ NeurIPS 2025, arXiv 2504.20039; garipovroma/autojudge eval/generation_utils.py, 
 drafted token if it equals the target's argmax or the head's p(important) < tau. SelfJudge
 (arXiv 2510.02329) runs the same rule with labels from the target's own likelihood. Here the head
 outputs p(important) (``Round.weights``; a trained head on the quantile scale of its validation
-scores, bench.head.JudgeHead, so tau is a quantile level as in AutoJudge's threshold sweep,
+scores, bench.verifier_heads.JudgeHead, so tau is a quantile level as in AutoJudge's threshold sweep,
 src/train_head_gsm8k.py) and tau is the knob: tau = 0 keeps nothing SD would
 reject (lossless SD, token for token), tau = 1 keeps every drafted token whose p(important) is
 below 1. Judge Decoding's delta is 1 - tau on a head that outputs p(fine) = 1 - p(important).
@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from bench.errors import BenchError
-from bench.head import check_features
+from bench.verifier_heads import check_features
 from bench.verifiers.base import Calibration, Round, Verifier
 
 

@@ -39,6 +39,7 @@ def mixture(r: Round, w: Tensor | float, mix: str) -> Tensor:
     if mix == "prob":
         return w * r.p + (1 - w) * r.q
     s = r.sampling
+    assert r.p_logits is not None and r.q_logits is not None  # this mix reads logits: reads() declares them
     if s.greedy:
         return (w * r.p_logits.float() + (1 - w) * r.q_logits.float()).softmax(-1)
     t = s.temperature

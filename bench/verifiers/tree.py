@@ -32,7 +32,7 @@ from torch import Tensor
 from bench.distributions import Generators, Sampling, normalise, sample, uniform
 from bench.errors import BenchError
 from bench.verifiers.base import VERIFIERS, Round, Verifier
-from bench.verifiers.engines import SGLANG_MIN_THRESHOLD_ACC
+from bench.verifiers.engines import SGLANG_MIN_THRESHOLD_ACC, ThresholdAcceptance
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,8 @@ class TreeRound:
         """[B, V]: the law node j was drawn from."""
         if self.deterministic:
             return torch.zeros_like(self.p[:, 0]).scatter_(-1, self.ids[:, j : j + 1], 1.0)
-        return self.q[:, j]  # type: ignore[index]
+        assert self.q is not None  # a drafter that samples supplies its law
+        return self.q[:, j]
 
     @cached_property
     def links(self) -> Tensor:
@@ -189,9 +190,10 @@ def _sglang(verifier: Verifier, r: TreeRound, generators: Generators) -> tuple[T
     one coin per parent; child x kept iff coin <= prob_acc / acc or p(x) >= single, prob_acc the
     summed p of the children tried so far; a rejected child's p copied into draft_probs, so the
     last token is drawn from relu(p - draft_probs) (draft_probs zeros in target-only mode)."""
-    single: float = verifier.speculative_accept_threshold_single  # type: ignore[attr-defined]
-    acc: float = verifier.speculative_accept_threshold_acc  # type: ignore[attr-defined]
-    acc = max(acc, SGLANG_MIN_THRESHOLD_ACC)
+    if not isinstance(verifier, ThresholdAcceptance):
+        raise BenchError(f"{verifier.name}: tree rule 'sglang' reads ThresholdAcceptance's thresholds; subclass it")
+    single = verifier.speculative_accept_threshold_single
+    acc = max(verifier.speculative_accept_threshold_acc, SGLANG_MIN_THRESHOLD_ACC)
     batch = r.tokens.shape[0]
     coins = uniform(batch, r.tokens.shape[1] + 1, generators, r.tokens.device)
     coin, prob_acc = coins[:, 0], torch.zeros(batch, device=r.p.device)

@@ -20,7 +20,7 @@ import torch
 from bench.decode_stats import DecodeStats
 from bench.decoding import SpeculativeDecoder
 from bench.distributions import Sampling
-from bench.head import WeightHead
+from bench.verifier_heads import WeightHead
 from bench.verifiers import make_verifier
 
 GREEDY, HOT = Sampling(temperature=0.0), Sampling(temperature=1.0)

@@ -6,7 +6,7 @@ import torch
 from bench.decoding import SpeculativeDecoder
 from bench.distributions import Sampling
 from bench.errors import BenchError
-from bench.head import WeightHead
+from bench.verifier_heads import WeightHead
 from bench.pairs import load_pair, resolve_pair
 from bench.verifiers import make_verifier
 

@@ -15,7 +15,7 @@ from bench.build import build_decoder
 from bench.cli import app
 from bench.distributions import Sampling, tv
 from bench.errors import BenchError
-from bench.head import WeightHead, save_head
+from bench.verifier_heads import WeightHead, save_head
 import bench.learned.reinforce
 import bench.learned.rollout_rounds
 import bench.verify_step

@@ -410,8 +410,8 @@ def path_of(tokens, parents, j):
 )
 def test_every_method_runs_on_eagle_drafts(tmp_path, method):
     """q is a law over the target's vocabulary, hidden the head's: every verifier decodes on them."""
-    from bench.head import WeightHead
-    from bench.head import JudgeHead
+    from bench.verifier_heads import WeightHead
+    from bench.verifier_heads import JudgeHead
 
     target = small_target(vocab=40, scale=5.0)
     folder = write_eagle_head(tmp_path / "h", target.config, "eagle3", draft_vocab=30)

@@ -16,7 +16,7 @@ from bench.build import build_decoder
 from bench.distributions import Sampling
 from bench.drafters.eagle import EagleDrafter
 from bench.errors import BenchError
-from bench.head import JudgeHead
+from bench.verifier_heads import JudgeHead
 from bench.learned.classifier import ClassifierRecipe
 from bench.learned.features import PairOracle, eagle_outputs, token_features
 from bench.learned.miners import Drafted

@@ -1,4 +1,4 @@
-"""Training an EAGLE-3 head offline (bench.learned.eagle, bench.learned.eagle_ttt) on the tiny pair:
+"""Training an EAGLE-3 head offline (bench.eagle.train, bench.eagle.ttt) on the tiny pair:
 the features are the target's teacher-forced states, the reduced vocabulary maps both ways, the
 unrolled training step is what the decoding head computes, the loss falls, a killed run resumes to
 the same tensors as an uninterrupted one, and the exported head loads through the published-layout
@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from bench.eagle.heads import Eagle3Head, HeadConfig, load_eagle_head
-from bench.errors import BenchError
-from bench.learned.eagle import (
+from bench.eagle.shards import materialise
+from bench.eagle.train import (
     DraftJob,
     FitSettings,
     draft_vocab,
@@ -27,8 +27,8 @@ from bench.learned.eagle import (
     target_rows,
     train_draft,
 )
-from bench.learned.eagle_shards import materialise
-from bench.learned.eagle_ttt import chain_acceptance, collate, unroll
+from bench.eagle.ttt import chain_acceptance, collate, unroll
+from bench.errors import BenchError
 
 PROMPTS = [f"question {i}: what is {i} plus {3 * i}?" for i in range(8)]
 
@@ -139,6 +139,52 @@ def test_loss_falls_and_a_killed_run_resumes_exactly(tiny_pair, records, tmp_pat
     assert [h["loss"] for h in state2["history"]] == losses
     for (name, a), b in zip(whole.state_dict().items(), resumed.state_dict().values(), strict=True):
         assert torch.equal(a, b), name
+
+
+def test_what_training_writes_names_no_module_so_a_moved_trainer_resumes_it(tiny_pair, tmp_path):
+    """Draft-head training moved (bench.eagle.train -> bench.eagle.train, issue 60): a run begun
+    before the move resumes only if its files pickle no class of the package: the checkpoint and
+    the feature shards load with ``weights_only``, which refuses any such class."""
+    prompts = [{"prompt": p, "source": "s", "row": i} for i, p in enumerate(PROMPTS[:3])]
+    records = generate_features(tiny_pair, prompts, tmp_path / "feat", 6, 2, False, lambda _: None)
+    d2t, t2d = draft_vocab(records, 32, tiny_pair.target.config.vocab_size, lambda _: None)
+    settings = FitSettings(steps=2, batch=2, ttt_steps=2, save_every=1)
+    fit(new_head(tiny_pair, d2t, t2d, 0, True), records, target_rows(tiny_pair, t2d), settings, tmp_path / "c.pt", lambda _: None)
+    written = [tmp_path / "c.pt", *sorted((tmp_path / "feat").glob("*.pt"))]
+    assert len(written) == 3  # the checkpoint, two shards (work/vocab.pt is read weights_only already)
+    for path in written:
+        torch.load(path, weights_only=True)
+
+
+def test_heads_trained_before_the_move_still_load():
+    """The shipped EAGLE head, named as its pair file names it (``eagle: reference/smollm2-eagle``),
+    loads through today's loader; the shipped verifier head loads as the demo grid names it; and a
+    card that names a module of the package (``bench.x`` or ``bench/x.py``) names one that exists."""
+    import re
+    from types import SimpleNamespace
+
+    from bench.drafters.eagle import draft_head_source
+    from bench.grid import load_grid
+    from bench.verifier_heads import WeightHead, load_head
+
+    import bench
+
+    root = Path(bench.__file__).resolve().parent.parent  # the folder that holds the package
+    source = draft_head_source("reference/smollm2-eagle")
+    assert Path(source) == root / "bench" / "reference" / "smollm2-eagle"
+    head = load_eagle_head(source, SimpleNamespace(vocab_size=49152, hidden_size=576))
+    assert isinstance(head, Eagle3Head) and head.config.draft_vocab_size == 8192
+    weight, card = load_head(load_grid("demo")["head"], "ref", (64, 96))
+    assert isinstance(weight, WeightHead) and card["trained"]
+    cards = sorted((root / "bench").rglob("card.json"))
+    assert len(cards) >= 3
+    for path in cards:
+        text = path.read_text()
+        json.loads(text)
+        for name in re.findall(r"\bbench(?:\.[a-z_]+)+", text):
+            assert (root / (name.replace(".", "/") + ".py")).is_file() or (root / name.replace(".", "/")).is_dir(), (path, name)
+        for name in re.findall(r"\bbench/[\w/]+\.py", text):
+            assert (root / name).is_file(), (path, name)
 
 
 def test_exported_head_loads_in_the_published_layout(tiny_pair, records, tmp_path):
@@ -254,7 +300,7 @@ def test_the_card_gives_acceptance_and_coverage_per_domain(tiny_pair, tmp_path):
 def test_a_trimmed_prompt_keeps_every_loss_position(records):
     """--context C keeps the last C prompt positions: every position with a loss stays, with the
     same tokens, features and targets; C at least the prompt is the record itself."""
-    from bench.learned.eagle_shards import trim
+    from bench.eagle.shards import trim
 
     r = materialise(records[0])
     assert trim(r, r["prompt_len"]) is r and trim(r, 0) is r
@@ -269,7 +315,7 @@ def test_a_trimmed_prompt_keeps_every_loss_position(records):
 def test_a_redacted_prompts_file_is_refused_in_one_line(tmp_path):
     """The shipped file keeps CNN/DM and XSum prompts as hashes only: training from it says how to
     rebuild the text instead of failing on a missing field."""
-    from bench.learned.eagle import read_prompts
+    from bench.eagle.train import read_prompts
 
     lines = [{"source": "t0:xsum_x", "row": 0, "split": "train", "sha256": "ab", "shingles": []}]
     (tmp_path / "p.jsonl").write_text(json.dumps(lines[0]) + "\n")
@@ -343,7 +389,7 @@ def test_shipped_smollm2_head_is_the_published_layout_and_its_card_matches():
     with disjoint train and held-out rows."""
     from safetensors.torch import load_file
 
-    from bench.learned.eagle import PACKAGED_PROMPTS, rows_sha256
+    from bench.eagle.train import PACKAGED_PROMPTS, rows_sha256
 
     folder = PACKAGED_PROMPTS.parent
     config = json.loads((folder / "config.json").read_text())

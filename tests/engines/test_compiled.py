@@ -21,7 +21,7 @@ from bench.distributions import Sampling, process
 from bench.engines import make_engine
 from bench.engines.eager import EagerEngine
 from bench.errors import BenchError
-from bench.head import WeightHead
+from bench.verifier_heads import WeightHead
 from bench.verifiers import make_verifier
 
 GREEDY = Sampling(temperature=0.0)

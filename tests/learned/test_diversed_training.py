@@ -10,7 +10,7 @@ import torch
 from bench.build import build_decoder
 from bench.distributions import Sampling
 from bench.errors import BenchError
-from bench.head import WeightHead
+from bench.verifier_heads import WeightHead
 from bench.learned.reinforce import FLAT_REWARD, Rollout, TrainConfig, Trainer, policy_terms, reinforce_loss, rollouts
 from bench.learned.rollout_rounds import BONUS, Rounds
 from bench.tasks import Task, resolve_task

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from bench.distributions import Sampling, process
-from bench.head import JudgeHead
+from bench.verifier_heads import JudgeHead
 from bench.learned.logistic import fit_judge, logistic_fit, roc_auc
 from bench.learned.miners import autojudge, mismatches, run, run_many, selfjudge
 from bench.verifiers import Round, make_verifier, verify
@@ -253,7 +253,7 @@ def test_the_bare_judge_rule_needs_a_head_it_cannot_train():
 
 
 def test_a_head_reads_p_on_the_quantile_scale_of_its_validation_scores():
-    from bench.head import JudgeHead
+    from bench.verifier_heads import JudgeHead
 
     head = JudgeHead("target", 2, 2)
     head.weight.copy_(torch.tensor([1.0, 0.0]))

@@ -10,7 +10,7 @@ import torch
 from bench import api
 from bench.build import build_decoder
 from bench.learned.recipes import cached_folder, head_key, recipe_of
-from bench.head import JudgeHead
+from bench.verifier_heads import JudgeHead
 from bench.pairs import load_pair
 from bench.tasks import Task, resolve_task
 from bench.learned.reinforce import TrainConfig, Trainer
@@ -29,7 +29,7 @@ def test_diversed_through_the_recipe_equals_todays_head(tmp_path, ref):
     spec = resolve_task("arith")
     old = Trainer(ref, Task(spec, "hub", split="train"), TrainConfig(**settings), tmp_path / "old")
     old.train()
-    from bench.head import load_head
+    from bench.verifier_heads import load_head
 
     new = load_head(str(folder), "ref", ref.hidden_sizes)[0]
     for k, v in old.head.state_dict().items():

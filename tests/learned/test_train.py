@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from bench.errors import BenchError
-from bench.head import WeightHead, load_head, save_head
+from bench.verifier_heads import WeightHead, load_head, save_head
 from bench.tasks import Task, resolve_task
 from bench.learned.reinforce import Rollout, TrainConfig, Trainer, reinforce_loss, reinforce_pp_loss
 

@@ -18,8 +18,8 @@ from bench.errors import BenchError
 from bench.lossless import Drafts
 from bench.reports.compare import compare, sweep_hint
 from bench.reports.compare_format import cells, frame, render, verdict_text
-from bench.reports.judge import judge as judge_at
-from bench.reports.judge import judge_frontiers as frontiers_at
+from bench.reports.verdicts import point_verdict as verdict_at
+from bench.reports.verdicts import frontier_verdict as frontiers_at
 from bench.reports.frontier import acceptance_at, gaps, hull_points, quality_at
 from bench.reports.margins import EQUIVALENT, INCONCLUSIVE, Margins, detectable, settle
 from bench.reports.summary import summarise
@@ -28,8 +28,8 @@ from bench.verifiers.base import MethodInfo
 from bench.verifiers.paper import StaticEnsemble
 
 MARGIN = 0.05  # the simulations' equivalence margin: five points of a share
-judge = functools.partial(judge_at, margin=MARGIN)
-judge_frontiers = functools.partial(frontiers_at, margin=MARGIN)
+point_verdict = functools.partial(verdict_at, margin=MARGIN)
+frontier_verdict = functools.partial(frontiers_at, margin=MARGIN)
 NOT_DIFFERENT = (EQUIVALENT, INCONCLUSIVE)  # neither above nor below: what "holds 0" means now
 
 
@@ -72,7 +72,7 @@ def test_paired_bootstrap_interval_covers_a_known_difference_at_its_nominal_rate
     covered = 0
     for i in range(draws):
         cand, family = _draw(rng, 150, delta)
-        lo, hi = judge(cand, family, seed=i)["quality_diff_ci"]
+        lo, hi = point_verdict(cand, family, seed=i)["quality_diff_ci"]
         covered += lo <= delta <= hi
     # 95% nominal; three binomial standard deviations either side over ``draws`` draws.
     band = 3 * math.sqrt(0.95 * 0.05 / draws)
@@ -83,7 +83,7 @@ def test_a_candidate_on_the_frontier_is_not_called_above_or_below_beyond_the_nom
     # Delta 0: the candidate lies on the family's frontier, so "above" or "below" is a false call.
     rng = np.random.default_rng(11)
     draws = 200
-    calls = [judge(*_draw(rng, 150, 0.0), seed=i)["verdict"] for i in range(draws)]
+    calls = [point_verdict(*_draw(rng, 150, 0.0), seed=i)["verdict"] for i in range(draws)]
     band = 3 * math.sqrt(0.95 * 0.05 / draws)
     assert sum(calls.count(v) for v in NOT_DIFFERENT) / draws >= 0.95 - band, calls
 
@@ -95,7 +95,7 @@ def test_a_true_difference_at_the_margin_is_called_equivalent_at_most_the_nomina
     standard deviations (Monte-Carlo slack) over the draws."""
     rng = np.random.default_rng(13 if delta > 0 else 17)
     draws, nominal = 300, 0.025
-    calls = [judge(*_draw(rng, 150, delta), seed=i)["verdict"] for i in range(draws)]
+    calls = [point_verdict(*_draw(rng, 150, delta), seed=i)["verdict"] for i in range(draws)]
     assert calls.count(EQUIVALENT) / draws <= nominal + 3 * math.sqrt(nominal * (1 - nominal) / draws), {
         v: calls.count(v) for v in set(calls)
     }
@@ -107,9 +107,9 @@ def test_no_difference_on_enough_examples_is_called_equivalent_most_of_the_time(
     truth is "inconclusive", with a detectable difference larger than the margin."""
     rng = np.random.default_rng(19)
     draws = 100
-    calls = [judge(*_draw(rng, 600, 0.0), seed=i)["verdict"] for i in range(draws)]
+    calls = [point_verdict(*_draw(rng, 600, 0.0), seed=i)["verdict"] for i in range(draws)]
     assert calls.count(EQUIVALENT) / draws >= 0.8, {v: calls.count(v) for v in set(calls)}
-    few = [judge(*_draw(rng, 40, 0.0), seed=i) for i in range(20)]
+    few = [point_verdict(*_draw(rng, 40, 0.0), seed=i) for i in range(20)]
     inconclusive = [r for r in few if r["verdict"] == INCONCLUSIVE]
     assert len(inconclusive) >= 15 and all(r["detectable"] > MARGIN for r in inconclusive)
 
@@ -144,17 +144,17 @@ def test_resamples_beyond_the_sweep_withhold_the_verdict_they_could_flip():
     family = [_fixed([3], 0.8), _fixed([6], 0.6)]
     # At the top end, half the resamples accept more than the family can: there its frontier is
     # unknown (nothing, or lower), so a clearly lower quality still cannot be called "below".
-    top = judge(_fixed([5, 7], 0.3), family)
+    top = point_verdict(_fixed([5, 7], 0.3), family)
     assert top["acceptance"] == pytest.approx(0.6) and top["quality_diff_ci"][1] < 0
     assert top["verdict"] == "cannot judge" and "above the sweep's acceptance range" in top["reason"]
     assert 0.3 < top["beyond_sweep"] < 0.7
     # At the low end, a setting just below the sweep could reach more quality: no "above".
-    low = judge(_fixed([2, 4], 0.95), family)
+    low = point_verdict(_fixed([2, 4], 0.95), family)
     assert low["quality_diff_ci"][0] > 0
     assert low["verdict"] == "cannot judge" and "below the sweep's acceptance range" in low["reason"]
     # Inside the range the same qualities get their verdicts.
-    assert judge(_fixed([4, 5], 0.3), family)["verdict"] == "below"
-    assert judge(_fixed([4, 5], 0.95), family)["verdict"] == "above"
+    assert point_verdict(_fixed([4, 5], 0.3), family)["verdict"] == "below"
+    assert point_verdict(_fixed([4, 5], 0.95), family)["verdict"] == "above"
 
 
 def test_two_frontiers_are_compared_over_the_range_they_share():
@@ -189,13 +189,13 @@ def _family(accepts: list[int], qualities: list[float], n: int = 400) -> list[di
 def test_frontier_verdicts_follow_the_rule():
     # Acceptance 0.3 and 0.6 for every family; qualities decide.
     base = _family([3, 6], [0.7, 0.7])
-    assert judge_frontiers(_family([3, 6], [0.9, 0.8]), base)["verdict"] == "dominates"
-    assert judge_frontiers(base, _family([3, 6], [0.9, 0.8]))["verdict"] == "dominated"
-    crossing = judge_frontiers(_family([3, 6], [0.9, 0.5]), base)
+    assert frontier_verdict(_family([3, 6], [0.9, 0.8]), base)["verdict"] == "dominates"
+    assert frontier_verdict(base, _family([3, 6], [0.9, 0.8]))["verdict"] == "dominated"
+    crossing = frontier_verdict(_family([3, 6], [0.9, 0.5]), base)
     assert crossing["verdict"] == "crosses"
     assert crossing["largest_lead_ci"][0] > 0 and crossing["largest_deficit_ci"][0] > 0
-    assert judge_frontiers(_family([3, 6], [0.7, 0.7]), base)["verdict"] == EQUIVALENT  # the same frontier
-    apart = judge_frontiers(_family([7, 9], [0.5, 0.4]), base)
+    assert frontier_verdict(_family([3, 6], [0.7, 0.7]), base)["verdict"] == EQUIVALENT  # the same frontier
+    apart = frontier_verdict(_family([7, 9], [0.5, 0.4]), base)
     assert apart["verdict"] == "cannot judge" and "no shared acceptance range" in apart["reason"]
 
 
@@ -225,7 +225,7 @@ def _sweep(rng, n: int, shift: float) -> tuple[list[dict], list[dict]]:
 def test_a_sweep_split_in_two_is_not_called_different_from_itself_beyond_about_the_nominal_rate():
     rng = np.random.default_rng(5)
     draws = 200
-    calls = [judge_frontiers(*_sweep(rng, 150, 0.0), seed=i)["verdict"] for i in range(draws)]
+    calls = [frontier_verdict(*_sweep(rng, 150, 0.0), seed=i)["verdict"] for i in range(draws)]
     false = (calls.count("dominates") + calls.count("dominated")) / draws
     assert false <= 0.08, {v: calls.count(v) for v in set(calls)}
     assert sum(calls.count(v) for v in NOT_DIFFERENT) / draws >= 0.85
@@ -280,21 +280,21 @@ def _calibrated_sweep(rng, n: int, shift: float) -> tuple[list[dict], list[dict]
 def test_calibrated_sweeps_keep_the_frontier_verdicts_false_call_rate_and_power():
     rng = np.random.default_rng(8)
     draws = 200
-    calls = [judge_frontiers(*_calibrated_sweep(rng, 150, 0.0), seed=i)["verdict"] for i in range(draws)]
+    calls = [frontier_verdict(*_calibrated_sweep(rng, 150, 0.0), seed=i)["verdict"] for i in range(draws)]
     false = (calls.count("dominates") + calls.count("dominated")) / draws
     assert false <= 0.08, {v: calls.count(v) for v in set(calls)}
     assert sum(calls.count(v) for v in NOT_DIFFERENT) / draws >= 0.85
-    up = [judge_frontiers(*_calibrated_sweep(rng, 150, 0.1), seed=i)["verdict"] for i in range(60)]
+    up = [frontier_verdict(*_calibrated_sweep(rng, 150, 0.1), seed=i)["verdict"] for i in range(60)]
     assert up.count("dominates") / len(up) >= 0.95, {v: up.count(v) for v in set(up)}
 
 
 def test_a_frontier_shifted_up_is_called_dominating_nearly_always_and_the_mirror_dominated():
     rng = np.random.default_rng(6)
-    up = [judge_frontiers(*_sweep(rng, 150, 0.1), seed=i) for i in range(60)]
+    up = [frontier_verdict(*_sweep(rng, 150, 0.1), seed=i) for i in range(60)]
     assert sum(r["verdict"] == "dominates" for r in up) / len(up) >= 0.95
     # Swapping the two families mirrors everything: the gap's sign, lead and deficit, the verdict.
     cand, base = _sweep(rng, 150, -0.1)
-    there, back = judge_frontiers(cand, base), judge_frontiers(base, cand)
+    there, back = frontier_verdict(cand, base), frontier_verdict(base, cand)
     assert there["verdict"] == "dominated" and back["verdict"] == "dominates"
     assert there["mean_gap"] == pytest.approx(-back["mean_gap"])
     assert there["largest_lead"] == pytest.approx(back["largest_deficit"])
@@ -597,11 +597,11 @@ def test_a_renamed_copy_of_a_baseline_is_judged_like_itself_at_the_nominal_rate(
     lossless SD alone the copy's hull stops at its last setting, below the chord from SD to the
     original's far end, and on more examples it is called "dominated" more and more often."""
     rng, draws, nominal = np.random.default_rng(44), 200, 0.05
-    calls = [judge_frontiers(*_renamed_copy(rng, 50, 2), seed=i)["verdict"] for i in range(draws)]
+    calls = [frontier_verdict(*_renamed_copy(rng, 50, 2), seed=i)["verdict"] for i in range(draws)]
     false = (calls.count("dominates") + calls.count("dominated")) / draws
     tally = {v: calls.count(v) for v in set(calls)}
     assert false <= nominal + 3 * math.sqrt(nominal * (1 - nominal) / draws), tally
-    bottom = [judge_frontiers(*_renamed_copy(rng, 400, 1), seed=i)["verdict"] for i in range(40)]
+    bottom = [frontier_verdict(*_renamed_copy(rng, 400, 1), seed=i)["verdict"] for i in range(40)]
     assert bottom.count("dominated") / len(bottom) >= 0.2, {v: bottom.count(v) for v in set(bottom)}
 
 

@@ -226,7 +226,7 @@ def test_another_writer_keeps_the_first_record(tmp_path):
 
 
 def test_a_family_that_ran_its_floor_is_read_below_its_sweep():
-    from bench.reports.compare import judge
+    from bench.reports.verdicts import point_verdict
 
     info = MethodInfo.of(verifier_class("relaxed"))
     assert reaches_floor([info], [{"relaxed_delta": 0.0}, {"relaxed_delta": 0.7}])
@@ -245,8 +245,8 @@ def test_a_family_that_ran_its_floor_is_read_below_its_sweep():
         "drafted": np.full(n, 10.0),
         "quality": (np.arange(n) < 0.5 * n) * 1.0,
     }
-    assert judge(low, family, margin=0.02)["verdict"] == "cannot judge"  # below a sweep that may go further
-    known = judge(low, [*family, floor_point(n)], margin=0.02)
+    assert point_verdict(low, family, margin=0.02)["verdict"] == "cannot judge"  # below a sweep that may go further
+    known = point_verdict(low, [*family, floor_point(n)], margin=0.02)
     assert known["verdict"] == "below" and known["frontier_quality"] == pytest.approx(0.9)
 
 
@@ -329,7 +329,7 @@ def test_run_and_calibration_build_a_configurations_decoder_alike(tmp_path, monk
     from dataclasses import fields
 
     from bench.decoding import SpeculativeDecoder
-    from bench.head import required_head
+    from bench.verifier_heads import required_head
     from bench.runner import Runner
     from bench.verifiers import make_verifier
 

@@ -1,4 +1,4 @@
-"""``speed --drafter lookup``: the rows, what they judge beside speed, the plot and the category
+"""``speed --drafter lookup``: the rows, what they measure beside speed, the plot and the category
 selection (timings are reported, never asserted)."""
 
 import os
@@ -9,7 +9,7 @@ import pytest
 from bench.engines import EagerEngine
 from bench.errors import BenchError
 from bench.speed.runs import run_harness
-from bench.speed.fidelity import Judge
+from bench.speed.fidelity import Fidelity
 from bench.speed.lookup import AR, HF, measure_lookup, run_transformers_lookup
 from bench.speed.report import lookup_markdown, lookup_plot, plot_points
 from bench.tasks import Task, resolve_task
@@ -19,10 +19,10 @@ RELAXED = {
 }
 
 
-def _judge(pair, n=2):
+def _fidelity(pair, n=2):
     task = Task(resolve_task("cnndm"), "fixture", num_fewshot=0)
     examples = task.examples(n)
-    return Judge(pair, task, examples, [list(pair.tokenizer(e.prompt).input_ids) for e in examples])
+    return Fidelity(pair, task, examples, [list(pair.tokenizer(e.prompt).input_ids) for e in examples])
 
 
 def _rouge2(reference: str, text: str) -> float:
@@ -32,13 +32,13 @@ def _rouge2(reference: str, text: str) -> float:
     return 100 * rouge_scorer.RougeScorer(["rouge2"], use_stemmer=True).score(reference, text.strip())["rouge2"].fmeasure
 
 
-def test_lookup_speed_rows_judge_every_method_against_ar(tiny_pair, tmp_path):
+def test_lookup_speed_rows_measure_every_method_against_ar(tiny_pair, tmp_path):
     """A row per baseline and per method setting; lossless lookup equals ar and transformers; ar's
     own judgement is the reference (agreement 1, deltas 0); its ROUGE is the task's, its log p the
     decoder's; every eager width 1 .. N + 1 is timed; the plot has a point per setting."""
-    judge = _judge(tiny_pair)
+    fidelity = _fidelity(tiny_pair)
     methods = {"sd": ("sd", {}), **RELAXED}
-    result = measure_lookup(tiny_pair, judge, [4], 16, 1, "lookup", methods, EagerEngine, log=lambda m: None)
+    result = measure_lookup(tiny_pair, fidelity, [4], 16, 1, "lookup", methods, EagerEngine, log=lambda m: None)
     result.update(task="cnndm", data="fixture")
     assert list(result["width_ms"]) == [1, 2, 3, 4, 5]
     rows = {r["method"]: r for r in result["rows"]}
@@ -50,10 +50,10 @@ def test_lookup_speed_rows_judge_every_method_against_ar(tiny_pair, tmp_path):
     assert sd["loglik_vs_ar"] == pytest.approx(0, abs=1e-6)
     for label in RELAXED:
         assert rows[label]["tokens_per_forward"] >= sd["tokens_per_forward"] >= 1
-    timed = run_harness(tiny_pair, "ar", judge.prompts, 1, 16)
-    texts = judge.texts(timed.outputs)
+    timed = run_harness(tiny_pair, "ar", fidelity.prompts, 1, 16)
+    texts = fidelity.texts(timed.outputs)
     assert ar["quality"] == pytest.approx(
-        statistics.mean(_rouge2(e.doc["highlights"], t) for e, t in zip(judge.examples, texts))
+        statistics.mean(_rouge2(e.doc["highlights"], t) for e, t in zip(fidelity.examples, texts))
     )
     logp = sum(s.target_logprob_sum for s in timed.stats) / sum(s.new_tokens for s in timed.stats)
     assert ar["target_loglik"] == pytest.approx(logp, abs=1e-4)
@@ -67,21 +67,21 @@ def test_lookup_speed_rows_judge_every_method_against_ar(tiny_pair, tmp_path):
     assert (tmp_path / "plot.png").stat().st_size > 10_000
 
 
-def test_judge_scores_with_the_task_and_agreement_as_the_category_report(tiny_pair):
+def test_fidelity_scores_with_the_task_and_agreement_as_the_category_report(tiny_pair):
     """Outputs that are the reference score its ROUGE-2 (100 up to the scorer's tokenising); the
     prefix agreement is the share of ar's text before the first difference, mean over prompts."""
-    judge = _judge(tiny_pair)
-    refs = [" " + e.doc["highlights"] for e in judge.examples]
+    fidelity = _fidelity(tiny_pair)
+    refs = [" " + e.doc["highlights"] for e in fidelity.examples]
     outputs = [list(tiny_pair.tokenizer(r).input_ids) for r in refs]
     other = " " + refs[1].split()[0] + " something else entirely"
     ar = [outputs[0], list(tiny_pair.tokenizer(other).input_ids)]
-    got = judge(outputs, ar, greedy=True)
+    got = fidelity(outputs, ar, greedy=True)
     assert got["quality"] == pytest.approx(statistics.mean(_rouge2(r, r) for r in refs)) and got["quality"] > 90
     assert got["quality_metric"] == "rouge2"
     share = len(os.path.commonprefix([refs[1], other])) / len(other)
     assert 0 < share < 1 and got["prefix_agreement"] == pytest.approx((1 + share) / 2)
     assert got["same_as_ar"] == 0.5
-    sampled = judge(outputs, ar, greedy=False)
+    sampled = fidelity(outputs, ar, greedy=False)
     assert sampled["prefix_agreement"] is None and sampled["same_as_ar"] is None
 
 
@@ -96,8 +96,8 @@ def test_sampled_lookup_speed_says_n_a_and_transformers_samples_the_plain_softma
         return generate(*args, **kwargs)
 
     monkeypatch.setattr(tiny_pair.target, "generate", spy)
-    judge = _judge(tiny_pair, 1)
-    result = measure_lookup(tiny_pair, judge, [3], 8, 1, "lookup", dict(list(RELAXED.items())[:1]), EagerEngine,
+    fidelity = _fidelity(tiny_pair, 1)
+    result = measure_lookup(tiny_pair, fidelity, [3], 8, 1, "lookup", dict(list(RELAXED.items())[:1]), EagerEngine,
                             log=lambda m: None, temperature=1.0)  # fmt: skip
     assert calls and all(
         (c["do_sample"], c["temperature"], c["top_k"], c["top_p"], c["prompt_lookup_num_tokens"]) == (True, 1.0, 0, 1.0, 3)
@@ -108,7 +108,7 @@ def test_sampled_lookup_speed_says_n_a_and_transformers_samples_the_plain_softma
         assert row["quality"] is not None
     result.update(task="cnndm", data="fixture")
     assert "temperature 1" in lookup_markdown(result, "speed") and "| n/a | n/a | n/a |" in lookup_markdown(result, "speed")
-    run_transformers_lookup(tiny_pair, judge.prompts, 3, 2, 4)
+    run_transformers_lookup(tiny_pair, fidelity.prompts, 3, 2, 4)
     assert calls[-1]["do_sample"] is False and "top_k" not in calls[-1]
 
 

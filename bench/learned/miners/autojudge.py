@@ -27,7 +27,8 @@ def mine(
     argmax (the tokens a sampling decoder's judge is asked about), each draw seeded from ``seed``;
     ``drafter`` a lookup or eagle spec mines that drafter's proposals instead."""
     (reference,) = yield [Greedy(prompt, max_new)]
-    seq, labels, start, draws = list(reference), [], 0, 0
+    seq, start, draws = list(reference), 0, 0
+    labels: list[Mined] = []
     while True:
         (proposed,) = yield [Drafted(prompt + seq, temperature, seed + draws, drafter)]
         draws += 1

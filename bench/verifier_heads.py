@@ -1,4 +1,5 @@
-"""The heads a decoder runs with, read from the hidden states at each drafted token.
+"""The verifier heads: what a verifier reads from the hidden states at each drafted token (the draft
+heads that propose tokens are bench.eagle's).
 
 DIVERSED's weight head: w_t = sigmoid(u . [h_draft ; h_target] + c), one dot product a token.
 
@@ -84,6 +85,11 @@ class JudgeHead(nn.Module):
     with no ranks (one a test or plug-in builds by hand) outputs p itself."""
 
     at_token: ClassVar[bool] = True  # reads the target's state with the drafted token as input
+    mean: Tensor  # the buffers (saved with the head): the scaler's, the logistic unit's, the ranks
+    scale: Tensor
+    weight: Tensor
+    bias: Tensor
+    ranks: Tensor
 
     def __init__(self, features: str, draft_hidden: int, target_hidden: int) -> None:
         super().__init__()
@@ -133,7 +139,7 @@ class JudgeHead(nn.Module):
 
 
 # The heads a decoder runs with; the chain round reads ``at_token`` to know which states they read.
-Head = WeightHead | JudgeHead
+VerifierHead = WeightHead | JudgeHead
 
 
 def trained_on(card: dict[str, Any]) -> str:
@@ -146,7 +152,7 @@ def trained_on(card: dict[str, Any]) -> str:
 def read_card(path: str) -> dict[str, Any] | None:
     """The card of the head at ``path``, or None where there is none (``init``, a missing
     folder: ``load_head`` says what to do)."""
-    card_file = head_folder(path) / CARD_FILE
+    card_file = verifier_head_folder(path) / CARD_FILE
     return json.loads(card_file.read_text()) if card_file.is_file() else None
 
 
@@ -165,7 +171,7 @@ def save_head(head: WeightHead, folder: Path, card: dict[str, Any]) -> None:
 PACKAGED = "bench:"
 
 
-def head_folder(path: str) -> Path:
+def verifier_head_folder(path: str) -> Path:
     """A folder path, or ``bench:RELATIVE`` for a head shipped inside the package (the reference
     pair's), so that the demo's grid works from any directory."""
     if path.startswith(PACKAGED):
@@ -175,7 +181,7 @@ def head_folder(path: str) -> Path:
     return Path(path)
 
 
-def load_head(path: str, pair_name: str, hidden_sizes: tuple[int, int]) -> tuple[Head, dict[str, Any]]:
+def load_head(path: str, pair_name: str, hidden_sizes: tuple[int, int]) -> tuple[VerifierHead, dict[str, Any]]:
     """A trained head for this pair (DIVERSED's weight head, or a judge's when its card says so),
     or ``init`` for a fresh weight head (w = 0.5 everywhere). ``hidden_sizes``: the widths of the
     draft state (the draft model's, or an EAGLE head's) and the target's it must read."""
@@ -183,7 +189,7 @@ def load_head(path: str, pair_name: str, hidden_sizes: tuple[int, int]) -> tuple
         return WeightHead(*hidden_sizes), {"pair": pair_name, "trained": False}
     from safetensors.torch import load_file
 
-    folder = head_folder(path)
+    folder = verifier_head_folder(path)
     if folder.is_file():
         raise BenchError(
             f"--head {folder} is a file; give the folder that holds {HEAD_FILE} and {CARD_FILE} "
@@ -218,6 +224,6 @@ def _checked_card(folder: Path, pair_name: str, hidden_sizes: tuple[int, int]) -
 
 def required_head(
     path: str, pair_name: str, hidden_sizes: tuple[int, int], device: torch.device
-) -> Head:
+) -> VerifierHead:
     """The head at ``path`` (a folder, or ``init``) for a pair's hidden sizes, on its device."""
     return load_head(path, pair_name, hidden_sizes)[0].to(device)

@@ -14,7 +14,7 @@ killed run resumes where it stopped:
    layers 2, L//2 and L-3 (the authors' modeling_llama_kv.py collects exactly those), the final
    normed state (the target's logits restricted to the draft vocabulary are recomputed from it)
    and the target's argmax over its whole vocabulary;
-4. ``checkpoint.pt``: training with training-time test (bench.learned.eagle_train), written
+4. ``checkpoint.pt``: training with training-time test (bench.eagle.ttt), written
    atomically every few steps; a resumed run says what it found;
 5. ``config.json`` + ``model.safetensors``: the head in the published EAGLE-3 layout, and
    ``card.json`` with the data, steps, loss and held-out acceptance.
@@ -140,11 +140,11 @@ def generate_features(
     pair: Pair, prompts: list[dict[str, Any]], folder: Path, new_tokens: int, batch: int, chat: bool, log: Log
 ) -> list[dict[str, Any]]:
     """The target's greedy responses with their features, one fp16 shard per batch in ``folder``
-    (bench.learned.eagle_shards: written atomically, memory-mapped when read; a rerun reads the
+    (bench.eagle.shards: written atomically, memory-mapped when read; a rerun reads the
     shards it finds, by prompt, and generates the rest).
 
     Prompts are sorted by length so a batch wastes little left padding."""
-    from bench.learned.eagle_shards import key, read_shard, read_shards, write_shard
+    from bench.eagle.shards import key, read_shard, read_shards, write_shard
 
     folder.mkdir(parents=True, exist_ok=True)
     done = read_shards(folder)
@@ -161,7 +161,7 @@ def generate_features(
         width = max(map(len, encoded))
         ids = torch.tensor([[pad] * (width - len(e)) + e for e in encoded], device=pair.device)
         mask = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in encoded], device=pair.device)
-        gen = pair.target.generate(
+        gen = pair.generating_target.generate(
             input_ids=ids,
             attention_mask=mask,
             max_new_tokens=new_tokens,
@@ -257,7 +257,9 @@ def new_head(pair: Pair, d2t: torch.Tensor, t2d: torch.Tensor, seed: int, from_t
         torch.nn.init.zeros_(layer.mlp.down_proj.weight)
     head.d2t.copy_(d2t)
     head.t2d.copy_(t2d)
-    head.embed_tokens.weight.data = pair.target.get_input_embeddings().weight.detach().float().clone()
+    embedding = pair.target.get_input_embeddings()
+    assert isinstance(embedding, torch.nn.Embedding)  # a causal LM's token embedding
+    head.embed_tokens.weight.data = embedding.weight.detach().float().clone()
     head.embed_tokens.weight.requires_grad_(False)
     if from_target:
         head.lm_head.weight.data = target_rows(pair, t2d).clone()
@@ -354,8 +356,8 @@ def _resume(path: Path, head: Any, opt: Any, sched: Any, s: FitSettings, log: Lo
 def heldout_loss(head: Any, records: list[dict[str, Any]], target_w: torch.Tensor, s: FitSettings) -> float:
     """The 0.8^j-weighted TTT loss over every held-out record, in batches of ``s.batch`` (the
     quantity training lowers, on sequences it never reads): the curve's stopping signal."""
-    from bench.learned.eagle_shards import trim
-    from bench.learned.eagle_ttt import collate, ttt_losses, weighted
+    from bench.eagle.shards import trim
+    from bench.eagle.ttt import collate, ttt_losses, weighted
 
     total = 0.0
     with torch.autocast(target_w.device.type, dtype=torch.bfloat16, enabled=s.dtype == "bfloat16"):
@@ -395,8 +397,8 @@ def fit(
     and time left every ``s.log_every``. With ``held`` and ``s.eval_every``, stop once the held-out
     loss stops falling and end on the best head. ``train`` False: no step, the checkpoint's head
     (its best) as it stands. Returns the progress (step, history, evals, elapsed)."""
-    from bench.learned.eagle_shards import trim
-    from bench.learned.eagle_ttt import collate, ttt_losses, weighted
+    from bench.eagle.shards import trim
+    from bench.eagle.ttt import collate, ttt_losses, weighted
 
     params = [p for p in head.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=s.lr, betas=(0.9, 0.95), weight_decay=0.0)
@@ -509,7 +511,7 @@ def train_draft(pair: Pair, job: DraftJob, log: Log = print) -> dict[str, Any]:
     """Every stage of the module docstring, each resumed from its file; writes the head and its
     card into ``job.out`` and returns the card. The 'valid' prompts stop training (held-out loss);
     the 'heldout' ones, never read before, give the card's acceptance, overall and per domain."""
-    from bench.learned.eagle_ttt import chain_acceptance
+    from bench.eagle.ttt import chain_acceptance
 
     work, began = job.out / "work", time.monotonic()
     held_p, held = _features(pair, job, "heldout", log)

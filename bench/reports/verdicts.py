@@ -4,7 +4,7 @@ All methods decoded the same examples, so every interval is a PAIRED bootstrap: 
 examples is applied to every configuration, every point and hull is recomputed from it, and each
 statistic is taken within the replicate. Two verdicts:
 
-Point (``judge``): a candidate configuration's (acceptance, quality) against a family's frontier
+Point (``point_verdict``): a candidate configuration's (acceptance, quality) against a family's frontier
 (its upper Pareto hull, ``bench.reports.frontier``) read at the candidate's acceptance:
 "equivalent" when the 95% interval of the quality difference lies inside ±margin (the largest
 difference that counts as none, declared per metric: ``bench.reports.margins``), else "above" or
@@ -18,7 +18,7 @@ the sweep, which bounds the difference on one side only (the frontier does not r
 acceptance, but a setting just below the sweep could reach more quality): such resamples count
 against "above" when below the range and against "below" when above it.
 
-Frontier (``judge_frontiers``): a candidate's hull against a family's hull over the acceptance range
+Frontier (``frontier_verdict``): a candidate's hull against a family's hull over the acceptance range
 both span: the mean gap (candidate minus baseline, the area between the hulls over the shared
 range's width) and the largest gap each way. "dominates" when the mean gap's interval lies above 0
 and the candidate's largest deficit is not significant (the lower end of its interval is <= 0),
@@ -66,7 +66,7 @@ def _interval(values: np.ndarray) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
-def judge(
+def point_verdict(
     candidate: dict[str, np.ndarray], family: list[dict[str, np.ndarray]], *, margin: float, seed: int = 0
 ) -> dict[str, Any]:
     """Point estimates, paired-bootstrap intervals and the verdict of one candidate point against
@@ -128,7 +128,7 @@ def judge(
     return out
 
 
-def judge_frontiers(
+def frontier_verdict(
     candidate: list[dict[str, np.ndarray]], family: list[dict[str, np.ndarray]], *, margin: float, seed: int = 0
 ) -> dict[str, Any]:
     """The candidate family's frontier against another family's, over the acceptance range both

@@ -20,13 +20,15 @@ trained state dict is the checkpoint the drafter loads; only the unrolled attent
 from __future__ import annotations
 
 import math
+import operator
+from functools import reduce
 from typing import Any
 
 import torch
 from torch import Tensor
 from torch.nn import functional as F
 
-from bench.eagle.heads import Attention, Eagle1Layer, Eagle3Head, Eagle3Layer, rotary, rotate_half
+from bench.eagle.heads import Attention, CacheKV, Eagle1Layer, Eagle3Head, Eagle3Layer, rotary, rotate_half
 
 Batch = dict[str, Tensor]
 
@@ -62,7 +64,7 @@ def ttt_attention(
     return attn.o_proj(out.transpose(1, 2).reshape(b, q.shape[2], -1))
 
 
-def ttt_layer(layer: Eagle3Layer, emb: Tensor, h: Tensor, cache: list, step: int, start: int, first: int) -> Tensor:
+def ttt_layer(layer: Eagle3Layer, emb: Tensor, h: Tensor, cache: list[CacheKV], step: int, start: int, first: int) -> Tensor:
     """The midlayer (the authors' LlamaDecoderLayeremb) with the unrolled attention; its output
     covers positions ``first`` on at step 0 and ``start`` on after."""
     normed = layer.hidden_norm(h)
@@ -92,7 +94,8 @@ def unroll(head: Eagle3Head, feats: Tensor, tokens: Tensor, steps: int, start: i
     [B, T, 3H] the target's fused states at position t, ``tokens`` [B, T] token t + 1 (so step j
     reads ``shift(tokens, j)``). Each layer keeps its own cache of the steps' keys."""
     later = head.later_layers()
-    hidden, caches, out = head.fc(feats), [[] for _ in range(1 + len(later))], []
+    hidden, out = head.fc(feats), []
+    caches: list[list[CacheKV]] = [[] for _ in range(1 + len(later))]
     for j in range(steps):
         emb = head.embed_tokens(shift(tokens, j)[:, 0 if j == 0 else start :]).to(hidden.dtype)
         firsts = [start if j == 0 and i == len(later) else 0 for i in range(1 + len(later))]
@@ -124,14 +127,14 @@ def ttt_losses(
 
 def weighted(losses: list[Tensor]) -> Tensor:
     """eagle/traineagle3/main.py: ``sum(0.8 ** i * plosses[i])``."""
-    return sum(0.8**j * loss for j, loss in enumerate(losses))  # type: ignore[return-value]
+    return reduce(operator.add, (0.8**j * loss for j, loss in enumerate(losses)))  # sum() would start at 0
 
 
 def collate(records: list[dict[str, Any]]) -> Batch:
-    """Records (bench.learned.eagle.generate_features) as a right-padded batch: ``tokens`` is
+    """Records (bench.eagle.train.generate_features) as a right-padded batch: ``tokens`` is
     token t + 1 at position t, ``valid`` marks positions whose next token is a response token.
-    Memory-mapped records (bench.learned.eagle_shards) are read here, a batch at a time."""
-    from bench.learned.eagle_shards import materialise
+    Memory-mapped records (bench.eagle.shards) are read here, a batch at a time."""
+    from bench.eagle.shards import materialise
 
     records = [materialise(r) for r in records]
     n = max(len(r["ids"]) - 1 for r in records)
@@ -157,7 +160,7 @@ def chain_acceptance(head: Eagle3Head, records: list[dict[str, Any]], depth: int
     responses, counted. While a chain is right its inputs are the true tokens, so step j of the
     teacher-forced unroll at position n - 1 is the chain's (j+1)-th draft after token n: a round
     from n accepts the run of leading hits there, plus the target's own token."""
-    from bench.learned.eagle_shards import materialise
+    from bench.eagle.shards import materialise
 
     tokens = rounds = 0
     hits = [0] * depth
