@@ -45,10 +45,12 @@ class RolloutDrafts(ABC):
 
     width: int  # the hidden state's size: the weight head's draft_hidden
     model: PreTrainedModel | None  # the draft model it feeds, whose context a prompt must fit
+    layers: tuple[int, ...] = ()  # the target's layer states it reads (its engine keeps them)
 
     @abstractmethod
-    def open(self, factory: EngineFactory, target: ModelEngine, prompts: list[list[int]]) -> list[ModelEngine]:
-        """Start a batch; returns the engines it steps (cut to the live rows with the target's)."""
+    def open(self, factory: EngineFactory, target: ModelEngine, prompts: list[list[int]], max_len: int) -> list[ModelEngine]:
+        """Start a batch of rows of at most ``max_len`` positions; returns the engines it steps
+        (cut to the live rows with the target's)."""
 
     @abstractmethod
     def law(
@@ -67,7 +69,7 @@ class ModelDrafts(RolloutDrafts):
     def __init__(self, pair: Pair) -> None:
         self.pair, self.width, self.model = pair, hidden_size(pair.draft), pair.draft
 
-    def open(self, factory: EngineFactory, target: ModelEngine, prompts: list[list[int]]) -> list[ModelEngine]:
+    def open(self, factory: EngineFactory, target: ModelEngine, prompts: list[list[int]], max_len: int) -> list[ModelEngine]:
         self.engine = factory(self.pair.draft, (1,))
         return [self.engine]
 
@@ -99,9 +101,8 @@ class EagleDrafts(RolloutDrafts):
         self.width, self.model = self.drafter.head.config.hidden_size, None
         self.layers = self.drafter.target_layers(pair.target.config.get_text_config().num_hidden_layers)
 
-    def open(self, factory: EngineFactory, target: ModelEngine, prompts: list[list[int]]) -> list[ModelEngine]:
-        target.keep_states(self.layers)
-        self.drafter.start(len(prompts))
+    def open(self, factory: EngineFactory, target: ModelEngine, prompts: list[list[int]], max_len: int) -> list[ModelEngine]:
+        self.drafter.start(len(prompts), max_len)
         self.rows = [_Row(b, list(p)) for b, p in enumerate(prompts)]
         self.held: dict[int, Tensor] = {}
         return []
@@ -112,7 +113,7 @@ class EagleDrafts(RolloutDrafts):
         """Every read position's states but the last go to the head now (the token after each is
         known); the last one's wait for the token sampled at it (``confirm``)."""
         states = target.states
-        assert states is not None  # keep_states made the target's step keep them
+        assert states is not None  # the target's engine keeps the states at self.layers
         qs, hs = [], []
         for j, b in enumerate(alive):
             row, kept = self.rows[b], states[j, : real[j]]

@@ -33,7 +33,7 @@ from bench.build import build_decoder
 from bench.decoding import SpeculativeDecoder
 from bench.distributions import Sampling
 from bench.drafters.eagle import EagleDrafter, RowState
-from bench.engines import EngineFactory
+from bench.engines import EngineFactory, open_engine
 from bench.errors import BenchError
 from bench.pairs import Pair
 from bench.speed.runs import Timed, paired, run_harness, sync
@@ -41,14 +41,17 @@ from bench.speed.runs import Timed, paired, run_harness, sync
 PASSES_PER_REPEAT = 10  # round-robin passes over the steps per --repeats
 
 
+@torch.inference_mode()  # as the steps run: a compiled engine's graphs are compiled here
 def chain_steps(
-    decoder: SpeculativeDecoder, prompt: list[int], draft_lens: list[int]
+    decoder: SpeculativeDecoder, engine: EngineFactory, prompt: list[int], draft_lens: list[int]
 ) -> dict[str, Callable[[], object]]:
     """Each step to time after ``prompt``, by name: ``target_1``, ``verify_W`` (W = N + 1 per N),
     ``head_step`` and ``catch_up_M`` (M = 1 .. max N + 1 states). Every call sees the same
     context: target steps keep none of their tokens, head steps leave the prompt's head cache as
-    it is, and each catch-up starts from it again."""
-    target, drafter = decoder.engines[0], decoder.drafter
+    it is, and each catch-up starts from it again. The target runs on an engine of ``engine``
+    with every width timed (a compiled engine's graphs: ``ar``'s width 1 and each verify width),
+    keeping the head's layer states as the decoder's does."""
+    drafter = decoder.drafter
     if not isinstance(drafter, EagleDrafter) or drafter.tree:
         raise BenchError(
             "speed --drafter eagle times the head's chain steps: give an eagle drafter without tree=1"
@@ -58,6 +61,8 @@ def chain_steps(
             "speed --drafter eagle: the first prompt has one token, so no state for the head; use a longer prompt"
         )
     device, widest = decoder.device, max(draft_lens) + 1
+    widths = [1, *(n + 1 for n in draft_lens)]
+    target = open_engine(engine, decoder.target, widths, states=decoder.engines[0].states_at)
     target.start(1, len(prompt) + widest + 1)
     target.step(torch.tensor([prompt[:-1]], device=device), [len(prompt) - 1], keep=1, hidden=False)
     states = target.states[0]  # type: ignore[index]  # the prompt's, as the loop's prefill hands them
@@ -65,13 +70,13 @@ def chain_steps(
     row = types.SimpleNamespace(
         index=0, seq=prompt + prompt[-1:] * widest, generator=torch.Generator(device).manual_seed(0)
     )
-    drafter.start(1)
+    drafter.start(1, len(prompt) + widest + 1)
     drafter.take_states([row], [states])
     base = drafter.catch_up(row)  # the head's cache over the prompt
 
     def head_step() -> None:
         token = drafter.propose(base.last, row.generator)[0]
-        drafter.advance(base.last, token, base.cache)
+        drafter.advance(row, base.last, token, base.cache)
 
     def catch_up(m: int) -> Callable[[], object]:
         def run() -> None:
@@ -181,7 +186,7 @@ def measure_eagle(
         pair, "sd", draft_len=max(draft_lens), sampling=sampling, engine=engine, drafter=spec
     )
     seconds = round_robin(
-        chain_steps(decoder, prompts[0], draft_lens), pair.device, PASSES_PER_REPEAT * repeats
+        chain_steps(decoder, engine, prompts[0], draft_lens), pair.device, PASSES_PER_REPEAT * repeats
     )
     steps = cost_rows(seconds, draft_lens)
     log("step ms: " + ", ".join(f"{s['step']}({s['tokens']}) {s['ms']:.3f}" for s in steps))
