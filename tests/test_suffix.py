@@ -219,7 +219,7 @@ def test_drafts_of_a_batch_are_valid_token_trees():
     branchy = [1, 2, 3, 4] * 4 + [1, 2, 5, 6] * 3 + [1, 2, 7] + [1, 2]
     rows = [Row(0, branchy), Row(1, [9, 8, 7, 6, 9, 8]), Row(2, [1, 2, 3])]
     tree = SuffixDecoding(mode="tree", max_spec_factor=4.0)
-    tree.start(3)
+    tree.start(3, 64)
     draft = tree.draft(rows, [8, 8, 8])
     assert draft.counts[0] == 8 and draft.counts[2] == 0 and draft.parents is not None
     assert draft.q is None  # deterministic: the loop takes each node's law as the point mass
