@@ -335,7 +335,7 @@ class CompiledEngines:
         ``target``: one per target, head and step set, reused as the target's engines are (a
         decoder built again loads the head again: the first load's graphs serve it)."""
         mine = self.heads.setdefault(target, {})
-        key = (name, *sorted(set(shapes), key=lambda s: (s.kind, s.features, s.width)))
+        key = (name, *sorted(set(shapes)))
         if key not in mine:
             mine[key] = CompiledHead(module, layout, key[1:], self.verbose, self.log)  # type: ignore[arg-type]
         return mine[key]

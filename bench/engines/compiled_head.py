@@ -30,13 +30,14 @@ import torch
 from torch import Tensor, nn
 
 from bench.engines import compile_report
+from bench.engines.base import to_device
 from bench.engines.inductor import CPU_OPTIONS, check_compiler, compile_options, first_line, own_copy
 from bench.errors import BenchError
 
 CAUSAL, MASKED = "causal", "masked"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, order=True)
 class HeadShape:
     """A step the loop will run: its kind (``CAUSAL`` or ``MASKED``), its width (entries fed) and
     the width of the features it reads (the target's fused states, or the head's own output)."""
@@ -71,7 +72,7 @@ class CompiledHead:
         self.device, self.dtype, self.cuda = weight.device, weight.dtype, weight.device.type == "cuda"
         check_compiler(self.device)
         head.requires_grad_(False)  # an inference graph, as the target engine's
-        self.shapes = sorted(set(shapes), key=lambda s: (s.kind, s.features, s.width))
+        self.shapes = sorted(set(shapes))
         options = compile_options(self.cuda)
         self.causal = torch.compile(types.MethodType(own_copy(CompiledHead._causal), self), fullgraph=True, dynamic=False, options=options)
         self.masked = torch.compile(types.MethodType(own_copy(CompiledHead._masked), self), fullgraph=True, dynamic=False, options=options)
@@ -157,14 +158,14 @@ class CompiledHead:
         count = tokens.shape[1]
         if past + count > self.capacity:
             raise RuntimeError(f"draft head cache overflow: {past + count} > {self.capacity} slots")
-        at = torch.tensor([row], device=self.device)
-        start = torch.tensor([past], device=self.device)
+        at = to_device([row], self.device)  # no host sync on a GPU
         if mask is not None:
             assert positions is not None  # a tree level gives both
             low = torch.full((*mask.shape[:3], self.capacity - past), torch.finfo(self.dtype).min, dtype=self.dtype, device=self.device)
             full = torch.cat([mask[..., :past], low, mask[..., past:]], dim=-1)
             slots = past + torch.arange(count, device=self.device)
             return self._step(self.masked, MASKED, hidden, tokens, at, positions, slots, full), past + count
+        start = to_device([past], self.device)
         return self._step(self.causal, CAUSAL, hidden, tokens, at, start), past + count
 
     def _step(self, fn: Callable[..., Tensor], kind: str, hidden: Tensor, tokens: Tensor, *args: Tensor) -> Tensor:
