@@ -11,7 +11,9 @@ lm_head reads). ``tree=1`` drafts EAGLE-2's dynamic tree (``bench.drafters.eagle
 
 Each row keeps its own head cache (the positions the target confirmed; a round's drafting writes
 past it and is dropped, as ``stable_kv`` in ``cnets.py``) and is drafted alone, in batch order:
-a row's draws are the ones it makes decoded alone.
+a row's draws are the ones it makes decoded alone. On ``--engine compiled`` that cache is the row's
+slots in static buffers and the head's forwards run compiled (``bench.engines.compiled_head``: the
+same head code, the same outputs), so EAGLE is timed against compiled ``ar``.
 """
 
 from __future__ import annotations
