@@ -19,6 +19,11 @@ pick the graph, are all shapes. (Dynamo's lookup per call on the tiny pair, unde
 with every guard, 42 us without the modules', 8.5 us with these.) And the weights are frozen, so
 inductor builds an inference graph, not a training one.
 
+An engine made keeping the target's layer states (``states``: an EAGLE drafter's features) returns
+them from every graph beside the logits; the factory keeps it apart from the same model's engine
+that keeps none. The factory also compiles an EAGLE head's steps (``CompiledEngines.head``,
+bench.engines.compiled_head) and counts their compile time with the engines'.
+
 Compilation happens in ``start`` (timed into ``compile_s`` and ``warmup_s``), before the loop starts
 its clock. The prompt's one-off prefill, whose width changes per example, runs the same forward
 uncompiled. Anything that stops compilation is an error naming the model, never a quiet fallback:
