@@ -607,7 +607,7 @@ def _speed_eagle(
     from bench.speed.report import write
 
     if len(engines) != 1:
-        raise BenchError("speed --drafter eagle times one engine: give --engine eager")
+        raise BenchError("speed --drafter eagle times one engine: give one --engine (eager or compiled)")
     if list(methods) != ["sd"] or params:
         raise BenchError("speed --drafter eagle times lossless sd (the head's cost is the same under every rule): give --method sd and no --param")
     if parse_drafter(drafter)[1]["tree"]:

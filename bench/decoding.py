@@ -29,7 +29,7 @@ from bench.decode_stats import DecodeStats, Generation
 from bench.distributions import Sampling, process
 from bench.drafters import Draft, DraftContext, Drafter, check_draft_policy, make_drafter
 from bench.drafters.model import padded
-from bench.engines import EagerEngine, EngineFactory, ModelEngine, to_device
+from bench.engines import EagerEngine, EngineFactory, open_engine, to_device
 from bench.errors import BenchError
 from bench.verifier_heads import VerifierHead
 from bench.rounds import Row, RoundHost, round_counts, to_host
@@ -113,8 +113,11 @@ class SpeculativeDecoder:
         trees = self.drafter.tree_widths(self.draft_len) if self.drafter else ()
         if trees:  # refused before anything decodes, not at the first tree round
             check_trees(self.verifier, self.trace)
-        made = engine(target, widths, trees) if trees else engine(target, widths)
-        self.engines = [self._keeping_states(made, target)] + (self.drafter.engines if self.drafter else [])
+        # The target's layer states the drafter reads (EAGLE's), if any: only then does the loop
+        # hand them over (``reads_states``); any other drafter's rounds build no index lists.
+        layers = self.drafter.target_layers(target.config.get_text_config().num_hidden_layers) if self.drafter else ()
+        self.reads_states = bool(layers)
+        self.engines = [open_engine(engine, target, widths, trees, layers)] + (self.drafter.engines if self.drafter else [])
 
     @property
     def context(self) -> Context:
@@ -186,7 +189,7 @@ class SpeculativeDecoder:
         for engine in self.engines:
             engine.start(len(rows), longest)
         if self.drafter:
-            self.drafter.start(len(rows))
+            self.drafter.start(len(rows), longest)
         return rows
 
     def _prefill(self, rows: list[Row]) -> None:
@@ -301,16 +304,6 @@ class SpeculativeDecoder:
             if self._emit(row, i, nb, host, weights.get(i)):
                 finished.add(i)
         return finished
-
-    def _keeping_states(self, made: ModelEngine, target: PreTrainedModel) -> ModelEngine:
-        """The target's engine, told to keep the layer states the drafter reads (EAGLE's), if any.
-        Only then does the loop hand them over (``reads_states``): any other drafter's rounds build
-        no index lists for them."""
-        layers = self.drafter.target_layers(target.config.get_text_config().num_hidden_layers) if self.drafter else ()
-        self.reads_states = bool(layers)
-        if layers:
-            made.keep_states(layers)
-        return made
 
     def _hand_states(self, rows: list[Row], kept: list[list[int]]) -> None:
         """A drafter that reads the target's layer states (``Drafter.target_layers``) gets those of

@@ -39,8 +39,9 @@ def eagle_config(target: Any, kind: str, draft_vocab: int | None = None, rope_th
     return config
 
 
-def eagle_state(config: dict[str, Any], kind: str, seed: int = 0) -> dict[str, torch.Tensor]:
-    """Random weights under the published key names."""
+def eagle_state(config: dict[str, Any], kind: str, seed: int = 0, vocab_ids: list[int] | None = None) -> dict[str, torch.Tensor]:
+    """Random weights under the published key names; an EAGLE-3 head's draft vocabulary
+    ``vocab_ids`` (target ids) or a random one."""
     g = torch.Generator().manual_seed(seed)
     h, i, heads, kv = (config[k] for k in ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads"))
     dim, width = h // heads, 2 * h if kind == "eagle3" else h
@@ -66,7 +67,8 @@ def eagle_state(config: dict[str, Any], kind: str, seed: int = 0) -> dict[str, t
         return state | {"embed_tokens.weight": w(config["vocab_size"], h, scale=4.0), "fc.weight": w(h, 2 * h), "fc.bias": 0.1 * torch.randn(h, generator=g)}
     layer |= {"hidden_norm.weight": norm(), "input_layernorm.weight": norm()}
     vocab, draft = config["vocab_size"], config["draft_vocab_size"]
-    kept = torch.randperm(vocab, generator=g)[:draft].sort().values  # the draft vocabulary: target ids, ascending
+    ids = torch.randperm(vocab, generator=g)[:draft] if vocab_ids is None else torch.tensor(vocab_ids)
+    kept = ids.sort().values  # the draft vocabulary: target ids, ascending
     t2d = torch.zeros(vocab, dtype=torch.bool)
     t2d[kept] = True
     state = {f"midlayer.{k}": v for k, v in layer.items()}
@@ -79,12 +81,16 @@ def eagle_state(config: dict[str, Any], kind: str, seed: int = 0) -> dict[str, t
     }
 
 
-def write_eagle_head(folder: Path, target: Any, kind: str, *, draft_vocab: int | None = None, seed: int = 0, binary: bool = False) -> Path:
-    """A head folder as published: config.json and model.safetensors (or pytorch_model.bin)."""
+def write_eagle_head(
+    folder: Path, target: Any, kind: str, *, draft_vocab: int | None = None, seed: int = 0, binary: bool = False,
+    kept: list[int] | None = None,
+) -> Path:  # fmt: skip
+    """A head folder as published: config.json and model.safetensors (or pytorch_model.bin); an
+    EAGLE-3 head's draft vocabulary the target ids ``kept`` when given."""
     folder.mkdir(parents=True, exist_ok=True)
-    config = eagle_config(target, kind, draft_vocab)
+    config = eagle_config(target, kind, len(kept) if kept else draft_vocab)
     (folder / "config.json").write_text(json.dumps(config, indent=2))
-    state = eagle_state(config, kind, seed)
+    state = eagle_state(config, kind, seed, kept)
     if binary:
         torch.save(state, folder / "pytorch_model.bin")
     else:

@@ -159,8 +159,9 @@ class Drafter(ABC):
         round's last token and accepted drafts, in order), so that after each round the drafter has
         the states of every token of ``row.seq`` but the last."""
 
-    def start(self, rows: int) -> None:
-        """A new batch of ``rows`` rows begins."""
+    def start(self, rows: int, max_len: int) -> None:
+        """A new batch of ``rows`` rows begins, each at most ``max_len`` positions long (prompt,
+        budget and a round's draft: what a drafter's own static buffers must hold)."""
 
     @abstractmethod
     def draft(self, rows: Sequence[DraftRow], caps: Sequence[int]) -> Draft:

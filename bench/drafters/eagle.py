@@ -11,7 +11,9 @@ lm_head reads). ``tree=1`` drafts EAGLE-2's dynamic tree (``bench.drafters.eagle
 
 Each row keeps its own head cache (the positions the target confirmed; a round's drafting writes
 past it and is dropped, as ``stable_kv`` in ``cnets.py``) and is drafted alone, in batch order:
-a row's draws are the ones it makes decoded alone.
+a row's draws are the ones it makes decoded alone. On ``--engine compiled`` that cache is the row's
+slots in static buffers and the head's forwards run compiled (``bench.engines.compiled_head``: the
+same head code, the same outputs), so EAGLE is timed against compiled ``ar``.
 """
 
 from __future__ import annotations
@@ -27,10 +29,15 @@ from torch import Tensor
 from bench.distributions import pick, process
 from bench.drafters.base import Draft, DraftContext, Drafter, DraftRow
 from bench.drafters.eagle_tree import draft_tree
-from bench.eagle.heads import CacheKV, EagleHead, load_eagle_head
+from bench.eagle.heads import CacheKV, Eagle1Head, EagleHead, load_eagle_head
+from bench.engines import CompiledEngines
+from bench.engines.compiled_head import CAUSAL, MASKED, CompiledHead, HeadCacheLayout, HeadShape
 from bench.errors import BenchError
 
 OFF_VOCAB = -1e9  # a q_logit off the draft vocabulary: exp underflows to exactly 0
+# A row's head cache: the eager head's (keys, values) per layer, or, on the compiled engine, the
+# slots its row holds in the compiled head's static buffers (bench.engines.compiled_head).
+HeadCache = list[CacheKV] | int | None
 
 
 @dataclass
@@ -38,7 +45,7 @@ class RowState:
     """One row's head: its cache over the confirmed positions, the target states not yet read,
     and the output at the last confirmed position (which predicts the row's next token)."""
 
-    cache: list[CacheKV] | None = None
+    cache: HeadCache = None
     fed: int = 0  # head positions in the cache: (state of target position i, token i + 1)
     pending: list[Tensor] = field(default_factory=list)
     last: Tensor | None = None  # [1, H]
@@ -109,7 +116,39 @@ class EagleDrafter(Drafter):
         self.head: EagleHead = load_eagle_head(source, target).to(target.device, target.dtype).eval()
         self.device, self.sampling, self.greedy = target.device, sampling, greedy
         self.vocab = target.config.get_text_config().vocab_size
+        self.compiled = self.compile(ctx, source) if isinstance(ctx.engine, CompiledEngines) else None
+        if self.compiled is not None:
+            self.head = self.compiled.head  # type: ignore[assignment]  # the same weights, the graphs' module
         return self
+
+    def compile(self, ctx: DraftContext, source: str) -> CompiledHead:
+        """The head's steps compiled beside the target's (``--engine compiled``): the catch-up over
+        at most a round's confirmed states (N + 1 in a chain, a tree's deepest path and its root),
+        and a chain's one-token step or a tree level's ``topk`` nodes, reading the head's output."""
+        assert ctx.target is not None
+        config, engine = self.head.config, ctx.engine
+        text = ctx.target.config.get_text_config()
+        fused = len(self.target_layers(text.num_hidden_layers)) * text.hidden_size
+        layers = config.num_hidden_layers if isinstance(self.head, Eagle1Head) else 1
+        layout = HeadCacheLayout(layers, config.num_key_value_heads or config.num_attention_heads, config.dim)
+        if self.tree:
+            k = min(self.topk, self.head.draft_vocab)
+            shapes = [HeadShape(CAUSAL, min(self.depth, ctx.draft_len) + 1, fused), HeadShape(MASKED, k, config.hidden_size)]
+        else:
+            shapes = [HeadShape(CAUSAL, ctx.draft_len + 1, fused), HeadShape(CAUSAL, 1, config.hidden_size)]
+        assert isinstance(engine, CompiledEngines)
+        return engine.head(ctx.target, source, self.head, layout, shapes)
+
+    def run(
+        self, row: DraftRow, hidden: Tensor, tokens: Tensor, cache: HeadCache, positions: Tensor | None = None, mask: Tensor | None = None
+    ) -> tuple[Tensor, HeadCache]:
+        """One head forward for ``row`` after its ``cache`` (``EagleHead.forward``'s arguments):
+        the eager head's, or the compiled one's over the row's static slots."""
+        if self.compiled is None:
+            assert not isinstance(cache, int)
+            return self.head(hidden, tokens, positions=positions, cache=cache, mask=mask)
+        assert not isinstance(cache, list)
+        return self.compiled(row.index, hidden, tokens, cache or 0, positions, mask)
 
     def target_layers(self, num_layers: int) -> tuple[int, ...]:
         return self.head.target_layers(num_layers)
@@ -120,8 +159,10 @@ class EagleDrafter(Drafter):
     def tree_widths(self, cap: int) -> tuple[int, ...]:
         return (1 + min(cap, self.total),) if self.tree else ()
 
-    def start(self, rows: int) -> None:
+    def start(self, rows: int, max_len: int) -> None:
         self.rows = {}
+        if self.compiled is not None:
+            self.compiled.start(rows, max_len)
 
     def take_states(self, rows: Sequence[DraftRow], states: Sequence[Tensor]) -> None:
         for row, kept in zip(rows, states):
@@ -138,7 +179,7 @@ class EagleDrafter(Drafter):
             tokens = torch.tensor([row.seq[state.fed + 1 : state.fed + 1 + n]], dtype=torch.long, device=self.device)
             if tokens.shape[1] != n:
                 raise RuntimeError(f"eagle: {n} target states for {tokens.shape[1]} tokens")  # the loop's contract broke
-            out, state.cache = self.head(feats, tokens, cache=state.cache)
+            out, state.cache = self.run(row, feats, tokens, state.cache)
             state.fed, state.last, state.ran = state.fed + n, out[:, -1], state.ran + 1
         return state
 
@@ -176,7 +217,7 @@ class EagleDrafter(Drafter):
             for key, value in zip(out, drawn):
                 out[key].append(value)
             if step + 1 < cap:
-                h, cache = self.advance(h, drawn[0], cache)
+                h, cache = self.advance(row, h, drawn[0], cache)
                 state.ran += 1
         return {k: torch.cat(v) for k, v in out.items()}
 
@@ -187,10 +228,11 @@ class EagleDrafter(Drafter):
         token = self.head.to_target(logits.argmax(-1)) if self.greedy else pick(q, [generator], False)
         return token, q, wide, self.head.head_input(h)
 
-    def advance(self, h: Tensor, token: Tensor, cache: list[CacheKV] | None) -> tuple[Tensor, list[CacheKV]]:
+    def advance(self, row: DraftRow, h: Tensor, token: Tensor, cache: HeadCache) -> tuple[Tensor, HeadCache]:
         """One head forward: the output ``h`` fed back with the token drafted from it; the next
-        output [1, H] and the cache grown by one position (a new list: ``cache`` is left as is)."""
-        hs, cache = self.head(h.unsqueeze(1), token.view(1, 1), cache=cache)
+        output [1, H] and the cache grown by one position (the row's confirmed part left as is:
+        the eager head's a new list, the compiled head's slots past the confirmed ones)."""
+        hs, cache = self.run(row, h.unsqueeze(1), token.view(1, 1), cache)
         return hs[:, -1], cache
 
 

@@ -43,6 +43,10 @@ class TreeSource(Protocol):
 
     def catch_up(self, row: DraftRow) -> Any: ...
 
+    def run(
+        self, row: DraftRow, hidden: Tensor, tokens: Tensor, cache: Any, positions: Tensor | None = None, mask: Tensor | None = None
+    ) -> tuple[Tensor, Any]: ...
+
 
 def draft_tree(drafter: TreeSource, rows: Sequence[DraftRow], caps: Sequence[int]) -> Draft:
     """Each row's tree of at most min(cap, total) nodes, right-padded (padding: parent -1)."""
@@ -75,7 +79,7 @@ def grow(drafter: TreeSource, row: DraftRow, budget: int) -> tuple[list[Tensor],
         tokens = head.to_target(torch.cat(ids)[frontier])
         mask, ancestry = tree_mask(ancestry, parent_entry, state.fed, hidden.dtype)
         positions = torch.full((1, k), state.fed + level - 1, device=logp.device)
-        out, cache = head(hidden.unsqueeze(0), tokens.unsqueeze(0), positions=positions, cache=cache, mask=mask)
+        out, cache = drafter.run(row, hidden.unsqueeze(0), tokens.unsqueeze(0), cache, positions, mask)
         state.ran += 1  # one head forward per level, over its k frontier nodes together
         child = head.logits(out[0]).float().log_softmax(-1).topk(k)
         cu = (child.values + torch.cat(scores)[frontier].unsqueeze(1)).flatten()

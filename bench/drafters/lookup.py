@@ -174,7 +174,7 @@ class PromptLookup(Drafter):
         N + 1 wide (a compiled engine pads a shorter draft to it)."""
         return (1, cap + 1)
 
-    def start(self, rows: int) -> None:
+    def start(self, rows: int, max_len: int) -> None:
         self.lengths = {}
 
     def draft(self, rows: Sequence[DraftRow], caps: Sequence[int]) -> Draft:

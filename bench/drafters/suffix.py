@@ -391,7 +391,7 @@ class SuffixDecoding(Drafter):
         """In tree mode, trees of at most N nodes: one width, N + 1 with the root."""
         return (cap + 1,) if self.mode == "tree" else ()
 
-    def start(self, rows: int) -> None:
+    def start(self, rows: int, max_len: int) -> None:
         """A new batch: the last batch's requests stop (a finished row stopped already)."""
         for req in self.requests.values():
             self.cache.stop_request(req)

@@ -7,20 +7,22 @@ positions and attends causally BY POSITION (plus the sliding window on sliding l
 a row back only lowers its length: rejected slots are hidden by causality and overwritten by the
 next step. So a row sees exactly the tokens it would see decoded alone, whatever shares its batch.
 
-An engine is made by a factory ``(model, widths[, trees]) -> ModelEngine``; ``widths`` are the step
-widths the loop will feed after the prompt, ``trees`` the token-tree widths (root and nodes) a tree
-drafter's rounds verify (``ModelEngine.tree_step``), which a static-shape engine compiles before the
-clock starts.
+An engine is made by a factory ``(model, widths[, trees][, states=...]) -> ModelEngine`` (through
+``open_engine``); ``widths`` are the step widths the loop will feed after the prompt, ``trees`` the
+token-tree widths (root and nodes) a tree drafter's rounds verify (``ModelEngine.tree_step``), which
+a static-shape engine compiles before the clock starts, and ``states`` the target's layer states an
+EAGLE drafter reads (``ModelEngine.states_at``), which a compiled graph returns as outputs.
 """
 
 from collections.abc import Callable
 
-from bench.engines.base import ModelEngine, to_device
+from bench.engines.base import ModelEngine, open_engine, to_device
 from bench.engines.compiled import CompiledEngine, CompiledEngines
 from bench.engines.eager import EagerEngine
 from bench.errors import BenchError
 
-# (model, step widths) or (model, step widths, token-tree widths): a tree drafter's loop passes the third.
+# (model, step widths[, token-tree widths][, states=layers]): a tree drafter's loop passes the
+# third, a drafter reading the target's layer states the keyword (``open_engine``).
 EngineFactory = Callable[..., ModelEngine]
 ENGINES = ("eager", "compiled")
 
@@ -43,5 +45,6 @@ __all__ = [
     "EngineFactory",
     "ModelEngine",
     "make_engine",
+    "open_engine",
     "to_device",
 ]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import torch
@@ -30,6 +30,20 @@ def weight_bytes(model: torch.nn.Module) -> int:
     return sum(p.numel() * p.element_size() for p in model.parameters())
 
 
+def open_engine(
+    factory: Callable[..., ModelEngine], model: PreTrainedModel, widths: Sequence[int],
+    trees: Sequence[int] = (), states: Sequence[int] = (),
+) -> ModelEngine:  # fmt: skip
+    """``factory``'s engine for ``model``: ``(model, widths)``, with the token-tree widths and the
+    layer states to keep passed only when there are any (a factory that serves neither takes two
+    arguments). An engine that does not keep the states asked for is refused in one line."""
+    extra: dict[str, Sequence[int]] = {"states": tuple(states)} if states else {}
+    made = factory(model, widths, trees, **extra) if trees else factory(model, widths, **extra)
+    if made.states_at != tuple(states):
+        raise BenchError(f"{type(made).__name__} does not return the target's layer states, which the drafter reads; use --engine eager")
+    return made
+
+
 class ModelEngine(ABC):
     """One model, its KV cache for a batch of rows, and each row's length (tokens held).
 
@@ -41,8 +55,9 @@ class ModelEngine(ABC):
     model: PreTrainedModel  # the model it steps
     lengths: list[int]
     # The target's layer states a drafter reads (``Drafter.target_layers``): transformers'
-    # ``hidden_states`` indices, and their concatenation [B, T, len * H] at every token of the
-    # last step (``step``, ``tree_step``, the prompt's), None until a step kept them.
+    # ``hidden_states`` indices, fixed when the engine is made (``open_engine``: a compiled graph's
+    # outputs are part of the graph), and their concatenation [B, T, len * H] at every token of
+    # the last step (``step``, ``tree_step``, the prompt's), None until a step kept them.
     states_at: tuple[int, ...] = ()
     states: Tensor | None = None
 
@@ -69,10 +84,6 @@ class ModelEngine(ABC):
         """After ``tree_step``: row b keeps its root and the nodes ``paths[b]`` (a root-to-node path,
         node indices), their K/V moved into the slots right after the root; the rest is rolled back."""
         raise BenchError(f"{type(self).__name__} does not verify token trees; use --engine eager")
-
-    def keep_states(self, layers: tuple[int, ...]) -> None:
-        """From now on keep the states at ``layers`` of every step (an EAGLE drafter's features)."""
-        raise BenchError(f"{type(self).__name__} does not return the target's layer states, which the drafter reads; use --engine eager")
 
     def truncate(self, keep: Sequence[int]) -> None:
         """Roll rows back: row b holds at most ``keep[b]`` tokens from now on."""

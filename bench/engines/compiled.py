@@ -19,6 +19,11 @@ pick the graph, are all shapes. (Dynamo's lookup per call on the tiny pair, unde
 with every guard, 42 us without the modules', 8.5 us with these.) And the weights are frozen, so
 inductor builds an inference graph, not a training one.
 
+An engine made keeping the target's layer states (``states``: an EAGLE drafter's features) returns
+them from every graph beside the logits; the factory keeps it apart from the same model's engine
+that keeps none. The factory also compiles an EAGLE head's steps (``CompiledEngines.head``,
+bench.engines.compiled_head) and counts their compile time with the engines'.
+
 Compilation happens in ``start`` (timed into ``compile_s`` and ``warmup_s``), before the loop starts
 its clock. The prompt's one-off prefill, whose width changes per example, runs the same forward
 uncompiled. Anything that stops compilation is an error naming the model, never a quiet fallback:
@@ -28,12 +33,10 @@ it without them, with a warning) stops the run too.
 
 from __future__ import annotations
 
-import shutil
 import time
 import types
 import weakref
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar
 
 import torch
 from torch import Tensor
@@ -42,60 +45,15 @@ from transformers import PreTrainedModel
 
 from bench.engines import compile_report
 from bench.engines.base import to_device, weight_bytes
+from bench.engines.compiled_head import CompiledHead, HeadCacheLayout, HeadShape
 from bench.engines.eager import EagerEngine, SlotCache
+from bench.engines.inductor import CPU_OPTIONS, check_compiler, compile_options, first_line, own_copy
 from bench.errors import BenchError
 
-R = TypeVar("R")
-
-# An engine compiles a graph per step width and batch shape it meets: allow enough, and fail rather
-# than run eagerly when the limit is hit anyway.
-_RECOMPILE_LIMIT = 64
-
-# On a CPU a batch-1 step is a chain of matrix-vector products, and aten's (MKL's sgemm) reads
-# SmolLM2's weights at 11-12 GB/s of this machine's 33: the eager step is 3.7x the weights' floor.
-# These settings make inductor write its own: weights frozen into the graph and packed once, the
-# linears that share an input (q/k/v, gate/up) concatenated, and each product generated from its
-# C++ GEMM template where that is faster than aten's (timed once at compile; inductor caches the
-# choice; a shape the template cannot take uses aten). fp32 target step on SmolLM2-135M: 57.6 ms
-# eager, 49.5 ms compiled without these, 19.8 ms with them (docs/real-pair.md#speed). Freezing keeps
-# a packed copy of the weights beside the model's own, which the prefill still runs on: a weight
-# changed after the compile is not seen by the graphs (a pair's models never change during a run).
-# Set for the whole compile, not as ``torch.compile`` options: dynamo reads ``freezing`` while
-# tracing, and as an option it did nothing.
-_CPU_OPTIONS = {"cpp_wrapper": True, "freezing": True, "cpp.enable_concat_linear": True}
 # Generating a product costs a C++ compile per shape (~3 s here): worth it only where a step reads
 # its weights from memory, not from cache (a tiny test model's step is all overhead).
 _CPU_GEMMS = {"max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN"}
 _CPU_GEMMS_FROM_BYTES = 64 * 2**20
-
-
-def _own_copy(fn: Callable[..., Any]) -> types.FunctionType:
-    """``fn`` with a code object of its own. Dynamo keeps compiled graphs per code object, and the
-    guards an engine keeps (tensor shapes only) cannot tell two engines' calls apart: each engine
-    compiles its own copy, so a call looks only at its own graphs. (torch 2.13's
-    ``isolate_recompiles`` does the same; this also runs on the torch 2.11 of the GPU image.)"""
-    assert isinstance(fn, types.FunctionType)  # a plain function (a class's method, unbound)
-    return types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}".strip()
-
-
-def check_compiler(device: torch.device) -> None:
-    """Inductor on a CPU needs a C++ compiler; say so before any compile starts."""
-    if device.type != "cpu":
-        return
-    from torch._inductor import config
-
-    names = config.cpp.cxx if isinstance(config.cpp.cxx, (list, tuple)) else (config.cpp.cxx,)
-    if not any(name and shutil.which(name) for name in names):
-        wanted = ", ".join(n for n in names if n) or "g++"
-        raise BenchError(
-            f"--engine compiled on CPU needs a C++ compiler for torch.compile ({wanted} not found); "
-            "install g++ (or set CXX) or use --engine eager"
-        )
 
 
 class StaticSlotCache(SlotCache):
@@ -124,8 +82,11 @@ class CompiledEngine(EagerEngine):
         verbose: bool = False,
         log: Callable[[str], None] | None = None,
         trees: Sequence[int] = (),
+        states: Sequence[int] = (),
     ) -> None:
-        super().__init__(model)
+        # ``states``: the layer states its graphs return beside the logits (an EAGLE head's
+        # features); fixed here, since a graph's outputs are traced into it.
+        super().__init__(model, states=states)
         # Inductor's own output (autotune tables, warnings) only with --verbose; the harness says
         # before each compile how long it should take and where it is cached (compile_report).
         self.verbose, self.log = verbose, log
@@ -143,18 +104,12 @@ class CompiledEngine(EagerEngine):
             # eager's width-1 step 21.5; scripts/tree_verify_cost.py --sizes 1,2): a one-token step
             # runs in the width-2 graph, its second slot padding that no query sees.
             self.widths = sorted(set(self.widths) - {1} | {2})
-        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, _RECOMPILE_LIMIT)
-        torch._dynamo.config.fail_on_recompile_limit_hit = True
-        options: dict[str, str | int | bool | Callable[..., Any]] = {
-            "triton.cudagraphs": self.cuda,
-            "triton.cudagraph_or_error": self.cuda,  # a graph CUDA graphs cannot take is an error
-            "guard_filter_fn": torch.compiler.keep_tensor_guards_unsafe,
-        }
+        options = compile_options(self.cuda)
         self.compiled = torch.compile(
-            types.MethodType(_own_copy(CompiledEngine._forward), self), fullgraph=True, dynamic=False, options=options
+            types.MethodType(own_copy(CompiledEngine._forward), self), fullgraph=True, dynamic=False, options=options
         )
         self.compiled_tree = torch.compile(
-            types.MethodType(_own_copy(CompiledEngine._tree_forward), self),
+            types.MethodType(own_copy(CompiledEngine._tree_forward), self),
             fullgraph=True,
             dynamic=False,
             options=options,
@@ -172,16 +127,19 @@ class CompiledEngine(EagerEngine):
                 input_ids=torch.zeros(1, 1, dtype=torch.long, device=model.device), output_hidden_states=True
             )
 
-    def _forward(self, ids: Tensor, start: Tensor, keep: int) -> tuple[Tensor, Tensor | None]:
+    def _forward(self, ids: Tensor, start: Tensor, keep: int) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """Logits and last hidden states of the last ``keep`` positions (both always: one graph
-        serves every verifier, and unused outputs cost nothing). Row b's tokens sit at positions
+        serves every verifier, and unused outputs cost nothing), and the layer states at
+        ``states_at`` of every position when it keeps any. Row b's tokens sit at positions
         start[b], start[b] + 1, ...: computed in the graph, so a step's host work is one tensor."""
         positions = start.unsqueeze(1) + torch.arange(ids.shape[1], device=ids.device)
         return self._forward_at(ids, positions, self.cache.max_len, keep, hidden=True)
 
-    def _tree_forward(self, ids: Tensor, start: Tensor, parents: Tensor) -> Tensor:
-        """A token tree per row over all ``capacity`` slots (``EagerEngine._tree_forward_at``)."""
-        return self._tree_forward_at(ids, start, parents, self.cache.max_len)[0]
+    def _tree_forward(self, ids: Tensor, start: Tensor, parents: Tensor) -> tuple[Tensor, Tensor | None]:
+        """A token tree per row over all ``capacity`` slots (``EagerEngine._tree_forward_at``):
+        its logits and the layer states at ``states_at``."""
+        logits, _, states = self._tree_forward_at(ids, start, parents, self.cache.max_len)
+        return logits, states
 
     def start(self, rows: int, max_len: int) -> None:
         """Reuse the smallest cache (and its graphs) that holds the batch, extra rows running as
@@ -236,7 +194,7 @@ class CompiledEngine(EagerEngine):
     def _cpu_options(self) -> dict[str, object]:
         if self.cuda:
             return {}
-        return _CPU_OPTIONS | (_CPU_GEMMS if self._gemms() else {})
+        return CPU_OPTIONS | (_CPU_GEMMS if self._gemms() else {})
 
     def _compile_width(self, width: int, start: Tensor, tree: bool = False) -> None:
         ids = torch.zeros(self.cache.rows, width, dtype=torch.long, device=start.device)
@@ -249,7 +207,7 @@ class CompiledEngine(EagerEngine):
             except Exception as exc:
                 raise BenchError(
                     f"--engine compiled: torch.compile cannot compile {self.model.config.model_type} "
-                    f"(step width {width}): {_first_line(exc)}; use --engine eager"
+                    f"(step width {width}): {first_line(exc)}; use --engine eager"
                 ) from exc
             if self.cuda and counters["inductor"]["cudagraph_skips"] > skips:  # inductor only warns
                 raise BenchError(
@@ -265,26 +223,26 @@ class CompiledEngine(EagerEngine):
             else:
                 self.warmup_s += time.perf_counter() - tick
 
-    def _run(self, ids: Tensor, start: Tensor) -> tuple[Tensor, Tensor | None]:
+    def _run(self, ids: Tensor, start: Tensor) -> tuple[Tensor | None, ...]:
         if self.cuda:
             torch.compiler.cudagraph_mark_step_begin()
-            logits, hidden = self.compiled(ids, start, ids.shape[1])
-            return logits.clone(), hidden.clone()  # the graph's outputs are overwritten next replay
+            # the graph's outputs are overwritten next replay
+            return tuple(t if t is None else t.clone() for t in self.compiled(ids, start, ids.shape[1]))
         return self.compiled(ids, start, ids.shape[1])
 
-    def _run_tree(self, ids: Tensor, start: Tensor, parents: Tensor) -> Tensor:
+    def _run_tree(self, ids: Tensor, start: Tensor, parents: Tensor) -> tuple[Tensor | None, ...]:
         if self.cuda:
             torch.compiler.cudagraph_mark_step_begin()
-            return self.compiled_tree(ids, start, parents).clone()
+            return tuple(t if t is None else t.clone() for t in self.compiled_tree(ids, start, parents))
         return self.compiled_tree(ids, start, parents)
 
-    def _replay(self, ids: Tensor, run: Callable[[], R]) -> R:
+    def _replay(self, ids: Tensor, start: Tensor, parents: Tensor | None = None) -> tuple[Tensor | None, ...]:
         """A step runs a graph ``start`` compiled, never a new one: a graph whose guards fail here
         (e.g. compiled outside inference mode, stepped inside) would compile again without
         ``start``'s CPU options: a different, slower graph, in silence."""
         try:
             with torch.compiler.set_stance("fail_on_recompile"):
-                return run()
+                return self._run(ids, start) if parents is None else self._run_tree(ids, start, parents)
         except RuntimeError as exc:
             if "fail_on_recompile" not in str(exc):
                 raise
@@ -307,20 +265,20 @@ class CompiledEngine(EagerEngine):
             padded[:count, :width] = ids
             ids = padded
         start = to_device(self.lengths + [0] * (self.cache.rows - count), ids.device)
+        outputs: tuple[Tensor | None, ...]
         if self.fresh:  # the prompt: its width is the example's, so it runs uncompiled
-            logits, states = self._forward(ids, start, keep)
-            first = 0
+            outputs, first = self._forward(ids, start, keep), 0
         else:
-            ids = ids.contiguous()
-            logits, states = self._replay(ids, lambda: self._run(ids, start))
-            first = width - keep
+            outputs, first = self._replay(ids.contiguous(), start), width - keep
+        logits, last, states = outputs
         self.fresh = False
         self.lengths = [n + r for n, r in zip(self.lengths, real)]
+        self.states = None if states is None else states[:count, :width]
+        assert logits is not None and last is not None  # the graph returns both, always
         if (count, first, keep) != (logits.shape[0], 0, logits.shape[1]):  # padded, or fewer kept
             window = slice(first, first + keep)
-            logits = logits[:count, window]
-            states = states[:count, window] if states is not None else None
-        return logits, states if hidden else None
+            logits, last = logits[:count, window], last[:count, window]
+        return logits, last if hidden else None
 
     def tree_step(self, ids: Tensor, parents: Tensor, real: Sequence[int]) -> Tensor:
         """A tree of n + 1 tokens runs the narrowest tree graph declared that holds it: its extra
@@ -341,14 +299,13 @@ class CompiledEngine(EagerEngine):
         full_parents = parents.new_full((rows, graph - 1), -1)
         full_parents[:count, : width - 1] = parents
         start = to_device(self.lengths + [0] * (rows - count), ids.device)
-        logits = self._replay(full_ids, lambda: self._run_tree(full_ids, start, full_parents))
+        logits, states = self._replay(full_ids, start, full_parents)
         self.fresh = False
         self.tree_start = list(self.lengths)
         self.lengths = [n + r for n, r in zip(self.lengths, real)]
+        self.states = None if states is None else states[:count, :width]
+        assert logits is not None
         return logits[:count, :width]
-
-    def keep_states(self, layers: tuple[int, ...]) -> None:
-        raise BenchError("--engine compiled: its graphs return only the last layer's states, and the drafter reads others (--drafter eagle); use --engine eager")
 
     def select(self, rows: Sequence[int]) -> None:
         self.cache.compact(to_device(list(rows), self.model.device))
@@ -364,18 +321,40 @@ class CompiledEngines:
         self.engines: weakref.WeakKeyDictionary[PreTrainedModel, dict[tuple[tuple[int, ...], ...], CompiledEngine]] = (
             weakref.WeakKeyDictionary()
         )
+        self.heads: weakref.WeakKeyDictionary[PreTrainedModel, dict[tuple[str | HeadShape, ...], CompiledHead]] = weakref.WeakKeyDictionary()
 
-    def __call__(self, model: PreTrainedModel, widths: Sequence[int], trees: Sequence[int] = ()) -> CompiledEngine:
+    def __call__(
+        self, model: PreTrainedModel, widths: Sequence[int], trees: Sequence[int] = (), states: Sequence[int] = ()
+    ) -> CompiledEngine:
+        """The engine of ``model`` for these step widths, tree widths and kept layer states: an
+        engine that keeps states is never another decoder's that keeps none (its graphs output
+        them: copies a step without a reader pays)."""
         mine = self.engines.setdefault(model, {})
-        key = (tuple(sorted(set(widths))), tuple(sorted(set(trees))))
+        key = (tuple(sorted(set(widths))), tuple(sorted(set(trees))), tuple(states))
         if key not in mine:
-            mine[key] = CompiledEngine(model, key[0], self.verbose, self.log, key[1])
+            mine[key] = CompiledEngine(model, key[0], self.verbose, self.log, key[1], key[2])
         return mine[key]
+
+    def head(
+        self, target: PreTrainedModel, name: str, module: torch.nn.Module, layout: HeadCacheLayout, shapes: Sequence[HeadShape]
+    ) -> CompiledHead:
+        """The compiled steps of the draft head ``name`` (EAGLE's, loaded as ``module``) reading
+        ``target``: one per target, head and step set, reused as the target's engines are (a
+        decoder built again loads the head again: the first load's graphs serve it)."""
+        mine = self.heads.setdefault(target, {})
+        steps = tuple(sorted(set(shapes)))
+        key: tuple[str | HeadShape, ...] = (name, *steps)
+        if key not in mine:
+            mine[key] = CompiledHead(module, layout, steps, self.verbose, self.log)
+        return mine[key]
+
+    def _all(self) -> list[CompiledEngine | CompiledHead]:
+        return [e for store in (self.engines, self.heads) for m in store.values() for e in m.values()]
 
     @property
     def compile_s(self) -> float:
-        return sum(e.compile_s for m in self.engines.values() for e in m.values())
+        return sum(e.compile_s for e in self._all())
 
     @property
     def warmup_s(self) -> float:
-        return sum(e.warmup_s for m in self.engines.values() for e in m.values())
+        return sum(e.warmup_s for e in self._all())

@@ -75,11 +75,14 @@ class EagerEngine(ModelEngine):
     are causal by position (and windowed on sliding layers), so padding and rejected slots are
     never visible to a real query."""
 
-    def __init__(self, model: PreTrainedModel, widths: Sequence[int] = (), trees: Sequence[int] = ()) -> None:
+    def __init__(
+        self, model: PreTrainedModel, widths: Sequence[int] = (), trees: Sequence[int] = (), states: Sequence[int] = ()
+    ) -> None:
         """``widths``, ``trees``: the step and tree widths the loop will use; eager runs any width,
-        so it needs none."""
+        so it needs none. ``states``: the layer states every step keeps (``ModelEngine.states_at``)."""
         layout = attention_layout(model)
         self.model = model
+        self.states_at = tuple(states)
         self.kinds = set(layout.kinds)
         self.window = layout.window
         self.devices = tuple(dict.fromkeys(layer_devices(model).values())) or (model.device,)
@@ -119,9 +122,9 @@ class EagerEngine(ModelEngine):
         self.cache.visible = max(self.lengths) + width
         if self.cache.visible > self.cache.max_len:
             raise RuntimeError(f"cache overflow: {self.cache.visible} > {self.cache.max_len} slots")
-        out = self._forward_at(ids, positions, self.cache.visible, keep, hidden)
+        logits, last, self.states = self._forward_at(ids, positions, self.cache.visible, keep, hidden)
         self.lengths = [n + r for n, r in zip(self.lengths, real)]
-        return out
+        return logits, last
 
     def _prompt(self, ids: Tensor, keep: int, hidden: bool) -> tuple[Tensor, Tensor | None]:
         """A lone row's prompt from position 0 is plain causal attention: transformers' own forward
@@ -130,7 +133,7 @@ class EagerEngine(ModelEngine):
         prompt's prefill is the one step where that counts (SmolLM2, 650 tokens, bf16: 637 ms with
         the 4-D mask, against 562 ms for transformers' own forward)."""
         out = self.model(input_ids=ids, use_cache=True, logits_to_keep=keep, output_hidden_states=hidden or bool(self.states_at))
-        self._keep(out.hidden_states)
+        self.states = self._states(out.hidden_states)
         width = ids.shape[1]
         self.cache.place(torch.arange(width, device=ids.device).unsqueeze(0))
         self.cache.visible = width
@@ -141,10 +144,11 @@ class EagerEngine(ModelEngine):
 
     def _forward_at(
         self, ids: Tensor, positions: Tensor, visible: int, keep: int, hidden: bool
-    ) -> tuple[Tensor, Tensor | None]:
+    ) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """The transformers forward of every engine: ``ids`` at explicit ``positions``, attending
         to ``visible`` cache slots under ready masks. Logits (and last hidden states) of the last
-        ``keep`` positions."""
+        ``keep`` positions, and the layer states at ``states_at`` of every position (None when it
+        keeps none): returned, not stored, so a compiled graph has them as outputs."""
         self.cache.place(positions)
         out = self.model(
             input_ids=ids,
@@ -155,8 +159,8 @@ class EagerEngine(ModelEngine):
             logits_to_keep=keep,
             output_hidden_states=hidden or bool(self.states_at),
         )
-        self._keep(out.hidden_states)
-        return out.logits, out.hidden_states[-1][:, -keep:] if hidden else None
+        last = out.hidden_states[-1][:, -keep:] if hidden else None
+        return out.logits, last, self._states(out.hidden_states)
 
     def tree_step(self, ids: Tensor, parents: Tensor, real: Sequence[int]) -> Tensor:
         return self.tree_states(ids, parents, real)[0]
@@ -168,15 +172,16 @@ class EagerEngine(ModelEngine):
         self.cache.visible = max(self.lengths) + ids.shape[1]
         if self.cache.visible > self.cache.max_len:
             raise RuntimeError(f"cache overflow: {self.cache.visible} > {self.cache.max_len} slots")
-        out = self._tree_forward_at(ids, start, parents, self.cache.visible, hidden)
+        logits, last, self.states = self._tree_forward_at(ids, start, parents, self.cache.visible, hidden)
         self.tree_start = list(self.lengths)
         self.lengths = [n + r for n, r in zip(self.lengths, real)]
-        return out
+        return logits, last
 
     def _tree_forward_at(
         self, ids: Tensor, start: Tensor, parents: Tensor, visible: int, hidden: bool = False
-    ) -> tuple[Tensor, Tensor | None]:
-        """Logits [B, n + 1, V] (and hidden states) of a tree per row (bench.engines.tree): tokens
+    ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        """Logits [B, n + 1, V] (and hidden states, and the states at ``states_at``) of a tree per
+        row (bench.engines.tree): tokens
         in slots start + t, at positions start + depth, each seeing the cache and its ancestors
         (and, on sliding layers, only keys less than ``window`` positions back, as ``_masks``)."""
         allowed, positions, keys = tree_allowed(start, ancestors(parents), visible)
@@ -194,18 +199,15 @@ class EagerEngine(ModelEngine):
             logits_to_keep=ids.shape[1],
             output_hidden_states=hidden or bool(self.states_at),
         )
-        self._keep(out.hidden_states)
-        return out.logits, out.hidden_states[-1] if hidden else None
+        return out.logits, out.hidden_states[-1] if hidden else None, self._states(out.hidden_states)
 
-    def keep_states(self, layers: tuple[int, ...]) -> None:
-        self.states_at = tuple(layers)
-
-    def _keep(self, hidden_states: tuple[Tensor, ...] | None) -> None:
+    def _states(self, hidden_states: tuple[Tensor, ...] | None) -> Tensor | None:
         """The step's states at ``states_at`` (transformers' ``hidden_states``: the embeddings,
         then each layer's output, the last after the final norm), concatenated in that order."""
-        if self.states_at and hidden_states is not None:
-            device = hidden_states[self.states_at[0]].device  # layers spread over GPUs meet on one
-            self.states = torch.cat([hidden_states[i].to(device) for i in self.states_at], dim=-1)
+        if not self.states_at or hidden_states is None:
+            return None
+        device = hidden_states[self.states_at[0]].device  # layers spread over GPUs meet on one
+        return torch.cat([hidden_states[i].to(device) for i in self.states_at], dim=-1)
 
     def commit(self, paths: Sequence[Sequence[int]]) -> None:
         moves = [

@@ -34,7 +34,7 @@ from bench.atomic import write_atomic
 from bench.context import Context, check_truncation, fit_prompt
 from bench.distributions import Sampling, process, sample, tv
 from bench.drafters.eagle import with_pair_head
-from bench.engines import EagerEngine, EngineFactory, ModelEngine
+from bench.engines import EagerEngine, EngineFactory, ModelEngine, open_engine
 from bench.errors import BenchError
 from bench.verifier_heads import WeightHead, save_head
 from bench.learned import Recipe, TrainJob
@@ -142,9 +142,9 @@ def rollouts(
     drafts = drafts or ModelDrafts(pair)
     matched = rollout == "decoding"
     rounds = Rounds(draft_len, matched, drafts.positional or matched, max_tokens)
-    engines = [factory(pair.target, (1,))]  # the prompt, then a token a step
-    engines += drafts.open(factory, engines[0], prompts)
     longest = max(map(len, prompts)) + max_tokens + 1
+    engines = [open_engine(factory, pair.target, (1,), states=drafts.layers)]  # the prompt, then a token a step
+    engines += drafts.open(factory, engines[0], prompts, longest)
     for engine in engines:
         engine.start(len(prompts), longest)
     eos = set(pair.eos_token_ids)

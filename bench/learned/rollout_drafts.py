@@ -22,8 +22,7 @@ from transformers import PreTrainedModel
 
 from bench.distributions import Sampling, process
 from bench.drafters import DraftContext, parse_drafter
-from bench.drafters.eagle import EagleDrafter, with_pair_head
-from bench.eagle.heads import CacheKV
+from bench.drafters.eagle import EagleDrafter, HeadCache, with_pair_head
 from bench.engines import EngineFactory, ModelEngine
 from bench.errors import BenchError
 from bench.learned.rollout_rounds import BONUS
@@ -50,10 +49,12 @@ class RolloutDrafts(ABC):
     width: int  # the hidden state's size: the weight head's draft_hidden
     model: PreTrainedModel | None  # the draft model it feeds, whose context a prompt must fit
     positional: bool  # whether q and the states depend on the position in a round
+    layers: tuple[int, ...] = ()  # the target's layer states it reads (its engine keeps them)
 
     @abstractmethod
-    def open(self, factory: EngineFactory, target: ModelEngine, prompts: list[list[int]]) -> list[ModelEngine]:
-        """Start a batch; returns the engines it steps (cut to the live rows with the target's)."""
+    def open(self, factory: EngineFactory, target: ModelEngine, prompts: list[list[int]], max_len: int) -> list[ModelEngine]:
+        """Start a batch of rows of at most ``max_len`` positions; returns the engines it steps
+        (cut to the live rows with the target's)."""
 
     @abstractmethod
     def law(
@@ -76,7 +77,7 @@ class ModelDrafts(RolloutDrafts):
     def __init__(self, pair: Pair) -> None:
         self.pair, self.width, self.model = pair, hidden_size(pair.draft), pair.draft
 
-    def open(self, factory: EngineFactory, target: ModelEngine, prompts: list[list[int]]) -> list[ModelEngine]:
+    def open(self, factory: EngineFactory, target: ModelEngine, prompts: list[list[int]], max_len: int) -> list[ModelEngine]:
         self.engine = factory(self.pair.draft, (1,))
         return [self.engine]
 
@@ -113,12 +114,11 @@ class EagleDrafts(RolloutDrafts):
         self.vocab = pair.target.config.get_text_config().vocab_size
         self.dtype = next(self.drafter.head.parameters()).dtype  # of head_input's states
 
-    def open(self, factory: EngineFactory, target: ModelEngine, prompts: list[list[int]]) -> list[ModelEngine]:
-        target.keep_states(self.layers)
-        self.drafter.start(len(prompts))
+    def open(self, factory: EngineFactory, target: ModelEngine, prompts: list[list[int]], max_len: int) -> list[ModelEngine]:
+        self.drafter.start(len(prompts), max_len)
         self.rows = [_Row(b, list(p)) for b, p in enumerate(prompts)]
         self.held: dict[int, Tensor] = {}
-        self.chain: dict[int, tuple[Tensor, list[CacheKV] | None]] = {}  # a row's head output and cache in its round
+        self.chain: dict[int, tuple[Tensor, HeadCache]] = {}  # a row's head output and cache in its round
         return []
 
     def law(
@@ -128,7 +128,7 @@ class EagleDrafts(RolloutDrafts):
         token after each is known); the last one's wait for the token sampled at it (``confirm``).
         The head reads them at a round's first draft, as decoding's catch-up does."""
         states = target.states
-        assert states is not None  # keep_states made the target's step keep them
+        assert states is not None  # the target's engine keeps the states at self.layers
         qs, hs = [], []
         for j, (b, k) in enumerate(zip(alive, positions)):
             row, kept = self.rows[b], states[j, : real[j]]
@@ -156,7 +156,7 @@ class EagleDrafts(RolloutDrafts):
         on a cache the round's drafts extend and the next round drops (``EagleDrafter.chain``)."""
         h, cache = self.chain[row.index]
         token = torch.tensor([row.seq[-1]], device=h.device)
-        out, cache = self.drafter.advance(h, token, cache)
+        out, cache = self.drafter.advance(row, h, token, cache)
         self.chain[row.index] = (out, cache)
         return out
 

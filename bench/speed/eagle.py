@@ -34,7 +34,7 @@ from bench.build import build_decoder
 from bench.decoding import SpeculativeDecoder
 from bench.distributions import Sampling
 from bench.drafters.eagle import EagleDrafter, RowState
-from bench.engines import EngineFactory
+from bench.engines import EngineFactory, ModelEngine, open_engine
 from bench.errors import BenchError
 from bench.pairs import Pair
 from bench.speed.runs import Timed, paired, run_harness, sync
@@ -42,14 +42,24 @@ from bench.speed.runs import Timed, paired, run_harness, sync
 PASSES_PER_REPEAT = 10  # round-robin passes over the steps per --repeats
 
 
+def timing_target(decoder: SpeculativeDecoder, engine: EngineFactory, draft_lens: list[int]) -> ModelEngine:
+    """The target's engine for the timed steps: every width timed (on a compiled engine a graph
+    each: ``ar``'s width 1 and each verify width), keeping the head's layer states as the
+    decoder's engine does."""
+    widths = [1, *(n + 1 for n in draft_lens)]
+    return open_engine(engine, decoder.target, widths, states=decoder.engines[0].states_at)
+
+
+@torch.inference_mode()  # as the steps run: a compiled engine's graphs are compiled here
 def chain_steps(
-    decoder: SpeculativeDecoder, prompt: list[int], draft_lens: list[int]
+    decoder: SpeculativeDecoder, target: ModelEngine, prompt: list[int], draft_lens: list[int]
 ) -> dict[str, Callable[[], object]]:
     """Each step to time after ``prompt``, by name: ``target_1``, ``verify_W`` (W = N + 1 per N),
-    ``head_step`` and ``catch_up_M`` (M = 1 .. max N + 1 states). Every call sees the same
-    context: target steps keep none of their tokens, head steps leave the prompt's head cache as
-    it is, and each catch-up starts from it again."""
-    target, drafter = decoder.engines[0], decoder.drafter
+    ``head_step`` and ``catch_up_M`` (M = 1 .. max N + 1 states), the target's on ``target``
+    (``timing_target``). Every call sees the same context: target steps keep none of their
+    tokens, head steps leave the prompt's head cache as it is, and each catch-up starts from it
+    again."""
+    drafter = decoder.drafter
     if not isinstance(drafter, EagleDrafter) or drafter.tree:
         raise BenchError(
             "speed --drafter eagle times the head's chain steps: give an eagle drafter without tree=1"
@@ -67,7 +77,7 @@ def chain_steps(
     row = types.SimpleNamespace(
         index=0, seq=prompt + prompt[-1:] * widest, generator=torch.Generator(device).manual_seed(0)
     )
-    drafter.start(1)
+    drafter.start(1, len(prompt) + widest + 1)
     drafter.take_states([row], [states])
     base = drafter.catch_up(row)  # the head's cache over the prompt
     last = base.last
@@ -75,7 +85,7 @@ def chain_steps(
 
     def head_step() -> None:
         token = drafter.propose(last, row.generator)[0]
-        drafter.advance(last, token, base.cache)
+        drafter.advance(row, last, token, base.cache)
 
     def catch_up(m: int) -> Callable[[], object]:
         def run() -> None:
@@ -187,7 +197,9 @@ def measure_eagle(
         pair, "sd", draft_len=max(draft_lens), sampling=sampling, engine=engine, drafter=spec
     )
     seconds = round_robin(
-        chain_steps(decoder, prompts[0], draft_lens), pair.device, PASSES_PER_REPEAT * repeats
+        chain_steps(decoder, timing_target(decoder, engine, draft_lens), prompts[0], draft_lens),
+        pair.device,
+        PASSES_PER_REPEAT * repeats,
     )
     steps = cost_rows(seconds, draft_lens)
     log("step ms: " + ", ".join(f"{s['step']}({s['tokens']}) {s['ms']:.3f}" for s in steps))

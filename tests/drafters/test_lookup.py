@@ -366,13 +366,13 @@ def test_lookup_drafter_state_resets_per_batch():
     class Row:
         index, seq, generator = 0, [1, 2, 3, 1, 2, 3, 1, 2], None
 
-    drafter.start(1)
+    drafter.start(1, 64)
     assert drafter.draft([Row()], [6]).counts == [6]
     drafter.observe([Row()], [6], [2])
     assert drafter.draft([Row()], [6]).counts == [5]  # one fewer after a rejection
     drafter.observe([Row()], [5], [5])
     assert drafter.draft([Row()], [6]).counts == [6]  # +2 after a full acceptance, capped at N
-    drafter.start(1)
+    drafter.start(1, 64)
     assert drafter.lengths == {}
 
 

@@ -169,9 +169,9 @@ def test_the_global_tree_drafts_an_earlier_examples_response():
     answer = [50, 51, 52, 53, 54, 55, 56, 57, 58, 59]
     for cached, drafts_more in ((10000, True), (0, False)):
         drafter = SuffixDecoding(max_cached_requests=cached)
-        drafter.start(1)
+        drafter.start(1, 64)
         prompt_then_answer(drafter, 0, [1, 2, 3, 4], answer)
-        drafter.start(1)
+        drafter.start(1, 64)
         drafts = prompt_then_answer(drafter, 0, [7, 8, 9, 10], answer)
         assert (max(map(len, drafts)) > 0) is drafts_more
         if drafts_more:
@@ -185,10 +185,10 @@ def test_the_global_tree_evicts_the_oldest_response_and_a_prompt_seen_again():
     first, second = [60, 61, 62, 63, 64, 65], [70, 71, 72, 73, 74, 75]
     drafter = SuffixDecoding(max_cached_requests=2)
     for prompt, answer in (([1], first), ([2], second)):
-        drafter.start(1)
+        drafter.start(1, 64)
         prompt_then_answer(drafter, 0, prompt, answer)
     assert list(drafter.cache.seq_ids) == [(1,), (2,)]
-    drafter.start(1)
+    drafter.start(1, 64)
     row = Row(0, [3])
     row.emit([70, 71, 72])
     got = drafter.draft([row], [8])
@@ -219,14 +219,14 @@ def test_drafts_of_a_batch_are_valid_token_trees():
     branchy = [1, 2, 3, 4] * 4 + [1, 2, 5, 6] * 3 + [1, 2, 7] + [1, 2]
     rows = [Row(0, branchy), Row(1, [9, 8, 7, 6, 9, 8]), Row(2, [1, 2, 3])]
     tree = SuffixDecoding(mode="tree", max_spec_factor=4.0)
-    tree.start(3)
+    tree.start(3, 64)
     draft = tree.draft(rows, [8, 8, 8])
     assert draft.counts[0] == 8 and draft.counts[2] == 0 and draft.parents is not None
     assert draft.q is None  # deterministic: the loop takes each node's law as the point mass
     valid_tree(draft.tokens, draft.parents, draft.counts)
     assert draft.parents[0].tolist().count(-1) >= 2  # branches at the root
     chain = SuffixDecoding(max_spec_factor=4.0)
-    chain.start(3)
+    chain.start(3, 64)
     drafted = chain.draft(rows, [8, 8, 8])
     assert drafted.parents is None and drafted.counts[0] > 0
     valid_tree(drafted.tokens, drafted.parents, drafted.counts)

@@ -32,7 +32,7 @@ from bench.drafters import DraftContext, make_drafter, parse_drafter
 from bench.drafters import canonical_drafter
 from bench.drafters.eagle import EagleDrafter, with_pair_head
 from bench.eagle import Eagle1Head, Eagle3Head, load_eagle_head
-from bench.engines import CompiledEngine, EagerEngine
+from bench.engines import EagerEngine
 from bench.errors import BenchError
 from bench.pairs import resolve_pair
 from bench.verifiers import make_verifier
@@ -265,7 +265,7 @@ def test_a_round_counts_the_catch_up_and_a_head_forward_per_chain_token_after_th
     seq = [1, 5, 7, 9, 11, 3, 8, 2, 6, 4]
     states = features(target, torch.tensor([seq]), drafter.target_layers(6))[0]
     row = types.SimpleNamespace(index=0, seq=seq[:6], generator=torch.Generator())
-    drafter.start(1)
+    drafter.start(1, 64)
     drafter.take_states([row], [states[:5]])  # the prompt's (as the loop's prefill hands them)
     rounds = []
     for kept, cap in ((0, 5), (3, 5), (0, 3), (1, 1)):
@@ -277,7 +277,7 @@ def test_a_round_counts_the_catch_up_and_a_head_forward_per_chain_token_after_th
         rounds.append((draft.forwards, calls[0] - before, draft.counts))
     assert rounds == [([5], 5, [5]), ([5], 5, [5]), ([2], 2, [3]), ([1], 1, [1])]
     tree = EagleDrafter(path=str(folder), tree=1, topk=2, depth=3, total=5).bind(DraftContext(target=target, sampling=Sampling(0.0), greedy=True))
-    tree.start(1)
+    tree.start(1, 64)
     tree.take_states([row], [states[: len(row.seq) - 1]])
     assert tree.draft([row], [5]).forwards == [3]  # catch-up, then levels 2 and 3
 
@@ -338,9 +338,17 @@ def test_lossless_sd_on_eagle_drafts_keeps_the_targets_law(tmp_path, tree):
     assert sum(g.stats.accepted_tokens for g in sd.generate_batch([prompt] * 20, 3, list(range(20)))) > 0
 
 
-def test_the_compiled_engine_is_refused_in_one_line():
-    with pytest.raises(BenchError, match="--engine eager"):
-        CompiledEngine.keep_states(None, (2, 3, 3))  # type: ignore[arg-type]
+def test_an_engine_that_does_not_keep_the_states_is_refused_in_one_line(tmp_path):
+    """The target's engine is made keeping the layers the head reads (``open_engine``); a factory
+    whose engine keeps none is refused before anything decodes, not met by a missing state."""
+    target = small_target(vocab=12)
+    folder = write_eagle_head(tmp_path / "h", target.config, "eagle3", draft_vocab=8)
+    forgetful = lambda model, widths, states=(): EagerEngine(model, widths)  # noqa: E731
+    with pytest.raises(BenchError, match="does not return the target's layer states.*--engine eager") as err:
+        decoder(target, "sd", f"eagle:path={folder}", Sampling(0.0), engine=forgetful)
+    assert "\n" not in str(err.value)
+    kept = decoder(target, "sd", f"eagle:path={folder}", Sampling(0.0)).engines[0]
+    assert kept.states_at == (2, 3, 3)  # EAGLE-3 on 6 layers: the states entering layers 2, 3 and 3
 
 
 def test_pair_registry_names_the_heads():
@@ -373,7 +381,7 @@ def test_the_dynamic_tree_is_the_best_paths_by_confidence(tmp_path):
     folder = write_eagle_head(tmp_path / "h", target.config, "eagle3", draft_vocab=120)
     drafter = EagleDrafter(path=str(folder), tree=1, topk=3, depth=3, total=10).bind(DraftContext(target=target, sampling=Sampling(0.0), greedy=True))
     row = types.SimpleNamespace(index=0, seq=[1, 5, 7, 9, 11, 3])
-    drafter.start(1)
+    drafter.start(1, 64)
     drafter.take_states([row], [features(target, torch.tensor([row.seq]), drafter.target_layers(6))[0, :-1]])
     tokens, parents = grow(drafter, row, 10)
     got = {path_of(tokens, parents, j) for j in range(len(tokens))}

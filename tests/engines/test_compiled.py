@@ -287,3 +287,31 @@ def test_a_step_that_would_compile_again_is_refused():
         engine.step(torch.tensor([[3, 1, 4]]), [3], 1, False)  # the prompt runs eagerly
         with pytest.raises(BenchError, match="would compile again.*same grad mode"):
             engine.step(torch.tensor([[5]]), [1], 1, False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tree", [0, 1])
+def test_greedy_sd_on_eagle_drafts_is_ar_and_drafts_as_eager(tiny_pair, compiled, tmp_path, tree):
+    """EAGLE on the compiled engine (fp32): the target's graphs hand the head the layer states it
+    reads, the head's steps run compiled over static slots, and greedy sd, chain or dynamic tree,
+    emits ar's tokens with the eager engine's very drafts (every counter equal). The head's draft
+    vocabulary is the tokens ar emits most, so rounds accept drafts and roll back the rest."""
+    from tests.eagle_checkpoints import write_eagle_head
+
+    target = tiny_pair.target
+    batch = prompts(target.config.vocab_size, 2)
+    ar = decoder((target, None, tiny_pair.eos_token_ids), "ar", make_engine("eager")).generate_batch(batch, 10, [0, 1])
+    common = torch.bincount(torch.tensor([t for g in ar for t in g.token_ids])).topk(3).indices.tolist()
+    folder = write_eagle_head(tmp_path / "h", target.config, "eagle3", kept=common, seed=2)
+    spec = f"eagle:path={folder},tree={tree},topk=2,depth=3,total=4"
+
+    def sd(engine):
+        made = SpeculativeDecoder(target, None, make_verifier("sd"), draft_len=N, sampling=GREEDY,
+                                  eos_token_ids=tiny_pair.eos_token_ids, engine=engine, drafter=spec)  # fmt: skip
+        return made.generate_batch(batch, 10, [0, 1])
+
+    want, got = sd(make_engine("eager")), sd(compiled)
+    assert [g.token_ids for g in got] == [g.token_ids for g in ar]
+    assert sum(g.stats.accepted_tokens for g in got) > 0
+    for g, w in zip(got, want):
+        same_stats(g.stats, w.stats)

@@ -4,11 +4,13 @@ bound's arithmetic, end to end at tiny size (timings are reported, never asserte
 import json
 
 import pytest
+import torch
 
 from bench.build import build_decoder
 from bench.distributions import Sampling
 from bench.errors import BenchError
-from bench.speed.eagle import chain_steps
+from bench.engines import EagerEngine
+from bench.speed.eagle import chain_steps, timing_target
 from tests.conftest import bench_cli
 from tests.eagle_checkpoints import write_eagle_head
 
@@ -29,7 +31,9 @@ def test_each_timed_step_is_one_head_forward_of_its_width_over_the_prompts_cache
         tiny_pair, "sd", draft_len=3, sampling=Sampling(0.0), drafter=f"eagle:path={tiny_head}"
     )
     prompt = list(range(5, 25))
-    steps = chain_steps(decoder, prompt, [2, 3])
+    target = timing_target(decoder, EagerEngine, [2, 3])
+    assert target.states_at == decoder.engines[0].states_at != ()
+    steps = chain_steps(decoder, target, prompt, [2, 3])
     assert list(steps) == [
         "target_1",
         "verify_3",
@@ -45,10 +49,11 @@ def test_each_timed_step_is_one_head_forward_of_its_width_over_the_prompts_cache
         return forward(hidden, tokens, positions, cache, mask)
 
     head.forward = recorded
-    for name in ("head_step", "catch_up_3", "head_step", "catch_up_1", "target_1", "verify_4"):
-        steps[name]()
+    with torch.inference_mode():  # as round_robin runs them (and chain_steps built them)
+        for name in ("head_step", "catch_up_3", "head_step", "catch_up_1", "target_1", "verify_4"):
+            steps[name]()
     assert seen == [(1, 19), (3, 19), (1, 19), (1, 19)]
-    assert decoder.engines[0].lengths == [19]
+    assert target.lengths == [19]
 
 
 def test_speed_eagle_writes_its_rows_end_to_end(tiny_pair, tiny_head, tmp_path):
