@@ -98,9 +98,14 @@ def check_as_decoding(pair, spec: str, prompt: list[int], budget: int, monkeypat
     return r, rounds
 
 
-def test_eagle_rollouts_read_every_drafted_positions_states_as_decoding_hands_them(tiny_pair, eagle, monkeypatch):
+def test_eagle_rollouts_read_every_drafted_positions_states_as_decoding_hands_them(eagle, monkeypatch):
     """Rounds with fed-back positions (2-5) and with a bonus: position by position, the trainer's
-    rollout reads what decoding reads."""
+    rollout reads what decoding reads. On a pair of its own: the engines a model has served keep
+    caches sized to the longest sequence met, and a cache's size moves float sums in the last bit,
+    so after other tests a T = 1 draw here could differ and the rounds below lose their mix."""
+    from bench.pairs import load_pair
+
+    tiny_pair = load_pair("tiny", device="cpu")
     r, rounds = check_as_decoding(tiny_pair, f"eagle:path={eagle}", [1, 17, 250, 3, 99, 41], 24, monkeypatch)
     assert max(a for _, a, _, _ in rounds) >= 1 and r.tv.min() > 0.05  # fed-back positions ran; q is the head's own law
     first = [a < k for k, a, _, _ in rounds]
