@@ -188,3 +188,33 @@ def chain_acceptance(head: Eagle3Head, records: list[dict[str, Any]], depth: int
         "tokens": tokens,
         "step_top1": [h / max(positions, 1) for h in hits],
     }
+
+
+@torch.no_grad()
+def first_draft_acceptance(
+    head: Eagle3Head, records: list[dict[str, Any]], target_head: Tensor, temperature: float, topk: int
+) -> dict[str, Any]:
+    """At temperature ``temperature`` > 0, the probability that a round's first draft is accepted,
+    exactly (an expectation, not a draw), averaged over the target's own responses: for the sampled
+    chain (a draw from q, standard rejection sampling) sum_x min(p(x), q(x)); for the authors' tree
+    (the head's ``topk`` children, the q-free rule: child i is accepted with probability p(x_i) after
+    x_1..x_{i-1} are zeroed and p renormalised, so some child is accepted with probability
+    sum_i p(x_i)) the mass p puts on those children. ``target_head`` [V, H] is the target's output
+    layer (p over its whole vocabulary: mass off the draft vocabulary is never accepted)."""
+    from bench.eagle.shards import materialise
+
+    chain = tree = 0.0
+    positions = 0
+    for r in map(materialise, records):
+        ids, p = r["ids"], r["prompt_len"]
+        if len(ids) - p < 2:
+            continue
+        logits = unroll(head, r["feats"][None], ids[None, 1:], 1, p - 1)[0][0, : len(ids) - p - 1]  # drafts of ids[p+1:]
+        target = torch.softmax(r["final"][p : len(ids) - 1].float() @ target_head.T.float() / temperature, dim=-1)
+        q = head.target_probs(torch.softmax(logits / temperature, dim=-1))
+        chain += float(torch.minimum(target, q).sum())
+        top = head.to_target(logits.topk(topk, dim=-1).indices)
+        tree += float(target.gather(-1, top).sum())
+        positions += logits.shape[0]
+    return {"temperature": temperature, "topk": topk, "positions": positions,
+            "sampled_chain": chain / max(positions, 1), "tree_first_level": tree / max(positions, 1)}  # fmt: skip

@@ -27,7 +27,7 @@ from bench.eagle.train import (
     target_rows,
     train_draft,
 )
-from bench.eagle.ttt import chain_acceptance, collate, unroll
+from bench.eagle.ttt import chain_acceptance, collate, first_draft_acceptance, unroll
 from bench.errors import BenchError
 
 PROMPTS = [f"question {i}: what is {i} plus {3 * i}?" for i in range(8)]
@@ -423,3 +423,30 @@ def test_shipped_smollm2_head_is_the_published_layout_and_its_card_matches():
     train = {(r["source"], r["row"]) for r in rows if r["split"] == "train"}
     held = {(r["source"], r["row"]) for r in rows if r["split"] == "heldout"}
     assert train and held and not train & held and card["draft_vocab_size"] == size
+
+
+def test_first_draft_acceptance_at_t1_is_the_rules_expectation(tiny_pair, records):
+    """The exact first-draft acceptance at T = 1: the sampled chain's sum min(p, q) matches drawing
+    x ~ q and accepting with min(1, p/q) (within 4 standard errors of 20,000 draws a position); the
+    tree's first level with every draft id as a child accepts the mass p puts on the draft
+    vocabulary, and with one child the mass of the head's argmax."""
+    d2t, t2d = draft_vocab(records, 32, tiny_pair.target.config.vocab_size, lambda _: None)
+    head = new_head(tiny_pair, d2t, t2d, 0, True)
+    w = tiny_pair.target.get_output_embeddings().weight.detach().float()
+    got = first_draft_acceptance(head, records, w, 1.0, topk=32)
+    r = materialise(records[0])
+    ids, p = r["ids"], r["prompt_len"]
+    logits = unroll(head, r["feats"][None], ids[None, 1:], 1, p - 1)[0][0, : len(ids) - p - 1]
+    target = torch.softmax(r["final"][p : len(ids) - 1] @ w.T, dim=-1)
+    q = head.target_probs(torch.softmax(logits, dim=-1))
+    one = first_draft_acceptance(head, records[:1], w, 1.0, topk=1)
+    torch.testing.assert_close(torch.tensor(one["tree_first_level"]), target.gather(-1, head.to_target(logits.argmax(-1))[:, None]).mean())
+    g = torch.Generator().manual_seed(0)
+    draws = torch.multinomial(q, 20_000, replacement=True, generator=g)
+    ratio = (target.gather(-1, draws) / q.gather(-1, draws)).clamp(max=1.0)
+    accepted = (torch.rand(ratio.shape, generator=g) < ratio).float().mean(-1)
+    want = torch.minimum(target, q).sum(-1)
+    assert ((accepted - want).abs() <= 4 * (want * (1 - want) / 20_000).sqrt() + 1e-4).all()
+    whole = sum(float((torch.softmax(materialise(x)["final"][x["prompt_len"] : len(x["ids"]) - 1] @ w.T, -1)[:, t2d]).sum()) for x in records)
+    assert got["positions"] > 0 and abs(got["tree_first_level"] - whole / got["positions"]) < 1e-5
+    assert 0.0 < got["sampled_chain"] < 1.0
