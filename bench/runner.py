@@ -26,7 +26,7 @@ from bench.decode_stats import Generation
 from bench.decoding import SpeculativeDecoder
 from bench.engines import CompiledEngines, make_engine
 from bench.errors import BenchError
-from bench.pairs import Pair, encode_prompt, load_pair
+from bench.pairs import Pair, encode_prompt, load_pair, pick_device, pick_dtype, resolve_pair
 from bench.progress import Progress
 from bench.records import fixed_columns, row, write_manifest
 from bench.store import ResultStore
@@ -115,8 +115,11 @@ class Runner:
         return self._decoders[cfg.config_id]
 
     def pair(self, cfg: RunConfig) -> Pair:
+        """The configuration's pair, loaded once: keyed by the device and dtype it resolves to, so a
+        head trained before the run (bench.learned.cache) and the decoding share one load."""
         device = self.device or cfg.device
-        key = f"{cfg.pair}|{device}|{cfg.dtype}"
+        dev = pick_device(device)
+        key = f"{cfg.pair}|{dev}|{pick_dtype(resolve_pair(cfg.pair), dev, cfg.dtype)}"
         if key not in self._pairs:
             self._pairs.clear()  # one pair in memory at a time
             self._decoders.clear()  # their models with it
