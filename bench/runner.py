@@ -103,6 +103,7 @@ class Runner:
         self.trace = trace
         self.notes: dict[str, dict[str, Any]] = {}  # config id -> more manifest entries (calibration)
         self._pairs: dict[str, Pair] = {}
+        self._pair_keys: dict[tuple[str, str, str | None], str] = {}  # settings as given -> resolved
         self._tasks: dict[tuple[Any, ...], Task] = {}
         self._prompts: dict[str, dict[str, tuple[list[int], int]]] = {}
         self._decoders: dict[str, SpeculativeDecoder] = {}  # built to check prompts, kept for the job
@@ -116,10 +117,14 @@ class Runner:
 
     def pair(self, cfg: RunConfig) -> Pair:
         """The configuration's pair, loaded once: keyed by the device and dtype it resolves to, so a
-        head trained before the run (bench.learned.cache) and the decoding share one load."""
+        head trained before the run (bench.learned.cache) and the decoding share one load (the
+        settings as given map to that key once: a prompt's encoding asks for the pair too)."""
         device = self.device or cfg.device
-        dev = pick_device(device)
-        key = f"{cfg.pair}|{dev}|{pick_dtype(resolve_pair(cfg.pair), dev, cfg.dtype)}"
+        given = (cfg.pair, device, cfg.dtype)
+        if given not in self._pair_keys:
+            dev = pick_device(device)
+            self._pair_keys[given] = f"{cfg.pair}|{dev}|{pick_dtype(resolve_pair(cfg.pair), dev, cfg.dtype)}"
+        key = self._pair_keys[given]
         if key not in self._pairs:
             self._pairs.clear()  # one pair in memory at a time
             self._decoders.clear()  # their models with it
