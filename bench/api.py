@@ -154,8 +154,7 @@ def run(
     runner = _runner(output_dir, launch, shard, limit if limit is not None else grid_limit, batch_size=batch_size,
                      timing_examples=timing_examples, timing_repeats=timing_repeats, engine=engine,
                      progress=progress, trace=trace, verbose=verbose, log=log)  # fmt: skip
-    found = _ready(found, runner, train_missing_heads, device=device, dtype=dtype, engine=engine, verbose=verbose,
-                   log=log)  # fmt: skip
+    found = _ready(found, runner, train_missing_heads, log)
     try:
         runner.run(found)
     except KeyboardInterrupt:
@@ -213,17 +212,14 @@ def _runner(
     )
 
 
-def _ready(
-    found: list[RunConfig], runner: Runner, train_missing_heads: bool, *, device: str, dtype: str | None,
-    engine: str, verbose: bool, log: Log,
-) -> list[RunConfig]:  # fmt: skip
+def _ready(found: list[RunConfig], runner: Runner, train_missing_heads: bool, log: Log) -> list[RunConfig]:
     """The configurations ready to decode: learned families given their cached heads (trained if
-    missing, or skipped when ``train_missing_heads`` is off), calibrated families their values."""
+    missing, with the runner's pairs and engine, or skipped when ``train_missing_heads`` is off),
+    calibrated families their values (searched with the runner too)."""
     from bench.calibration import calibrate as calibrate_sweeps, pending
     from bench.learned.cache import provide_heads
 
-    found = provide_heads(found, train=train_missing_heads, log=log, device=device, dtype=dtype, engine=engine,
-                          verbose=verbose)  # fmt: skip
+    found = provide_heads(found, runner if train_missing_heads else None, log)
     if any(map(pending, found)):
         found, runner.notes = calibrate_sweeps(found, runner, runner.limit, log=log)
     return found

@@ -97,10 +97,15 @@ class RunConfig:
         return replace(
             resolved,
             max_new_tokens=self.max_new_tokens or spec.max_new_tokens,
-            data=self.data or default_data(spec.name, pair.kind),
+            data=self.source(),
             num_fewshot=spec.num_fewshot if self.num_fewshot is None else self.num_fewshot,
             split=self.split or spec.dataset["split"],
         )
+
+    def source(self) -> str:
+        """The data source: the one given, else the task's default for the pair (its fixtures for
+        the offline tiny pair); what ``resolve`` makes concrete, asked before (the head cache)."""
+        return self.data or default_data(resolve_task(self.task).name, resolve_pair(self.pair).kind)
 
     @property
     def data_source(self) -> str:

@@ -17,13 +17,13 @@ rows share its batch.
 from __future__ import annotations
 
 import math
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
 from transformers import PreTrainedModel
 
+from bench.clock import Clock
 from bench.context import Context
 from bench.decode_stats import DecodeStats, Generation
 from bench.distributions import Sampling, process
@@ -31,18 +31,12 @@ from bench.drafters import Draft, DraftContext, Drafter, check_draft_policy, mak
 from bench.drafters.model import padded
 from bench.engines import EagerEngine, EngineFactory, open_engine, to_device
 from bench.errors import BenchError
-from bench.verifier_heads import VerifierHead
-from bench.rounds import Row, RoundHost, round_counts, to_host
+from bench.rounds import RoundHost, Row, round_counts, to_host
 from bench.trace import record_trace, trace_probs
 from bench.tree_round import check_trees, tree_round
+from bench.verifier_heads import VerifierHead
 from bench.verifiers import Verifier
 from bench.verify_step import chain_host, chain_tokens, fidelity, verify_chain
-
-
-def _synchronizer(device: torch.device) -> Callable[[], None]:
-    if device.type == "cuda":
-        return lambda: torch.cuda.synchronize(device)
-    return lambda: None
 
 
 def draft_context(
@@ -146,16 +140,13 @@ class SpeculativeDecoder:
             raise BenchError("empty prompt: nothing to condition on")
         if not prompts:
             return []
-        sync = _synchronizer(self.device)
+        clock = Clock(self.device)
         rows = self._start(prompts, max_new_tokens, seeds)
-        sync()
-        start = time.perf_counter()
+        start = clock.read()
         self._prefill(rows)
-        sync()
-        prefill = time.perf_counter() - start
+        prefill = clock.read() - start
         done, cache_bytes = self._decode(rows, max_new_tokens)
-        sync()
-        wall = time.perf_counter() - start
+        wall = clock.read() - start
         if len(prompts) > 1:
             wall = prefill = math.nan
         return self._generations(done, wall, prefill, cache_bytes)

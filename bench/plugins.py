@@ -1,9 +1,11 @@
-"""What verifiers and drafters share as plug-ins: a class named by its registry name, by
+"""What verifiers and drafters share as plug-ins: one registry (``Registry``: classes by their
+``name``; recipes and sandboxes use it too), a class named by its registry name, by
 ``module:Class`` (an importable module) or by ``path/to/file.py:Class`` (a file, imported without
 touching PYTHONPATH), and its parameters typed from the fields it declares.
 
-One loader and one parser, so that a user's drafter loads, and a misspelt or mistyped value is
-refused, exactly as a user's verifier is. Imports nothing of the harness but its errors.
+One registry, one loader and one parser, so that a user's drafter loads, and a misspelt or
+mistyped value is refused, exactly as a user's verifier is. Imports nothing of the harness but its
+errors.
 """
 
 from __future__ import annotations
@@ -16,11 +18,34 @@ import typing
 from collections.abc import Mapping
 from pathlib import Path
 from dataclasses import Field, fields, is_dataclass
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from bench.errors import BenchError
 
 T = TypeVar("T")
+
+
+class Registry(dict[str, type[T]], Generic[T]):
+    """Classes of one kind by the ``name`` each declares: every Python registry of the harness
+    (verifiers, drafters, recipes, sandboxes) is one, so a class is registered, listed and looked
+    up the same way whatever it is (tasks and pairs are YAML folders: bench.registry)."""
+
+    def __init__(self, kind: str, *classes: type[T]) -> None:
+        super().__init__()
+        self.kind = kind
+        for cls in classes:
+            self.add(cls)
+
+    def add(self, cls: type[T]) -> type[T]:
+        """Register ``cls`` under its ``name`` (usable as a class decorator); a second class under
+        a taken name is refused, not allowed to shadow the first."""
+        name = getattr(cls, "name", None)
+        if not isinstance(name, str) or not name:
+            raise BenchError(f"{self.kind} {cls.__qualname__}: declare its registry name as a class attribute `name`")
+        if self.get(name, cls) is not cls:
+            raise BenchError(f"{self.kind} {name!r} is registered already ({self[name].__qualname__}); pick another name")
+        self[name] = cls
+        return cls
 
 
 def module_from_file(file: str, kind: str) -> Any:

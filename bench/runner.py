@@ -26,7 +26,7 @@ from bench.decode_stats import Generation
 from bench.decoding import SpeculativeDecoder
 from bench.engines import CompiledEngines, make_engine
 from bench.errors import BenchError
-from bench.pairs import Pair, encode_prompt, load_pair
+from bench.pairs import Pair, encode_prompt, load_pair, pick_device, pick_dtype, resolve_pair
 from bench.progress import Progress
 from bench.records import fixed_columns, row, write_manifest
 from bench.store import ResultStore
@@ -103,6 +103,7 @@ class Runner:
         self.trace = trace
         self.notes: dict[str, dict[str, Any]] = {}  # config id -> more manifest entries (calibration)
         self._pairs: dict[str, Pair] = {}
+        self._pair_keys: dict[tuple[str, str, str | None], str] = {}  # settings as given -> resolved
         self._tasks: dict[tuple[Any, ...], Task] = {}
         self._prompts: dict[str, dict[str, tuple[list[int], int]]] = {}
         self._decoders: dict[str, SpeculativeDecoder] = {}  # built to check prompts, kept for the job
@@ -115,8 +116,15 @@ class Runner:
         return self._decoders[cfg.config_id]
 
     def pair(self, cfg: RunConfig) -> Pair:
+        """The configuration's pair, loaded once: keyed by the device and dtype it resolves to, so a
+        head trained before the run (bench.learned.cache) and the decoding share one load (the
+        settings as given map to that key once: a prompt's encoding asks for the pair too)."""
         device = self.device or cfg.device
-        key = f"{cfg.pair}|{device}|{cfg.dtype}"
+        given = (cfg.pair, device, cfg.dtype)
+        if given not in self._pair_keys:
+            dev = pick_device(device)
+            self._pair_keys[given] = f"{cfg.pair}|{dev}|{pick_dtype(resolve_pair(cfg.pair), dev, cfg.dtype)}"
+        key = self._pair_keys[given]
         if key not in self._pairs:
             self._pairs.clear()  # one pair in memory at a time
             self._decoders.clear()  # their models with it

@@ -28,12 +28,12 @@ from bench.drafters.model import ModelDrafter
 from bench.drafters.model_tree import ModelTree
 from bench.drafters.suffix import SuffixDecoding
 from bench.errors import BenchError
-from bench.plugins import is_reference, load_class, parameters, typed_params
+from bench.plugins import Registry, is_reference, load_class, parameters, typed_params
 from bench.verifiers import VERIFIERS
 
-DRAFTERS: dict[str, type[Drafter]] = {
-    cls.name: cls for cls in (ModelDrafter, PromptLookup, LookupTree, SuffixDecoding, ModelTree, EagleDrafter)
-}
+DRAFTERS: Registry[Drafter] = Registry(
+    "drafter", ModelDrafter, PromptLookup, LookupTree, SuffixDecoding, ModelTree, EagleDrafter
+)
 # What a verifier may read of a drafter, as a refusal names it.
 _WHAT = {"q": "distribution q", "q_logits": "logits", "hidden": "hidden states"}
 

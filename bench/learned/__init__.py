@@ -3,12 +3,13 @@
 A verifier that learns names its recipe in ``Verifier.recipe()``: a registered name with settings,
 ``("reinforce", {})`` (a plug-in may return a ``Recipe`` object instead), resolved here through
 ``recipes.RECIPES``, so a verifier imports nothing of training. `diversed-bench train --method M`
-(``train.train_head``) and ``--grid baselines`` (``cache.provide_heads``) call ``recipe.train(job)``
+(``train.train_head``) and a run lacking a head (``cache.provide_heads``, with the run's pair and
+engine) call ``recipe.train(job)``
 and read the head it wrote into ``job.folder``. One file each: ``reinforce`` (DIVERSED's REINFORCE
 with the acceptance regulariser), ``classifier`` (mined labels + the judges' logistic fit),
 ``features`` (hidden states at a drafted token), ``shared`` (a question's prompt run once),
 ``logistic`` (the fit), ``miners/`` (label recipes), ``recipes`` (the registry, and the key a head
-is cached under), ``train`` (one head) and ``cache`` (the heads a grid lacks). The heads themselves
+is cached under), ``train`` (one head) and ``cache`` (the heads a run lacks). The heads themselves
 run at decode time: bench.verifier_heads.
 """
 

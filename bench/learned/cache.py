@@ -1,23 +1,34 @@
 """The head cache: a trained head lives in a folder keyed by what made it (bench.learned.recipes'
 ``head_key``); a run that finds the folder's head uses it, one that finds a checkpoint there resumes
-it. ``--grid baselines`` calls ``provide_heads`` to train the learned families it lacks
-(``--no-train``: skip them)."""
+it. A run calls ``provide_heads`` to train the learned families it lacks (``--no-train``: skip
+them), lending it the pair and engine it decodes with (``Host``: the runner), so nothing is loaded
+or built twice."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from bench.config import RunConfig
 from bench.drafters import DRAFTERS, canonical_drafter, parse_drafter
+from bench.engines import EngineFactory
 from bench.learned import Recipe
-from bench.learned.recipes import cached_folder, fixed, head_key, recipe_of
-from bench.learned.train import train_head
-from bench.pairs import resolve_pair
-from bench.tasks import default_data, resolve_task
+from bench.learned.recipes import cached_folder, head_key, recipe_of
+from bench.learned.train import train_loaded, train_split
+from bench.pairs import Pair
+from bench.tasks import resolve_task
 from bench.verifiers import verifier_class
+
+
+class Host(Protocol):
+    """What a run lends the heads it trains: its engine factory and its pairs, loaded once for
+    the training and the decoding (bench.runner.Runner is one)."""
+
+    engine: EngineFactory
+
+    def pair(self, cfg: RunConfig) -> Pair: ...
 
 
 def is_trained(folder: Path) -> bool:
@@ -26,12 +37,10 @@ def is_trained(folder: Path) -> bool:
     return card.is_file() and bool(json.loads(card.read_text()).get("trained"))
 
 
-def provide_heads(
-    configs: list[RunConfig], *, train: bool, log: Callable[[str], None], device: str = "auto",
-    dtype: str | None = None, engine: str = "eager", verbose: bool = False,
-) -> list[RunConfig]:  # fmt: skip
+def provide_heads(configs: list[RunConfig], host: Host | None, log: Callable[[str], None]) -> list[RunConfig]:
     """Every configuration of a learned method given no head gets its cached head, trained first
-    where missing (or, with ``train`` off, is dropped, with one line saying so)."""
+    with ``host``'s pair and engine where missing (with no host, `run --no-train`, it is dropped
+    instead, with one line saying so)."""
     out, skipped = [], set()
     for cfg in configs:
         cls = verifier_class(cfg.method)
@@ -41,17 +50,15 @@ def provide_heads(
             continue
         settings = _drafts(recipe, cfg)
         recipe = recipe.configure(**settings)
-        data = cfg.data or default_data(resolve_task(cfg.task).name, resolve_pair(cfg.pair).kind)
+        data = cfg.source()
         folder = cached_folder(head_key(cfg.method, recipe, cfg.task, cfg.pair, data))
         if not is_trained(folder):
-            if not train:
+            if host is None:
                 skipped.add(cls.name)
                 continue
             log(f"{cls.name}: no trained head for {cfg.task} on {cfg.pair}; training it into {folder}")
-            train_head(
-                task=cfg.task, pair=cfg.pair, method=cfg.method, params=fixed(cfg.params), data=data,
-                output_dir=folder, device=device, dtype=dtype, engine=engine, verbose=verbose, log=log, **settings,
-            )  # fmt: skip
+            train_task = train_split(resolve_task(cfg.task), data, recipe, log)
+            train_loaded(cfg.method, recipe, train_task, host.pair(cfg), folder, host.engine, log)
         out.append(replace(cfg, head=str(folder)))
     if skipped:
         log(f"--no-train: skipped the learned families {', '.join(sorted(skipped))} (no trained head cached)")

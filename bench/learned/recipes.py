@@ -16,9 +16,10 @@ from bench.fetch import cache_root
 from bench.learned import Recipe
 from bench.learned.classifier import ClassifierRecipe
 from bench.learned.reinforce import ReinforceRecipe
+from bench.plugins import Registry
 from bench.verifiers import CALIBRATED, make_verifier, verifier_class
 
-RECIPES: dict[str, type[Recipe]] = {cls.name: cls for cls in (ReinforceRecipe, ClassifierRecipe)}
+RECIPES: Registry[Recipe] = Registry("recipe", ReinforceRecipe, ClassifierRecipe)
 
 # Raise when a recipe's output changes for the same settings (it keys every cached head).
 HEAD_FORMAT = 3

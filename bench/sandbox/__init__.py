@@ -18,6 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from bench.errors import BenchError
+from bench.plugins import Registry
 from bench.sandbox import judge
 from bench.sandbox.base import Jail, Limits, Outcome
 from bench.sandbox.bwrap import BwrapJail
@@ -25,7 +26,7 @@ from bench.sandbox.guard import GuardJail
 
 __all__ = ["Limits", "Outcome", "SANDBOXES", "run_tests", "use_sandbox"]
 
-SANDBOXES: dict[str, type] = {"bwrap": BwrapJail, "guard": GuardJail}
+SANDBOXES: Registry[Jail] = Registry("sandbox", BwrapJail, GuardJail)
 _chosen = "bwrap"
 
 

@@ -21,23 +21,24 @@ falls somewhat under it; efficiency = measured / bound.
 
 from __future__ import annotations
 
-from functools import partial
 import statistics
 import time
 import types
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import torch
 
 from bench.build import build_decoder
+from bench.clock import Clock
 from bench.decoding import SpeculativeDecoder
 from bench.distributions import Sampling
 from bench.drafters.eagle import EagleDrafter, RowState
 from bench.engines import EngineFactory, ModelEngine, open_engine
 from bench.errors import BenchError
 from bench.pairs import Pair
-from bench.speed.runs import Timed, paired, run_harness, sync
+from bench.speed.runs import Timed, paired, run_harness
 
 PASSES_PER_REPEAT = 10  # round-robin passes over the steps per --repeats
 
@@ -116,13 +117,10 @@ def round_robin(
     for fn in steps.values():
         fn()
     got: dict[str, list[float]] = {name: [] for name in steps}
+    clock = Clock(device)
     for _ in range(passes):
         for name, fn in steps.items():
-            sync(device)
-            tick = time.perf_counter()
-            fn()
-            sync(device)
-            got[name].append(time.perf_counter() - tick)
+            got[name].append(clock.timed(fn)[1])
     return got
 
 

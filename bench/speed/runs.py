@@ -8,7 +8,6 @@ runs each named measurement once per repeat, ``ratio`` takes the median over rep
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 import torch
 
 from bench.build import build_decoder
+from bench.clock import Clock
 from bench.decode_stats import DecodeStats
 from bench.distributions import Sampling
 from bench.engines import EagerEngine, EngineFactory
@@ -32,24 +32,12 @@ def fixture_prompts(pair: Pair) -> list[list[int]]:
     return [list(pair.tokenizer(t).input_ids) for t in texts]
 
 
-def sync(device: torch.device) -> None:
-    """Wait for the device: a CUDA clock read without it times the launch, not the work."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def median_seconds(fn: Callable[[], object], device: torch.device, repeats: int) -> float:
     """Median seconds of ``repeats`` calls of ``fn`` after one untimed call (warm-up, first touch of
-    memory), the device synchronised around each timed call."""
+    memory), timed with the runner's clock (bench.clock)."""
     fn()
-    times = []
-    for _ in range(repeats):
-        sync(device)
-        tick = time.perf_counter()
-        fn()
-        sync(device)
-        times.append(time.perf_counter() - tick)
-    return statistics.median(times)
+    clock = Clock(device)
+    return statistics.median(clock.timed(fn)[1] for _ in range(repeats))
 
 
 @dataclass
@@ -98,22 +86,21 @@ def run_harness(
 @torch.inference_mode()
 def timed_generate(pair: Pair, prompts: list[list[int]], max_new: int, **kwargs: Any) -> Timed:
     """The target's ``generate(**kwargs)`` on each prompt alone, the device synchronised around
-    each call: the transformers side of every comparison, timed as the harness's runs are."""
-    outputs, total = [], 0.0
+    each call: the transformers side of every comparison, timed with the runner's clock."""
+    outputs, total, clock = [], 0.0, Clock(pair.device)
     for prompt in prompts:
         ids = torch.tensor([prompt], device=pair.device)
-        sync(pair.device)
-        start = time.perf_counter()
-        out = pair.generating_target.generate(
-            ids,
-            attention_mask=torch.ones_like(ids),
-            max_new_tokens=max_new,
-            eos_token_id=pair.eos_token_ids or None,
-            pad_token_id=pair.tokenizer.pad_token_id,
-            **kwargs,
+        out, seconds = clock.timed(
+            lambda: pair.generating_target.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=max_new,
+                eos_token_id=pair.eos_token_ids or None,
+                pad_token_id=pair.tokenizer.pad_token_id,
+                **kwargs,
+            )
         )
-        sync(pair.device)
-        total += time.perf_counter() - start
+        total += seconds
         outputs.append(out[0, len(prompt) :].tolist())
     return Timed(outputs, total)
 

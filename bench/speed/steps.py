@@ -10,20 +10,21 @@ are compared token for token.
 
 from __future__ import annotations
 
-from functools import partial
 import statistics
 import time
 import warnings
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import torch
 
 from bench.build import build_decoder
+from bench.clock import Clock
 from bench.engines import CompiledEngine, EagerEngine, EngineFactory, ModelEngine
 from bench.engines.base import weight_bytes
 from bench.pairs import Pair
-from bench.speed.runs import GREEDY, Timed, median_seconds, paired, ratio, run_harness, sync, timed_generate
+from bench.speed.runs import GREEDY, Timed, median_seconds, paired, ratio, run_harness, timed_generate
 
 Log = Callable[[str], None]
 
@@ -87,14 +88,12 @@ class StepClock:
 
     def __enter__(self) -> StepClock:
         roles = {id(self.pair.target): "target", id(self.pair.draft): "draft"}
+        clock = Clock(self.pair.device)
 
         def timed(original: Callable[..., Any]) -> Callable[..., Any]:
             def step(engine: ModelEngine, *args: Any, **kwargs: Any) -> Any:
-                sync(self.pair.device)
-                start = time.perf_counter()
-                out = original(engine, *args, **kwargs)
-                sync(self.pair.device)
-                self.seconds[roles[id(engine.model)]].append(time.perf_counter() - start)
+                out, seconds = clock.timed(lambda: original(engine, *args, **kwargs))
+                self.seconds[roles[id(engine.model)]].append(seconds)
                 return out
 
             return step

@@ -8,18 +8,17 @@ batch size whose outputs differ from the first's is reported as such, beside its
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from bench.build import build_decoder
+from bench.clock import Clock
 from bench.decoding import SpeculativeDecoder
 from bench.distributions import Sampling
 from bench.engines import EagerEngine, EngineFactory
 from bench.pairs import Pair
-from bench.speed.runs import sync
 
 
 def _time_batches(
@@ -32,17 +31,17 @@ def _time_batches(
     seconds: dict[int, list[float]] = {b: [] for b in batch_sizes}
     outputs: dict[int, list[list[int]]] = {}
     cache: dict[int, int] = {}
+    clock = Clock(pair.device)  # the runner's (bench.clock)
     for _ in range(repeats):
         for b in batch_sizes:
-            sync(pair.device)
-            start = time.perf_counter()
-            gens = [
-                g
-                for i in range(0, len(prompts), b)
-                for g in decoder.generate_batch(prompts[i : i + b], max_new, seeds[i : i + b])
-            ]
-            sync(pair.device)
-            seconds[b].append(time.perf_counter() - start)
+            gens, took = clock.timed(
+                lambda: [
+                    g
+                    for i in range(0, len(prompts), b)
+                    for g in decoder.generate_batch(prompts[i : i + b], max_new, seeds[i : i + b])
+                ]
+            )
+            seconds[b].append(took)
             outputs[b] = [g.token_ids for g in gens]
             cache[b] = max(g.stats.kv_cache_bytes for g in gens)
     return seconds, outputs, cache

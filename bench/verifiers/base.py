@@ -31,7 +31,7 @@ from torch import Tensor
 
 from bench.distributions import Generators, Sampling, normalise, sample, tv, uniform
 from bench.errors import BenchError
-from bench.plugins import load_class, parameters
+from bench.plugins import Registry, load_class, parameters
 
 
 @dataclass(frozen=True)
@@ -304,13 +304,12 @@ def verify(
 # ---------------------------------------------------------------------------------------------
 # Registry
 
-VERIFIERS: dict[str, type[Verifier]] = {}
+VERIFIERS: Registry[Verifier] = Registry("verifier")
 
 
 def register(cls: type[Verifier]) -> type[Verifier]:
     """Make a verifier class available by its ``name`` (usable as a class decorator)."""
-    VERIFIERS[cls.name] = cls
-    return cls
+    return VERIFIERS.add(cls)
 
 
 def verifier_class(name: str) -> type[Verifier]:

@@ -110,7 +110,7 @@ def test_no_train_skips_the_learned_families_in_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("DIVERSED_BENCH_CACHE", str(tmp_path))
     configs, _ = configs_from_grid("baselines", tasks=["arith"], pairs=["ref"])
     lines = []
-    kept = provide_heads(configs, train=False, log=lines.append)
+    kept = provide_heads(configs, None, lines.append)
     names = {verifier_class(c.method).name for c in kept}
     assert not names & {"diversed", "autojudge", "selfjudge"} and {"sd", "ensemble"} <= names
     assert lines == ["--no-train: skipped the learned families autojudge, diversed, selfjudge (no trained head cached)"]
@@ -161,6 +161,7 @@ def test_the_command_line_trains_the_head_the_baselines_grid_trains(tmp_path, mo
     from bench.grid import configs_from_grid
     from bench.learned.cache import provide_heads
     from bench.learned.classifier import ClassifierRecipe
+    from bench.runner import Runner
 
     monkeypatch.setenv("DIVERSED_BENCH_CACHE", str(tmp_path))
     trained = []
@@ -171,7 +172,8 @@ def test_the_command_line_trains_the_head_the_baselines_grid_trains(tmp_path, mo
     assert result.exit_code == 0, result.output
     configs, _ = configs_from_grid("baselines", tasks=["arith"], pairs=["ref"])
     judged = [c for c in configs if c.method == "selfjudge"]
-    provide_heads(judged, train=True, log=lambda m: None, device="cpu")
+    host = Runner(tmp_path / "results", device="cpu", progress=False, log=lambda m: None)
+    provide_heads(judged, host, lambda m: None)
     (by_hand, folder), (by_grid, grid_folder) = trained[0], trained[1]
     assert by_hand == by_grid and by_hand["questions"] == ClassifierRecipe().questions
     assert folder == grid_folder

@@ -30,3 +30,20 @@ def test_measure_agrees_with_transformers_on_the_tiny_pair(tiny_pair):
     weights = sum(p.numel() * p.element_size() for p in tiny_pair.target.parameters())
     assert result["floor_ms"] == pytest.approx(weights / (sum(reads) / 2 * 1e9) * 1e3)
     assert f"read {reads[0]:.1f}, {reads[1]:.1f} GB/s" in text
+
+
+def test_speed_and_the_runner_time_with_one_clock(tiny_pair, monkeypatch):
+    """`speed`'s step timings and the runner's decodes read the same clock (bench.clock): with
+    its readings replaced by a counter, both report whole counts of readings."""
+    import torch
+
+    from bench import clock
+    from bench.build import build_decoder
+    from bench.speed.runs import median_seconds, run_harness
+
+    readings = iter(range(10_000))
+    monkeypatch.setattr(clock.Clock, "read", lambda self: float(next(readings)))
+    assert median_seconds(lambda: None, torch.device("cpu"), 3) == 1.0
+    gen = build_decoder(tiny_pair, "ar", {}, draft_len=1).generate([1, 2, 3], 4)
+    assert (gen.stats.prefill_time_s, gen.stats.wall_time_s) == (1.0, 2.0)
+    assert run_harness(tiny_pair, "sd", [[1, 2, 3], [4, 5]], 2, 4).seconds == 4.0

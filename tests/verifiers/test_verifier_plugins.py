@@ -43,3 +43,25 @@ def test_a_cached_heads_label_names_its_folder_not_the_cache_path():
     cached = "/root/.cache/diversed-bench/heads/diversed-arith-ref-3aa2449dd8"
     assert info.label({}, head=cached) == "diversed (head=diversed-arith-ref-3aa2449dd8)"
     assert info.family({}, head="bench:reference/heads/arith-ref") == "diversed (head=bench:reference/heads/arith-ref)"
+
+
+def test_every_python_registry_is_one_registry_that_refuses_a_shadowing_name():
+    """Verifiers, drafters, recipes and sandboxes register the same way (bench.plugins.Registry):
+    by the ``name`` a class declares, a second class under a taken name refused in one line."""
+    import pytest
+
+    from bench.drafters import DRAFTERS, ModelDrafter
+    from bench.errors import BenchError
+    from bench.learned.recipes import RECIPES
+    from bench.plugins import Registry
+    from bench.sandbox import SANDBOXES
+    from bench.verifiers import VERIFIERS, SpeculativeDecoding, register
+
+    for registry in (VERIFIERS, DRAFTERS, RECIPES, SANDBOXES):
+        assert isinstance(registry, Registry) and all(cls.name == name for name, cls in registry.items())
+    assert register(SpeculativeDecoding) is SpeculativeDecoding  # the same class again: a no-op
+    shadow = type("Shadow", (ModelDrafter,), {})
+    with pytest.raises(BenchError, match="drafter 'model' is registered already"):
+        DRAFTERS.add(shadow)
+    with pytest.raises(BenchError, match="declare its registry name"):
+        Registry("verifier").add(type("Nameless", (), {}))
