@@ -386,7 +386,7 @@ class RopeOffByOne(EagerEngine):
             use_cache=True,
             logits_to_keep=keep,
         )
-        return out.logits, None
+        return out.logits, None, None
 
 
 @pytest.mark.slow
