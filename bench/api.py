@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 Log = Callable[[str], None]
 
 PAPER_TASKS = ("gsm8k", "cnndm", "xsum", "mbpp")
+# Examples decoded together unless --batch-size or the grid says otherwise.
+DEFAULT_BATCH_SIZE = 16
 
 
 def configs(
@@ -125,7 +127,7 @@ def run(
     dtype: str | None = None,
     engine: str = "eager",
     shard: tuple[int, int] = (0, 1),
-    batch_size: int = 16,
+    batch_size: int | None = None,
     timing_examples: int = 4,
     timing_repeats: int = 2,
     progress: bool = True,
@@ -143,10 +145,12 @@ def run(
     ``settings`` and ``sweep`` are `configs`'; ``train_missing_heads`` trains a learned family's
     head where none is cached (off: those families are skipped); ``accept_all`` (on by default)
     runs the draft alone beside every drafting configuration; ``threads``: CPU threads per
-    operator (torch.set_num_threads), or the grid's ``threads`` key; neither: torch's own."""
+    operator (torch.set_num_threads), or the grid's ``threads`` key; neither: torch's own;
+    ``batch_size``: examples decoded together, or the grid's ``batch_size`` key; neither: 16."""
     from bench.distributed import Launch
 
     _set_threads(threads, grid)
+    batch_size = _grid_setting(grid, "batch_size", batch_size, "--batch-size") or DEFAULT_BATCH_SIZE
     found, grid_limit = configs(grid=grid, tasks=tasks, pairs=pairs, methods=methods, params=params, heads=heads,
                                 settings=settings, sweep=sweep, device=device, dtype=dtype, engine=engine,
                                 calibrate=calibrate, accept_all=accept_all, log=log)  # fmt: skip
@@ -169,22 +173,29 @@ def run(
 def _set_threads(threads: int | None, grid: str | None) -> None:
     """Set torch's CPU threads per operator to ``threads`` or the grid's ``threads`` (the demo's
     reference pair runs kernels too small to split: one thread decodes it several times faster,
-    and a second thread waiting on a busy core stalls every step). A grid's value is fixed, as its
-    other settings are: given again, it is refused."""
+    and a second thread waiting on a busy core stalls every step)."""
     import torch
 
+    count = _grid_setting(grid, "threads", threads, "--threads")
+    if count is not None:
+        torch.set_num_threads(count)
+
+
+def _grid_setting(grid: str | None, key: str, given: int | None, flag: str) -> int | None:
+    """A run setting a grid may fix (``threads``, ``batch_size``): the grid's value, or ``given``
+    (the flag's). A grid's value is fixed, as its other settings are: given again, it is refused."""
     from bench.grid import load_grid
 
-    fixed = load_grid(grid).get("threads") if grid else None
-    if fixed is not None and threads is not None:
-        raise BenchError(f"grid {grid} sets threads: {fixed}; drop --threads (or copy the grid and change it)")
-    count = threads if fixed is None else fixed
+    fixed = load_grid(grid).get(key) if grid else None
+    if fixed is not None and given is not None:
+        raise BenchError(f"grid {grid} sets {key}: {fixed}; drop {flag} (or copy the grid and change it)")
+    count = given if fixed is None else fixed
     if count is None:
-        return
+        return None
     if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-        where = f"grid {grid}: threads" if fixed is not None else "--threads"
+        where = f"grid {grid}: {key}" if fixed is not None else flag
         raise BenchError(f"{where} must be a positive integer, got {count!r}")
-    torch.set_num_threads(count)
+    return count
 
 
 def _runner(
@@ -236,10 +247,15 @@ class Interrupted(Exception):
 def table_and_plots(results: Path | str, plots_dir: Path | str, fmt: str = "markdown", log: Log = print) -> str:
     """Write Table 1 and the figures of a results directory, as PNG (`plot` adds PDF and SVG: their
     font embedding was most of the demo's plotting time); return the table's text."""
-    text, path = table(results, fmt)
+    from bench.reports.plots import write_plots
+    from bench.reports.summary import summarised
+    from bench.reports.table import write_table
+
+    read = summarised(Path(results))  # once for both: summarising bootstraps every configuration
+    text, path = write_table(Path(results), fmt, read=read)
     log(text)
     log(f"table written to {path}")
-    paths = plot(results, plots_dir, formats=("png",))
+    paths = write_plots(Path(results), Path(plots_dir), formats=("png",), read=read)
     log(f"{len(paths)} plot files written to {plots_dir}/: " + ", ".join(p.name for p in paths if p.suffix == ".png"))
     log(f"PDF and SVG of them: diversed-bench plot {results} --output-dir {plots_dir}")
     return text

@@ -78,7 +78,7 @@ def run(  # fmt: skip
     num_fewshot: o.NumFewshot = None, split: o.Split = None, chat_template: o.ChatTemplate = None,
     truncate_prompt: o.Truncate = None, draft_policy: o.DraftPolicy = None, drafter: o.Drafters = None,
     output_dir: o.ResultsDir = Path("results"), plots_dir: o.PlotsDir = None, device: o.Device = "auto",
-    dtype: o.Dtype = None, shard: o.Shard = "0/1", batch_size: o.BatchSize = 16,
+    dtype: o.Dtype = None, shard: o.Shard = "0/1", batch_size: o.BatchSize = None,
     timing_examples: o.TimingExamples = 4, timing_repeats: o.TimingRepeats = 2, engine: o.Engine = "eager",
     threads: o.Threads = None, report: o.Report = True, progress: o.Progress = True, sandbox: o.Sandbox = "bwrap",
     trace: o.Trace = False, calibrate: o.Calibrate = None, train: o.Train = True, accept_all: o.AcceptAll = True,

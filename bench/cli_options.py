@@ -106,7 +106,9 @@ ChatTemplate = Annotated[Optional[bool], _opt("Wrap prompts in the tokenizer's c
 ResultsDir = Annotated[Path, _opt("Results directory (a parquet dataset).")]
 PlotsDir = Annotated[Optional[Path], _opt("Where the plots go (default: OUTPUT_DIR/plots).")]
 Shard = Annotated[str, _opt("Run only share i of k of every configuration's examples.")]
-BatchSize = Annotated[int, _opt("Examples decoded together; their rows carry no time.")]
+BatchSize = Annotated[
+    Optional[int], _opt("Examples decoded together; their rows carry no time (default: the grid's batch_size, else 16).")
+]
 TimingExamples = Annotated[int, _opt("First K examples decoded alone and timed, methods interleaved.")]
 TimingRepeats = Annotated[
     int, _opt("Times each timed example is decoded, methods interleaved each time: their spread measures the noise.")

@@ -25,9 +25,10 @@ from bench.verifiers import VERIFIERS, verifier_class
 
 # The settings a grid file may set, shared by all its configurations: RunSettings' fields.
 SHARED_KEYS = tuple(f.name for f in fields(RunSettings))
-# ``threads`` sets no configuration: it is the run's CPU threads per operator (`run --threads`).
+# ``threads`` and ``batch_size`` set no configuration: they are the run's CPU threads per operator
+# (`run --threads`) and examples decoded together (`run --batch-size`).
 GRID_KEYS = {
-    "tasks", "pairs", "methods", "limit", "head", "params", "sweep", "calibrate", "anchors", "threads",
+    "tasks", "pairs", "methods", "limit", "head", "params", "sweep", "calibrate", "anchors", "threads", "batch_size",
     *SHARED_KEYS,
 }  # fmt: skip
 

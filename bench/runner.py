@@ -35,6 +35,10 @@ from bench.tasks import Example, Task, resolve_task
 
 __all__ = ["RunConfig", "Runner"]
 
+# A configuration's warm-up decode before its first timed one: a few rounds (prefill, drafts,
+# verification, the bonus token) touch every step of a decode, and a full one cost the demo 0.4 s.
+WARMUP_TOKENS = 16
+
 
 @dataclass
 class _Job:
@@ -106,6 +110,7 @@ class Runner:
         self._pair_keys: dict[tuple[str, str, str | None], str] = {}  # settings as given -> resolved
         self._tasks: dict[tuple[Any, ...], Task] = {}
         self._prompts: dict[str, dict[str, tuple[list[int], int]]] = {}
+        self._encoded: dict[tuple[str, bool, str], list[int]] = {}  # (pair, chat template, prompt) -> ids
         self._decoders: dict[str, SpeculativeDecoder] = {}  # built to check prompts, kept for the job
 
     def decoder(self, cfg: RunConfig) -> SpeculativeDecoder:
@@ -214,13 +219,23 @@ class Runner:
         (fit_prompt)."""
         pair = self.pair(cfg)
         return fit_prompt(
-            encode_prompt(pair, prompt, cfg.chat_template),
+            self._encode(pair, prompt, cfg.chat_template),
             cfg.budget,
             context,
             cfg.truncate_prompt,
             example=f"{cfg.task} example {example.example_id}",
             bos_token_id=getattr(pair.tokenizer, "bos_token_id", None),
         )
+
+    def _encode(self, pair: Pair, prompt: str | Messages, chat_template: bool) -> list[int]:
+        """A prompt's ids, encoded once per pair: every method of a task asks for the same prompts
+        (a conversation's later turns differ by method, and are encoded each time)."""
+        if not isinstance(prompt, str):
+            return encode_prompt(pair, prompt, chat_template)
+        key = (pair.spec.name, chat_template, prompt)
+        if key not in self._encoded:
+            self._encoded[key] = encode_prompt(pair, prompt, chat_template)
+        return list(self._encoded[key])
 
     def decode(self, job: _Job, examples: list[Example]) -> list[tuple[Generation, list[str] | None]]:
         """Examples decoded together (one alone is timed); a multi-turn task's later turns follow,
@@ -245,13 +260,13 @@ class Runner:
         return [(gen, turns) for gen, turns in decode_turns(examples, gens, batch, prompt, answer, job.seed)]
 
     def timing_pass(self, jobs: list[_Job]) -> None:
-        """Examples decoded alone, timed: after one warm-up decode per configuration, example i of
+        """Examples decoded alone, timed: after a short warm-up decode per configuration, example i of
         every configuration, ``timing_repeats`` rounds over, then example i + 1, and so on. A row
         keeps every repeat's time (``wall_times_s``) and their median (``wall_time_s``); the
         repeats draw from the same seed, so their tokens and counters are the same."""
         for job in jobs:
-            if job.timed:
-                job.decoder.generate(job.prompts[job.timed[0].example_id], job.budget, seed=0)  # warm-up
+            if job.timed:  # warm-up: the first rounds run every step a decode takes
+                job.decoder.generate(job.prompts[job.timed[0].example_id], min(job.budget, WARMUP_TOKENS), seed=0)
         total = sum(len(job.timed) for job in jobs)
         if not total:
             return

@@ -32,13 +32,13 @@ from bench.reports.summary import (  # noqa: E402
     bootstrap,
     panels,
     quality_metrics,
+    Summarised,
     sorted_tasks,
-    summarise,
+    summarised,
     task_facts,
     timing_trusted,
 )
 from bench.lossless import LOSSLESS_METHOD  # noqa: E402
-from bench.store import load_results  # noqa: E402
 
 FORMATS = ("png", "pdf", "svg")
 # Further DIVERSED heads in one weights figure (the first has DIVERSED's colour); Okabe-Ito again.
@@ -81,12 +81,17 @@ def _tasks(frame: pd.DataFrame) -> list[str]:
     return sorted_tasks(frame["task"].unique())
 
 
+# Figures are laid out at the resolution they are saved at, so that labels placed on the layout
+# (_place_labels) are where they will be drawn, and that layout can be kept rather than run again.
+DPI = 200
+
+
 def _grid(n: int) -> tuple[plt.Figure, list[plt.Axes]]:
     cols = min(n, 2)
     rows = (n + cols - 1) // cols
     width = 4.6 * cols if cols > 1 else 5.6
     fig, axes = plt.subplots(
-        rows, cols, figsize=(width, 3.6 * rows + 1.0), squeeze=False, layout="constrained"
+        rows, cols, figsize=(width, 3.6 * rows + 1.0), squeeze=False, layout="constrained", dpi=DPI
     )
     flat = list(axes.flat)
     for ax in flat[n:]:
@@ -100,7 +105,7 @@ def _save(fig: plt.Figure, out: Path, name: str, caption: str, formats: Sequence
     # Text stays text (editable in a paper's figure tools): SVG <text>, TrueType fonts in the PDF.
     with plt.rc_context({"svg.fonttype": "none", "pdf.fonttype": 42}):
         for p in paths:
-            fig.savefig(p, dpi=200, bbox_inches="tight", pad_inches=0.03)
+            fig.savefig(p, dpi=DPI, bbox_inches="tight", pad_inches=0.03)
     plt.close(fig)
     text = out / f"{name}.txt"
     text.write_text(caption.strip() + "\n")
@@ -118,8 +123,9 @@ def _err(value: float, ci: Any, scale: float) -> list[list[float]] | None:
     return [[max(value - ci[0], 0.0) * scale], [max(ci[1] - value, 0.0) * scale]]
 
 
-def _along(xy: np.ndarray, step: float = 2.0) -> np.ndarray:
-    """Points every ``step`` pixels along a polyline, so that a label box can be tested against it."""
+def _along(xy: np.ndarray, step: float = 2.0 * DPI / 100) -> np.ndarray:
+    """Points every ``step`` pixels (a fiftieth of an inch) along a polyline, so that a label box can
+    be tested against it."""
     xy = xy[np.isfinite(xy).all(axis=1)]
     out = [xy[:1]]
     for a, b in zip(xy[:-1], xy[1:]):
@@ -176,7 +182,9 @@ def _place_labels(ax: plt.Axes, points: list[tuple[float, float]], texts: list[s
     box stays inside the axes and meets the fewest lines and error bars. A label with no offset clear
     of the axes' edge, of every other label and of every marker is left out (the table names every
     point): a label is never drawn over another, nor over a point."""
-    ax.figure.canvas.draw()
+    figure = ax.figure
+    assert isinstance(figure, plt.Figure)  # these plots draw no subfigures
+    figure.draw_without_rendering()  # the layout, and the text's sizes, without the pixels
     renderer = ax.figure.canvas.get_renderer()  # type: ignore[attr-defined]  # Agg's; FigureCanvasBase lacks it
     frame = ax.get_window_extent(renderer)
     markers, lines = _obstacles(ax)
@@ -435,6 +443,8 @@ def plot_pareto(
     fig.suptitle(f"{title} ({panel.slug})", fontsize=11)
     for sweep_points in sweeps:  # once the layout is final, so that label boxes are where they will be drawn
         _place_labels(*sweep_points)
+    if sweeps:  # placing them ran the layout, at the saved resolution: saving keeps it (twice as fast)
+        fig.set_layout_engine("none")
     return _save(fig, out, f"{name}_{panel.slug}", _pareto_caption(title, (x, y), flagged, panel), formats)
 
 
@@ -444,11 +454,14 @@ MEASURED, LOGGED, THEORY = "measured: accepted / verified", "logged 1 - TV(q, pi
 def _acceptance_vs_weight_axes(
     ax: plt.Axes, rows: pd.DataFrame, examples: pd.DataFrame, styles: dict[str, Any]
 ) -> None:
-    """One task's panel: the ensemble's measured per-token acceptance with its intervals, the
-    logged expectation, and the theory line from SD's acceptance where SD ran; the y range fits the
-    data."""
-    ens = rows[rows["method"] == "ensemble"]
-    ens = ens.assign(target_weight=[p["target_weight"] for p in ens["params"]]).sort_values("target_weight")
+    """One task's panel: a mixture's (the static ensemble's) measured per-token acceptance with its
+    intervals, the logged expectation, and the theory line from SD's acceptance where SD ran; the y
+    range fits the data."""
+    ens = rows[rows["method_info"].map(lambda info: info.mixes_target is not None)]
+    method = str(ens["method"].iloc[0])
+    ens = ens[ens["method"] == method]
+    weight = ens["method_info"].iloc[0].mixes_target
+    ens = ens.assign(target_weight=[p[weight] for p in ens["params"]]).sort_values("target_weight")
     runs = [examples[examples["config_id"] == c] for c in ens["config_id"]]
     err = np.hstack([_rate_err(g["accepted_tokens"], g["reached_per_position"].map(sum)) for g in runs])
     ax.errorbar(
@@ -456,11 +469,10 @@ def _acceptance_vs_weight_axes(
         ens["per_token_acceptance"] * 100,
         yerr=err,
         ls="none",
-        ms=7,
         elinewidth=0.8,
         capsize=2,
         label=MEASURED,
-        **styles["ensemble"],
+        **{"markersize": 7, **styles[method]},  # a plug-in's spare style sets its own size
     )
     ax.plot(
         ens["target_weight"],
@@ -491,10 +503,12 @@ def _acceptance_vs_weight_axes(
 def plot_acceptance_vs_weight(
     rows: pd.DataFrame, panel: Panel, out: Path, formats: Sequence[str] = FORMATS
 ) -> list[Path]:
-    """The static ensemble's per-token acceptance against its target weight, per task, beside what
-    the theory predicts from SD: the check that acceptance falls linearly in w."""
+    """A mixture's (the static ensemble's: its class declares ``mixes_target``) per-token acceptance
+    against its target weight, per task, beside what the theory predicts from SD: the check that
+    acceptance falls linearly in w."""
     part = panel.part
-    tasks = [t for t in _tasks(part) if (part[(part["task"] == t)]["method"] == "ensemble").any()]
+    mixed = part["method_info"].map(lambda info: info.mixes_target is not None)
+    tasks = [t for t in _tasks(part) if (mixed & (part["task"] == t)).any()]
     if not tasks:
         return []
     examples = _panel_rows(rows, panel)
@@ -591,15 +605,18 @@ def plot_acceptance_per_position(
 def plot_weights(
     rows: pd.DataFrame, panel: Panel, out: Path, formats: Sequence[str] = FORMATS
 ) -> list[Path]:
+    """The per-token target weights a learned verifier logged (DIVERSED's head, or a plug-in's that
+    logs them), one histogram per head and task."""
     part = _panel_rows(rows, panel)
-    part = part[part["method"] == "diversed"]
-    if part.empty:
+    logged = part["weights"].map(lambda w: w is not None and len(w) > 0) if "weights" in part else None
+    if logged is None or not logged.any():
         return []
+    part = part[logged]
     part = part.assign(legend=part["config_id"].map(dict(zip(panel.part["config_id"], panel.part["legend"]))))
     tasks = _tasks(part)
     # One colour per head, the same in every panel; one head is drawn in DIVERSED's own colour.
     heads = list(dict.fromkeys(part["legend"]))
-    own = method_styles(panel.part).get("diversed", {}).get("color", HEAD_COLOURS[0])
+    own = method_styles(panel.part).get(str(part["method"].iloc[0]), {}).get("color", HEAD_COLOURS[0])
     colours = dict(zip(heads, itertools.cycle([own, *HEAD_COLOURS])))
     fig, axes = _grid(len(tasks))
     for ax, task in zip(axes, tasks):
@@ -657,12 +674,14 @@ def _legend(fig: plt.Figure, axes: list[plt.Axes], order: list[str] | None = Non
         )
 
 
-def write_plots(results: Path, out: Path, formats: Sequence[str] = FORMATS) -> list[Path]:
+def write_plots(
+    results: Path, out: Path, formats: Sequence[str] = FORMATS, read: Summarised | None = None
+) -> list[Path]:
     """Every figure of every panel of a results directory, in ``formats`` (`run` writes PNG only:
     PDF's font subsetting and SVG's text took most of the demo's plotting time; `plot` writes
-    all three); returns the files written."""
-    rows = load_results(results)
-    summary = summarise(rows)
+    all three); ``read``: its rows and summary, already read. Returns the files written."""
+    read = read or summarised(results)
+    rows, summary = read.rows, read.summary
     qualities = quality_metrics(summary)
     paths: list[Path] = []
     for panel in panels(summary):

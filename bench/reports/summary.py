@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,7 +32,7 @@ from bench.drafters import drafter_label
 from bench.errors import BenchError
 from bench.reports.margins import EQUIVALENT, settle
 from bench.reports.margins import FIDELITY, Margins
-from bench.store import SHARED_SETTINGS
+from bench.store import SHARED_SETTINGS, load_results
 from bench.verifiers import VERIFIERS, MethodInfo
 from bench.verifiers.base import LABEL_DIGITS
 
@@ -329,6 +330,20 @@ def _against_ar(g: pd.DataFrame, ar: pd.DataFrame) -> dict[str, Any]:
         # ar against itself is 1 by definition in every repeat: nothing for noise to move
         "time_spread": 1.0 if first["method"] == "ar" else _spread(_repeats(shared), _repeats(shared, "_ar")),
     }
+
+
+@dataclass(frozen=True)
+class Summarised:
+    """A results directory's rows and their summary: read once when a run writes its table and its
+    figures (summarising bootstraps every configuration, a good part of the demo's report time)."""
+
+    rows: pd.DataFrame
+    summary: pd.DataFrame
+
+
+def summarised(results: Path, margins: Margins = Margins()) -> Summarised:
+    rows = load_results(results)
+    return Summarised(rows, summarise(rows, margins))
 
 
 def summarise(rows: pd.DataFrame, margins: Margins = Margins()) -> pd.DataFrame:

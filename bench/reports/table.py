@@ -16,8 +16,9 @@ from bench.reports.summary import (
     Panel,
     panels,
     quality_metrics,
+    Summarised,
     sorted_tasks,
-    summarise,
+    summarised,
     task_facts,
     timing_trusted,
 )
@@ -198,14 +199,13 @@ def render(summary: pd.DataFrame, quality_metric: dict[str, str], fmt: str) -> s
 
 
 def write_table(
-    results: Path, fmt: str, output: Path | None = None, margins: Margins = Margins()
+    results: Path, fmt: str, output: Path | None = None, margins: Margins = Margins(), read: Summarised | None = None
 ) -> tuple[str, Path]:
     """The table of a results directory, written to ``output`` (RESULTS/table.md|tex|csv);
-    ``margins``: the fidelity margin the off-distribution marks use."""
-    from bench.store import load_results
-
-    rows = load_results(results)
-    summary = summarise(rows, margins)
+    ``margins``: the fidelity margin the off-distribution marks use; ``read``: its rows and summary,
+    already read under those margins."""
+    read = read or summarised(results, margins)
+    rows, summary = read.rows, read.summary
     text = render(summary, quality_metrics(summary), fmt)
     if fmt == "markdown":  # tasks with categories (Spec-Bench) add their leaderboard-style tables
         text += "\n" + category_tables(rows, summary)

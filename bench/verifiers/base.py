@@ -207,6 +207,10 @@ class Verifier(ABC):
     # per-position plots (the ensemble's target weight: darker for more weight on the target),
     # its points then drawn with one line style; None: each point takes the next line style.
     shade: ClassVar[str | None] = None
+    # A parameter w in [0, 1] mixing the target's law into the draft's, pi = w p + (1 - w) q (the
+    # static ensemble's target weight): the acceptance-vs-weight figure draws the measured
+    # acceptance against w beside the theory 1 - w TV(p, q); None: no such mixture.
+    mixes_target: ClassVar[str | None] = None
     # Swept parameters whose value here leaves the learned head as trained (DIVERSED's logit shift
     # 0): labels leave them out at that value, so a trained head's one point reads as before.
     neutral: ClassVar[Mapping[str, Any]] = {}
@@ -354,6 +358,7 @@ class MethodInfo:
     neutral: dict[str, Any] = field(default_factory=dict)
     shipped_in: str | None = None
     shade: str | None = None
+    mixes_target: str | None = None
 
     @classmethod
     def of(cls, verifier: type[Verifier]) -> MethodInfo:
@@ -383,6 +388,7 @@ class MethodInfo:
             neutral=dict(verifier.neutral),
             shipped_in=verifier.shipped_in,
             shade=verifier.shade,
+            mixes_target=verifier.mixes_target,
         )
 
     def to_json(self) -> str:

@@ -180,6 +180,7 @@ class StaticEnsemble(MixtureVerifier):
     shipped_in: ClassVar[str | None] = "transformers_ensemble"
     default_run: ClassVar[bool] = True
     shade: ClassVar[str | None] = "target_weight"
+    mixes_target: ClassVar[str | None] = "target_weight"
     draft_reads: ClassVar[frozenset[str]] = frozenset({"q"})  # mix=logit reads q_logits as well
     sweep: ClassVar[Mapping[str, Sequence[Any]]] = {"target_weight": (0.1, 0.3, 0.5, 0.7, 0.9)}
     shorthand: ClassVar[Mapping[str, str]] = {"target_weight": "w"}

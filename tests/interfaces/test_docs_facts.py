@@ -94,7 +94,7 @@ def facts() -> list[tuple[str, str, tuple]]:
     the page says the new one."""
     import typer
 
-    from bench import store
+    from bench import api, runner, store
     from bench.cli import app
     from bench.config import RunConfig
     from bench.drafters import drafter_class
@@ -120,7 +120,10 @@ def facts() -> list[tuple[str, str, tuple]]:
         ("README.md", r"within ([\d.]+) nats/token", (fidelity,)),
         ("docs/cli.md", r"Drafted tokens per round N \(default (\d+)\)", (_default(RunConfig, "draft_len"),)),
         ("docs/lm-eval.md", r"`draft_len` \| drafted tokens per round \(default (\d+)\)", (lm_eval_draft_len,)),
-        ("docs/engines-and-timing.md", r"--batch-size B` \(default (\d+)\)", (run["batch_size"],)),
+        ("docs/engines-and-timing.md", r"--batch-size B` \(default (\d+)\)", (api.DEFAULT_BATCH_SIZE,)),
+        ("docs/cli.md", r"the grid's batch_size, else (\d+)\)", (api.DEFAULT_BATCH_SIZE,)),
+        ("docs/engines-and-timing.md", r"\*\*warm-up\*\* decode of (\d+) tokens", (runner.WARMUP_TOKENS,)),
+        ("docs/engines-and-timing.md", r"warm-up decodes (\d+) tokens", (runner.WARMUP_TOKENS,)),
         ("docs/engines-and-timing.md", r"`--timing-examples K` examples \(default (\d+)", (run["timing_examples"],)),
         ("docs/engines-and-timing.md", r"`--timing-repeats R` times \(default (\d+)", (run["timing_repeats"],)),
         ("docs/spec.md", r"`max_matching_ngram_size`, default (\d+)", (_default(lookup, "ngram"),)),

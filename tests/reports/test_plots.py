@@ -191,3 +191,33 @@ def test_log_p_per_token_has_its_interval_and_a_figure_against_time(tmp_path):
     assert (tmp_path / "pareto_logp_tiny.png") in paths
     caption = (tmp_path / "pareto_logp_tiny.txt").read_text()
     assert caption.startswith("Log p vs time.") and "mean log p per emitted token" in caption
+
+
+def test_the_mixture_and_weights_figures_follow_what_a_method_declares_and_logs(tmp_path, monkeypatch):
+    """A plug-in whose class declares ``mixes_target`` gets the acceptance-vs-weight figure, and one
+    whose rows log per-token weights gets the weights figure, as the ensemble and DIVERSED do; a
+    method that does neither gets neither (no figure is chosen by a method's name)."""
+    from bench.reports import plots
+    from bench.reports.summary import panels
+    from bench.verifiers import MethodInfo
+
+    mix = MethodInfo(name="mymix", defaults={"target_weight": 0.5}, sweep={}, mixes_target="target_weight")
+    rows = _rows({"ar": [1.0] * 4, "mymix": [0.5] * 4, "plain": [0.5] * 4})
+    rows["method_info"] = [mix.to_json() if m == "mymix" else "" for m in rows["method"]]
+    rows["params"] = ['{"target_weight": 0.5}' if m == "mymix" else "{}" for m in rows["method"]]
+    rows["accepted_per_position"] = [[0] * 5 if m == "ar" else [2, 1, 1, 1, 1] for m in rows["method"]]
+    rows["drafted_per_position"] = [[0] * 5 if m == "ar" else [2] * 5 for m in rows["method"]]
+    rows["weights"] = [[0.2, 0.4] if m == "plain" else [] for m in rows["method"]]
+    (panel,) = panels(summarise(rows))
+    figures = []
+    monkeypatch.setattr(plots, "_save", lambda fig, out, name, *args: figures.append((name, fig)) or [])
+    plots.plot_acceptance_vs_weight(rows, panel, tmp_path)
+    plots.plot_weights(rows, panel, tmp_path)
+    (mixture, mixture_fig), (weights, weights_fig) = figures
+    assert mixture.startswith("acceptance_vs_weight") and weights.startswith("diversed_weights")
+    assert [t.get_text() for t in weights_fig.axes[0].texts] == ["mean 0.30"]  # plain's logged weights
+    no_mix = rows[rows["method"] != "mymix"]
+    figures.clear()
+    plots.plot_acceptance_vs_weight(no_mix, panels(summarise(no_mix))[0], tmp_path)
+    plots.plot_weights(no_mix.assign(weights=[[]] * len(no_mix)), panels(summarise(no_mix))[0], tmp_path)
+    assert figures == []
