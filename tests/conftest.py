@@ -116,13 +116,21 @@ def smollm2():
 # The order `pytest -n 2` hands out. xdist gives tests to its workers in collection order, in
 # chunks, the first a quarter of each worker's share at once. Alphabetically the longest modules
 # came last, and one worker finished them alone while the other sat idle (74 s of a 6-min run on
-# the shared 2-core machine; 1.5 min when it was busier). So the longest modules run first, then
-# the modules of many short tests (so that the first chunk holds no more than its share), then the
-# rest, in their usual order. Whole modules move: module fixtures are still set up once a worker.
+# the shared 2-core machine; 1.5 min when it was busier). So the longest modules run first, longest
+# first (their tests' durations summed, `--durations`, 2026-11-29: the compiled-engine modules had
+# grown past the ones listed before), then the modules of many short tests (so that the first chunk
+# holds no more than its share), then the rest, in their usual order. Whole modules move: module
+# fixtures are still set up once a worker.
 FIRST = (
-    "test_smollm2_acceptance.py",  # over a minute each
+    "test_fidelity.py",  # compiles three architectures: over 2 minutes
     "test_smollm2_fidelity.py",
+    "test_compiled.py",
+    "test_trees.py",
+    "test_smollm2_acceptance.py",
     "test_runner.py",
+    "test_distributed.py",
+    "test_compile_output.py",
+    "test_lookup.py",
     "test_sandbox_protocol.py",  # 140 tests, a few seconds in all
     "test_verifiers.py",
     "test_engine_verifiers.py",
