@@ -443,7 +443,7 @@ def plot_pareto(
     fig.suptitle(f"{title} ({panel.slug})", fontsize=11)
     for sweep_points in sweeps:  # once the layout is final, so that label boxes are where they will be drawn
         _place_labels(*sweep_points)
-    if sweeps:  # placing them ran the layout, at the saved resolution: saving keeps it (twice as fast)
+    if sweeps:  # placing them ran the layout at the saved resolution: saving keeps it, not runs it again
         fig.set_layout_engine("none")
     return _save(fig, out, f"{name}_{panel.slug}", _pareto_caption(title, (x, y), flagged, panel), formats)
 
